@@ -1,0 +1,54 @@
+"""rltrain: reinforcement-learning training on PyTorch and Gymnasium."""
+
+from rltrain.agents import DQN, DQNConfig, LearningAgent, Policy, SpaceError
+from rltrain.buffers import ReplayBatch, ReplayBuffer
+from rltrain.callbacks import EarlyStopping
+from rltrain.checkpoint import Checkpointer
+from rltrain.components import Progress, RLComponents, SummarySettings
+from rltrain.envs import EnvSpec, make_vector_env
+from rltrain.evaluation import Evaluator
+from rltrain.events import EventProcessor, Metrics, Subscriber
+from rltrain.interrupt import Interrupter
+from rltrain.optim import Optimization
+from rltrain.runner import Runner, Transitions
+from rltrain.strategies import (
+    OffPolicyConfig,
+    OffPolicyStrategy,
+    RLResult,
+    RLStrategy,
+    Summary,
+)
+from rltrain.trainer import Trainer
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "DQN",
+    "Checkpointer",
+    "DQNConfig",
+    "EarlyStopping",
+    "EnvSpec",
+    "EventProcessor",
+    "Evaluator",
+    "Interrupter",
+    "LearningAgent",
+    "Metrics",
+    "OffPolicyConfig",
+    "OffPolicyStrategy",
+    "Optimization",
+    "Policy",
+    "Progress",
+    "RLComponents",
+    "RLResult",
+    "RLStrategy",
+    "ReplayBatch",
+    "ReplayBuffer",
+    "Runner",
+    "SpaceError",
+    "Subscriber",
+    "Summary",
+    "Trainer",
+    "Transitions",
+    "__version__",
+    "make_vector_env",
+]

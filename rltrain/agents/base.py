@@ -1,0 +1,121 @@
+"""The two contracts every agent fulfils: :class:`Policy` (acts) and :class:`LearningAgent` (learns)."""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any, NamedTuple, Union
+
+import gymnasium as gym
+import torch
+from torch import nn
+
+from rltrain.components import Progress
+
+if TYPE_CHECKING:
+    from rltrain.buffers.replay import ReplayBatch
+    from rltrain.events.events import MetricValue
+    from rltrain.optim import Optimization
+
+#: A policy's per-environment recurrent state: None for memoryless policies, else tensors whose
+#: first dimension is the sub-environment.
+PolicyState = Union[None, torch.Tensor, tuple[torch.Tensor, ...]]
+
+
+class PolicyStep(NamedTuple):
+    """What :meth:`Policy.act` returns: a batch of actions, the next state and extra outputs."""
+
+    action: torch.Tensor
+    state: PolicyState
+    info: Mapping[str, torch.Tensor]
+
+
+class Policy(nn.Module, ABC):
+    """Maps a batch of observations to a batch of actions, on the inference device.
+
+    A policy may keep a recurrent state per environment; the runner stores it between steps and
+    asks the policy to reset it where an episode ended. It holds modules that are either the
+    learner's own (same device) or copies refreshed by ``load_state_dict`` (another device).
+    """
+
+    @abstractmethod
+    def act(self, obs: torch.Tensor, state: PolicyState, deterministic: bool) -> PolicyStep:
+        """Actions for ``obs`` (shape ``[num_envs, *obs_shape]``).
+
+        ``deterministic=True`` is for evaluation (greedy, or the distribution's mode);
+        ``False`` explores as the agent does while collecting.
+        """
+
+    def initial_state(self, num_envs: int) -> PolicyState:
+        """The recurrent state at the start of every episode. Default: None (no memory)."""
+        return None
+
+    def reset_state(self, state: PolicyState, done: torch.Tensor) -> PolicyState:
+        """``state`` with the rows of environments where ``done`` is True set to the initial state.
+
+        Default: None (no memory). Recurrent policies override it.
+        """
+        return None
+
+
+class LearningAgent(nn.Module, ABC):
+    """Owns the networks and the learning rule; never the loop, never ``backward()``.
+
+    The life of an agent in a run:
+
+    1. :meth:`setup` once the environment's spaces are known: checks them
+       (:meth:`check_spaces`), builds the networks (:meth:`build`) and moves them to the device.
+    2. :meth:`configure_optimizers` names each optimizer.
+    3. :meth:`training_step` computes losses on a batch and calls ``optim.step(name, loss)``
+       once per optimizer it updates; it returns metrics for the renderers.
+    4. :meth:`policy` hands out the acting part.
+
+    ``state_dict()`` (from ``nn.Module``) holds every network, target networks included.
+    Schedules are functions of ``self.progress``, so the run's counters restore them.
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.progress = Progress()
+        self.device = torch.device("cpu")
+        self.built = False
+
+    def setup(self, *, observation_space: gym.Space[Any], action_space: gym.Space[Any],
+              device: torch.device, progress: Progress) -> None:
+        """Check the spaces, build the networks on first use and move them to ``device``."""
+        self.check_spaces(observation_space, action_space)
+        if not self.built:
+            self.build(observation_space, action_space)
+            self.built = True
+        self.progress = progress
+        self.device = torch.device(device)
+        self.to(self.device)
+
+    @abstractmethod
+    def check_spaces(self, observation_space: gym.Space[Any], action_space: gym.Space[Any]) -> None:
+        """Raise :class:`SpaceError` when the agent cannot handle these spaces."""
+
+    @abstractmethod
+    def build(self, observation_space: gym.Space[Any], action_space: gym.Space[Any]) -> None:
+        """Create the networks for these spaces (called once, after :meth:`check_spaces`)."""
+
+    @abstractmethod
+    def configure_optimizers(self) -> dict[str, torch.optim.Optimizer]:
+        """The optimizers, by the name ``training_step`` passes to ``optim.step``."""
+
+    @abstractmethod
+    def training_step(self, batch: ReplayBatch, optim: Optimization) -> dict[str, MetricValue]:
+        """One gradient step on ``batch``; returns metrics (floats or detached scalar tensors)."""
+
+    @abstractmethod
+    def policy(self, device: torch.device) -> Policy:
+        """The acting policy on ``device``: sharing this agent's modules when ``device`` is its
+        own, otherwise a copy that the strategy refreshes with :meth:`sync_policy`."""
+
+    def sync_policy(self, policy: Policy) -> None:
+        """Copy the learner's current weights into a ``policy`` living on another device."""
+        policy.load_state_dict(self.policy(self.device).state_dict())
+
+
+class SpaceError(ValueError):
+    """An agent was given an observation or action space it cannot handle."""

@@ -1,0 +1,215 @@
+"""Deep Q-Network (Mnih et al. 2015, Nature 518:529) with double Q-learning and a dueling option.
+
+The plumbing (collection, replay, optimizer steps, logging) lives in the framework; this file is
+the algorithm: a Q-network, its target network, the epsilon-greedy policy and the TD loss.
+Defaults are RL-Zoo's tuned CartPole-v1 settings (256x256, lr 2.3e-3, epsilon 1 -> 0.04 over
+8,000 env steps, a target update per training round); with ``OffPolicyConfig``'s defaults (batch 64, train every 256 env steps for
+128 gradient steps, 1,000 warm-up steps) they solve CartPole-v1 within 50,000 env steps.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+import torch
+import torch.nn.functional as F
+from typing_extensions import override
+
+from rltrain.agents.base import LearningAgent, Policy, PolicyState, PolicyStep, SpaceError
+from rltrain.agents.networks import QNetwork
+from rltrain.buffers.replay import ReplayBatch
+from rltrain.events.events import MetricValue
+from rltrain.optim import Optimization
+
+
+@dataclass
+class DQNConfig:
+    """DQN hyperparameters (defaults: RL-Zoo's tuned CartPole-v1 DQN, double Q-learning added).
+
+    Attributes:
+        hidden_sizes: Q-network hidden layer widths. Default [256, 256].
+        lr: Adam learning rate. Default 2.3e-3.
+        gamma: Discount factor. Default 0.99.
+        double_q: Double DQN target (van Hasselt et al. 2016, arXiv:1509.06461). Default True.
+        dueling: Dueling head (Wang et al. 2016, arXiv:1511.06581). Default False.
+        target_update_interval: Gradient steps between target-network updates. Default 128: one
+            update per training round of the default strategy, which is what RL-Zoo's
+            ``target_update_interval: 10`` does in SB3, where that interval counts env steps
+            and so fires once after each round of 128 gradient steps. (Every 10 gradient steps
+            diverged on CartPole-v1 here: Q-values reached 1e10.)
+        tau: Target update rate: 1.0 copies the online network (hard update, Nature DQN);
+            below 1 is a soft (Polyak) update ``θ' ← τθ + (1-τ)θ'``. Default 1.0.
+        epsilon_start: Exploration rate at env step 0. Default 1.0.
+        epsilon_end: Exploration rate after ``exploration_steps``. Default 0.04.
+        exploration_steps: Env steps over which epsilon decays linearly (SB3's
+            ``exploration_fraction × total_timesteps``: 0.16 × 50,000). Default 8,000.
+        huber_delta: Huber (smooth L1) loss threshold. Default 1.0.
+    """
+
+    hidden_sizes: list[int] = field(default_factory=lambda: [256, 256])
+    lr: float = 2.3e-3
+    gamma: float = 0.99
+    double_q: bool = True
+    dueling: bool = False
+    target_update_interval: int = 128
+    tau: float = 1.0
+    epsilon_start: float = 1.0
+    epsilon_end: float = 0.04
+    exploration_steps: int = 8_000
+    huber_delta: float = 1.0
+
+    def __post_init__(self) -> None:
+        checks = [
+            (self.lr > 0, f"lr must be > 0; got {self.lr}."),
+            (0.0 <= self.gamma <= 1.0, f"gamma must be in [0, 1]; got {self.gamma}."),
+            (self.target_update_interval >= 1,
+             f"target_update_interval must be >= 1 gradient step; got "
+             f"{self.target_update_interval}."),
+            (0.0 < self.tau <= 1.0, f"tau must be in (0, 1]; got {self.tau}."),
+            (0.0 <= self.epsilon_end <= 1.0 and 0.0 <= self.epsilon_start <= 1.0,
+             f"epsilon_start and epsilon_end must be in [0, 1]; got {self.epsilon_start} and "
+             f"{self.epsilon_end}."),
+            (self.exploration_steps >= 0,
+             f"exploration_steps must be >= 0 env steps; got {self.exploration_steps}."),
+            (all(h >= 1 for h in self.hidden_sizes),
+             f"hidden_sizes must be positive widths; got {list(self.hidden_sizes)}."),
+        ]
+        for ok, message in checks:
+            if not ok:
+                raise ValueError(f"DQNConfig: {message}")
+
+
+def linear_schedule(start: float, end: float, duration: int, t: int) -> float:
+    """``start`` moved linearly to ``end`` over ``duration`` steps, then held at ``end``."""
+    if duration <= 0 or t >= duration:
+        return end
+    return start + (end - start) * t / duration
+
+
+class DQNPolicy(Policy):
+    """Epsilon-greedy over the Q-network while collecting; greedy when ``deterministic``."""
+
+    def __init__(self, q_network: QNetwork, num_actions: int,
+                 epsilon: Callable[[], float]) -> None:
+        super().__init__()
+        self.q_network = q_network
+        self.num_actions = num_actions
+        self.epsilon = epsilon
+
+    @override
+    def act(self, obs: torch.Tensor, state: PolicyState, deterministic: bool) -> PolicyStep:
+        n = obs.shape[0]
+        if deterministic:
+            return PolicyStep(self.q_network(obs).argmax(dim=1), None, {})
+        explore = torch.rand(n, device=obs.device) < self.epsilon()
+        if bool(explore.all()):  # every env explores: skip the forward pass
+            return PolicyStep(torch.randint(self.num_actions, (n,), device=obs.device), None, {})
+        greedy = self.q_network(obs).argmax(dim=1)
+        if not bool(explore.any()):
+            return PolicyStep(greedy, None, {})
+        random_actions = torch.randint(self.num_actions, (n,), device=obs.device)
+        return PolicyStep(torch.where(explore, random_actions, greedy), None, {})
+
+
+class DQN(LearningAgent):
+    """Deep Q-learning for discrete actions and vector observations.
+
+    Args:
+        config: Hyperparameters. Default: :class:`DQNConfig` ().
+    """
+
+    q_network: QNetwork
+    target_network: QNetwork
+
+    def __init__(self, config: DQNConfig | None = None) -> None:
+        super().__init__()
+        self.config = config if config is not None else DQNConfig()
+        self.num_actions = 0
+
+    @override
+    def check_spaces(self, observation_space: gym.Space[Any], action_space: gym.Space[Any]) -> None:
+        if not isinstance(action_space, gym.spaces.Discrete):
+            raise SpaceError(
+                f"{type(self).__name__} needs a Discrete action space; got {action_space}. "
+                "Use an agent for continuous actions (SAC) or discretize the actions with a "
+                "wrapper."
+            )
+        if not isinstance(observation_space, gym.spaces.Box):
+            raise SpaceError(
+                f"{type(self).__name__} needs a Box observation space (a vector of floats); got "
+                f"{observation_space}. Wrap the environment, e.g. with "
+                "gymnasium.wrappers.FlattenObservation or a one-hot encoding."
+            )
+        if self.built and (self.num_actions != action_space.n
+                           or self.q_network_input != int(np.prod(observation_space.shape))):
+            raise SpaceError(
+                f"This {type(self).__name__} was built for {self.q_network_input} observation "
+                f"features and {self.num_actions} actions; the environment has "
+                f"{observation_space.shape} observations and {action_space.n} actions."
+            )
+
+    @override
+    def build(self, observation_space: gym.Space[Any], action_space: gym.Space[Any]) -> None:
+        assert isinstance(action_space, gym.spaces.Discrete)
+        self.num_actions = int(action_space.n)
+        self.q_network_input = int(np.prod(observation_space.shape))
+        self.q_network = QNetwork(self.q_network_input, self.num_actions,
+                                  self.config.hidden_sizes, dueling=self.config.dueling)
+        self.target_network = copy.deepcopy(self.q_network).requires_grad_(False)
+
+    @property
+    def epsilon(self) -> float:
+        """The exploration rate at the current env step."""
+        c = self.config
+        return linear_schedule(c.epsilon_start, c.epsilon_end, c.exploration_steps,
+                               self.progress.env_steps)
+
+    @override
+    def configure_optimizers(self) -> dict[str, torch.optim.Optimizer]:
+        return {"q": torch.optim.Adam(self.q_network.parameters(), lr=self.config.lr)}
+
+    @override
+    def training_step(self, batch: ReplayBatch, optim: Optimization) -> dict[str, MetricValue]:
+        c = self.config
+        with torch.no_grad():
+            next_q_target = self.target_network(batch.next_observations)
+            if c.double_q:
+                # Double DQN (arXiv:1509.06461, Eq. 4): the online network picks a', the target
+                # network evaluates it.
+                next_actions = self.q_network(batch.next_observations).argmax(dim=1, keepdim=True)
+                next_q = next_q_target.gather(1, next_actions).squeeze(1)
+            else:
+                next_q = next_q_target.max(dim=1).values
+            # Bootstrap unless the MDP terminated; a time-limit truncation still bootstraps from
+            # the real final observation the runner kept.
+            td_target = batch.rewards + c.gamma * (1.0 - batch.terminated) * next_q
+        q_values = self.q_network(batch.observations)
+        q_taken = q_values.gather(1, batch.actions.long().unsqueeze(1)).squeeze(1)
+        loss = F.huber_loss(q_taken, td_target, delta=c.huber_delta)
+        optim.step("q", loss)
+
+        if (self.progress.gradient_steps + 1) % c.target_update_interval == 0:
+            self._update_target()
+        return {"loss": loss.detach(), "q_value": q_taken.detach().mean(),
+                "epsilon": self.epsilon}
+
+    @torch.no_grad()
+    def _update_target(self) -> None:
+        tau = self.config.tau
+        for target, online in zip(self.target_network.parameters(), self.q_network.parameters()):
+            if tau >= 1.0:
+                target.copy_(online)
+            else:
+                target.lerp_(online, tau)
+
+    @override
+    def policy(self, device: torch.device) -> DQNPolicy:
+        q_network = self.q_network
+        if torch.device(device) != self.device:
+            q_network = copy.deepcopy(q_network).to(device)
+        return DQNPolicy(q_network, self.num_actions, epsilon=lambda: self.epsilon)

@@ -1,0 +1,129 @@
+"""Uniform experience replay in a preallocated numpy ring."""
+
+from __future__ import annotations
+
+from typing import Any, NamedTuple
+
+import gymnasium as gym
+import numpy as np
+import torch
+
+from rltrain.runner import Transitions
+
+
+class ReplayBatch(NamedTuple):
+    """A sampled batch as tensors on the learner's device (first dimension: batch).
+
+    ``terminated`` and ``truncated`` are float tensors (1.0 or 0.0) kept apart: a target
+    bootstraps unless the transition ``terminated``.
+    """
+
+    observations: torch.Tensor
+    actions: torch.Tensor
+    rewards: torch.Tensor
+    next_observations: torch.Tensor
+    terminated: torch.Tensor
+    truncated: torch.Tensor
+
+
+_FIELDS = ReplayBatch._fields
+
+
+class ReplayBuffer:
+    """A ring of the last ``capacity`` transitions, sampled uniformly.
+
+    Storage is allocated up front (so an out-of-memory error happens at start, not hours in) and
+    overwritten oldest first. Sampling draws from the buffer's own generator, seeded by ``seed``,
+    so it is reproducible and checkpointable apart from every other random stream.
+
+    Args:
+        capacity: Transitions kept (summed over sub-envs, unlike SB3's per-env ``buffer_size``).
+        observation_space: The sub-env's observation space (``Box`` or ``Discrete``).
+        action_space: The sub-env's action space (``Discrete`` or ``Box``).
+        seed: Seed of the sampling generator. Default 0.
+        device: Where sampled batches go. Default CPU.
+    """
+
+    def __init__(self, capacity: int, *, observation_space: gym.Space[Any],
+                 action_space: gym.Space[Any], seed: int = 0,
+                 device: torch.device | str = "cpu") -> None:
+        if capacity < 1:
+            raise ValueError(f"ReplayBuffer capacity must be >= 1 transition; got {capacity}.")
+        self.capacity = capacity
+        self.device = torch.device(device)
+        obs_shape = observation_space.shape or ()
+        act_shape = action_space.shape or ()
+        obs_dtype = np.float32 if isinstance(observation_space, gym.spaces.Box) else np.int64
+        act_dtype = np.int64 if isinstance(action_space, gym.spaces.Discrete) else np.float32
+        self.observations = np.zeros((capacity, *obs_shape), dtype=obs_dtype)
+        self.next_observations = np.zeros((capacity, *obs_shape), dtype=obs_dtype)
+        self.actions = np.zeros((capacity, *act_shape), dtype=act_dtype)
+        self.rewards = np.zeros(capacity, dtype=np.float32)
+        self.terminated = np.zeros(capacity, dtype=np.float32)
+        self.truncated = np.zeros(capacity, dtype=np.float32)
+        self.cursor = 0
+        self.size = 0
+        self.rng = np.random.default_rng(seed)
+
+    def __len__(self) -> int:
+        return self.size
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes held by the storage arrays."""
+        return sum(getattr(self, name).nbytes for name in _FIELDS)
+
+    def add(self, transitions: Transitions) -> None:
+        """Append one vector step's transitions (one row per sub-env), overwriting the oldest."""
+        n = len(transitions.rewards)
+        end = self.cursor + n
+        idx: slice | np.ndarray = (slice(self.cursor, end) if end <= self.capacity
+                                   else np.arange(self.cursor, end) % self.capacity)
+        self.observations[idx] = transitions.observations
+        self.actions[idx] = transitions.actions
+        self.rewards[idx] = transitions.rewards
+        self.next_observations[idx] = transitions.next_observations
+        self.terminated[idx] = transitions.terminated
+        self.truncated[idx] = transitions.truncated
+        self.cursor = (self.cursor + n) % self.capacity
+        self.size = min(self.size + n, self.capacity)
+
+    def sample(self, batch_size: int) -> ReplayBatch:
+        """``batch_size`` transitions drawn uniformly with replacement."""
+        if self.size == 0:
+            raise ValueError("Cannot sample from an empty ReplayBuffer; add transitions first.")
+        idx = self.rng.integers(0, self.size, size=batch_size)
+        return ReplayBatch(*(
+            torch.from_numpy(getattr(self, name)[idx]).to(self.device, non_blocking=True)
+            for name in _FIELDS
+        ))
+
+    def state_dict(self) -> dict[str, Any]:
+        """The stored transitions (as tensors), cursor, size and sampler state."""
+        n = self.size
+        state: dict[str, Any] = {name: torch.from_numpy(getattr(self, name)[:n].copy())
+                                 for name in _FIELDS}
+        state.update(cursor=self.cursor, size=n, capacity=self.capacity,
+                     rng=self.rng.bit_generator.state)
+        return state
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore what :meth:`state_dict` returned into a buffer of the same capacity and spaces."""
+        if state["capacity"] != self.capacity:
+            raise ValueError(
+                f"The saved ReplayBuffer has capacity {state['capacity']:,}; this one has "
+                f"{self.capacity:,}. Build the buffer with the saved capacity."
+            )
+        n = int(state["size"])
+        for name in _FIELDS:
+            array = getattr(self, name)
+            saved = state[name].numpy()
+            if saved.shape[1:] != array.shape[1:]:
+                raise ValueError(
+                    f"The saved ReplayBuffer's {name} have shape {saved.shape[1:]}; this one "
+                    f"expects {array.shape[1:]}. Were they made for another environment?"
+                )
+            array[:n] = saved
+        self.size = n
+        self.cursor = int(state["cursor"])
+        self.rng.bit_generator.state = state["rng"]

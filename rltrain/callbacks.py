@@ -1,0 +1,34 @@
+"""Callbacks shipped with rltrain: subscribers that act on what they see."""
+
+from __future__ import annotations
+
+from typing_extensions import override
+
+from rltrain.events.events import EvaluationEnd
+from rltrain.events.metrics import Metrics
+from rltrain.events.processor import Subscriber
+from rltrain.interrupt import Interrupter
+
+
+class EarlyStopping(Subscriber):
+    """Stops training once the mean evaluation return reaches ``threshold``.
+
+    It requests the stop through the run's interrupter, so the loop ends cleanly after the
+    evaluation and the run's summary gives ``stop_reason``.
+
+    Args:
+        threshold: Mean greedy evaluation return to reach (e.g. 475 for CartPole-v1).
+        interrupter: The run's interrupter (``trainer.interrupter``).
+    """
+
+    def __init__(self, threshold: float, *, interrupter: Interrupter) -> None:
+        self.threshold = threshold
+        self.interrupter = interrupter
+
+    @override
+    def on_evaluation_end(self, event: EvaluationEnd, metrics: Metrics) -> None:
+        if event.complete and event.returns and event.return_mean >= self.threshold:
+            self.interrupter.stop(
+                f"evaluation return {event.return_mean:.2f} reached the threshold "
+                f"{self.threshold:g}"
+            )

@@ -1,0 +1,68 @@
+"""Saving the agent to disk while it trains: atomic files, loaded without running code."""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import torch
+
+
+class Checkpointer:
+    """Writes ``checkpoint-<env_steps>.pt`` files every ``interval`` env steps and at the end.
+
+    A file is written beside its final name, flushed to disk, then renamed into place, so a crash
+    never leaves a half-written checkpoint under a checkpoint's name. ``last.pt`` is replaced the
+    same way on every save.
+
+    Args:
+        directory: Where checkpoints go (created on first save).
+        interval: Env steps between saves; None saves only at the end. Default None.
+    """
+
+    def __init__(self, directory: str | Path, *, interval: int | None = None) -> None:
+        if interval is not None and interval < 1:
+            raise ValueError(
+                f"checkpoint interval must be >= 1 env step (or None); got {interval}."
+            )
+        self.directory = Path(directory)
+        self.interval = interval
+
+    def due(self, previous_env_steps: int, env_steps: int) -> bool:
+        """True when an interval boundary lies in ``(previous_env_steps, env_steps]``."""
+        if self.interval is None:
+            return False
+        return env_steps // self.interval > previous_env_steps // self.interval
+
+    def save(self, state: dict[str, Any], *, env_steps: int) -> Path:
+        """Write ``state`` as ``checkpoint-<env_steps>.pt`` and ``last.pt``; returns the former."""
+        self.directory.mkdir(parents=True, exist_ok=True)
+        path = self.directory / f"checkpoint-{env_steps}.pt"
+        atomic_save(state, path)
+        atomic_save(state, self.directory / "last.pt")
+        return path
+
+    @staticmethod
+    def load(path: str | Path) -> dict[str, Any]:
+        """Read a checkpoint with ``torch.load(weights_only=True)``: tensors and plain data only."""
+        path = Path(path)
+        if not path.is_file():
+            raise FileNotFoundError(f"No checkpoint at {path}.")
+        state: dict[str, Any] = torch.load(path, map_location="cpu", weights_only=True)
+        return state
+
+
+def atomic_save(state: dict[str, Any], path: Path) -> None:
+    """``torch.save`` to a temporary file in ``path``'s folder, fsync it, then rename it over."""
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as file:
+            torch.save(state, file)
+            file.flush()
+            os.fsync(file.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise

@@ -1,0 +1,101 @@
+"""What every strategy needs, bundled: :class:`RLComponents` and the run's :class:`Progress`."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Literal
+
+import torch
+
+from rltrain.checkpoint import Checkpointer
+from rltrain.events.processor import EventProcessor
+from rltrain.interrupt import Interrupter
+
+
+@dataclass
+class Progress:
+    """The run's counters, advanced by the runner (env steps) and ``Optimization`` (gradient steps).
+
+    Agents receive this object in ``setup`` and read it live (an epsilon schedule reads
+    ``env_steps``; a target-network update reads ``gradient_steps``).
+
+    Attributes:
+        env_steps: Transitions collected, summed over sub-environments.
+        vector_steps: Calls to the vector environment's ``step``.
+        gradient_steps: ``training_step`` calls.
+        episodes: Training episodes finished (terminated or truncated).
+    """
+
+    env_steps: int = 0
+    vector_steps: int = 0
+    gradient_steps: int = 0
+    episodes: int = 0
+
+
+@dataclass
+class SummarySettings:
+    """What the end-of-run summary measures.
+
+    Attributes:
+        return_threshold: When set, the summary reports the env steps and seconds taken until the
+            mean evaluation return first reached it (e.g. 475 for CartPole-v1). Default None.
+        window: Episodes in the rolling mean of training returns. Default 100.
+    """
+
+    return_threshold: float | None = None
+    window: int = 100
+
+
+@dataclass
+class RLComponents:
+    """Everything a strategy's ``train_loop`` uses besides the agent and the environment.
+
+    Attributes:
+        num_steps: Total env steps to train for (transitions summed over sub-envs).
+        checkpointer: Saves the agent while training; None saves nothing. Default None.
+        grad_accumulation: Batches whose gradients are summed before each optimizer step
+            (Lightning's ``accumulate_grad_batches``). Default 1.
+        gradient_clip_val: Clip gradients to this norm (or value); None does not clip.
+        gradient_clip_algorithm: ``"norm"`` (total 2-norm, as ``clip_grad_norm_``) or ``"value"``.
+        interrupter: The run's stop request, shared with signal handlers and other threads.
+        event_processor: Receives every event; holds the metrics and renderers.
+        summary: What the end-of-run summary measures.
+        device: Where the agent learns. Default CPU.
+        inference_device: Where the policy acts while collecting. Default CPU.
+        progress: The run's counters (fresh for a new run).
+    """
+
+    num_steps: int
+    checkpointer: Checkpointer | None = None
+    grad_accumulation: int = 1
+    gradient_clip_val: float | None = None
+    gradient_clip_algorithm: Literal["norm", "value"] = "norm"
+    interrupter: Interrupter = field(default_factory=Interrupter)
+    event_processor: EventProcessor = field(default_factory=EventProcessor)
+    summary: SummarySettings = field(default_factory=SummarySettings)
+    device: torch.device = field(default_factory=lambda: torch.device("cpu"))
+    inference_device: torch.device = field(default_factory=lambda: torch.device("cpu"))
+    progress: Progress = field(default_factory=Progress)
+
+    def __post_init__(self) -> None:
+        if self.num_steps < 1:
+            raise ValueError(f"num_steps must be >= 1 env step; got {self.num_steps}.")
+        if self.grad_accumulation < 1:
+            raise ValueError(
+                f"grad_accumulation must be >= 1 batch; got {self.grad_accumulation}."
+            )
+        if self.gradient_clip_val is not None and self.gradient_clip_val <= 0:
+            raise ValueError(
+                f"gradient_clip_val must be > 0 (or None for no clipping); got "
+                f"{self.gradient_clip_val}."
+            )
+        if self.gradient_clip_algorithm not in ("norm", "value"):
+            raise ValueError(
+                "gradient_clip_algorithm must be 'norm' or 'value'; got "
+                f"{self.gradient_clip_algorithm!r}."
+            )
+        self.device = torch.device(self.device)
+        self.inference_device = torch.device(self.inference_device)
+
+
+

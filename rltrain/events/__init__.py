@@ -1,0 +1,30 @@
+"""Events, metrics and renderers: everything training shows or stores goes through here."""
+
+from rltrain.events.events import (
+    End,
+    EnvStep,
+    EpisodeEnd,
+    EvaluationEnd,
+    EvaluationStart,
+    Event,
+    Interrupted,
+    Start,
+    TrainStep,
+)
+from rltrain.events.metrics import Metrics
+from rltrain.events.processor import EventProcessor, Subscriber
+
+__all__ = [
+    "End",
+    "EnvStep",
+    "EpisodeEnd",
+    "EvaluationEnd",
+    "EvaluationStart",
+    "Event",
+    "EventProcessor",
+    "Interrupted",
+    "Metrics",
+    "Start",
+    "Subscriber",
+    "TrainStep",
+]

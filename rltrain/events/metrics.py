@@ -1,0 +1,177 @@
+"""Metrics computed from the event stream.
+
+:class:`Metrics` is the first subscriber of every :class:`~rltrain.events.processor.EventProcessor`.
+It keeps counters and windows cheaply at every event and turns them into numbers only when a
+renderer asks (:meth:`Metrics.snapshot`), so tensors the agent returns are synchronised at render
+cadence, not once per gradient step.
+
+Keys are namespaced and spelled the same in every renderer:
+
+=========================== =============================================================
+``rollout/episode_return``  mean undiscounted return of the last ``window`` episodes
+``rollout/episode_length``  mean length (env steps) of the last ``window`` episodes
+``rollout/episode_return_last`` / ``rollout/episode_length_last``  the latest episode
+``eval/return_mean``        mean greedy evaluation return of the latest evaluation
+``eval/return_std``         its population standard deviation
+``eval/length_mean``        mean evaluation episode length (env steps)
+``eval/best_return``        best ``eval/return_mean`` so far
+``train/<name>``            mean of the agent's ``<name>`` metric over the last ``window``
+                            gradient steps (``train/loss``, ``train/epsilon``)
+``time/sps``                env steps per second since training started (this call)
+``time/env_steps``          env steps (transitions summed over sub-envs)
+``time/gradient_steps``     gradient steps (``training_step`` calls)
+``time/episodes``           finished training episodes
+``time/elapsed``            seconds since training started (this call)
+=========================== =============================================================
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections import deque
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+from rltrain.events.events import (
+    EnvStep,
+    EpisodeEnd,
+    EvaluationEnd,
+    MetricValue,
+    Start,
+    TrainStep,
+)
+
+
+class Metrics:
+    """Counters, windows and evaluation results, updated from events.
+
+    Args:
+        window: How many recent episodes (and gradient steps) the rolling means cover.
+            Default 100, as Stable-Baselines3's ``stats_window_size``.
+        return_threshold: When set, the env steps and seconds at which ``eval/return_mean`` first
+            reached it are recorded. Default None: no threshold.
+    """
+
+    def __init__(self, *, window: int = 100, return_threshold: float | None = None) -> None:
+        self.reset(window=window, return_threshold=return_threshold)
+
+    def reset(self, *, window: int = 100, return_threshold: float | None = None) -> None:
+        """Forget everything and start over with these settings (called at each run's start)."""
+        if window < 1:
+            raise ValueError(f"Metrics window must be >= 1 episode; got {window}.")
+        self.window = window
+        self.return_threshold = return_threshold
+        self.total_env_steps = 0
+        self.env_steps = 0
+        self.vector_steps = 0
+        self.gradient_steps = 0
+        self.episodes = 0
+        self.start_time = time.perf_counter()
+        self._start_env_steps = 0
+        self._returns: deque[float] = deque(maxlen=window)
+        self._lengths: deque[int] = deque(maxlen=window)
+        self._train: dict[str, deque[MetricValue]] = {}
+        self.last_evaluation: EvaluationEnd | None = None
+        self.best_eval_return = -math.inf
+        self.threshold_env_steps: int | None = None
+        self.threshold_seconds: float | None = None
+        self._handlers: dict[type, Callable[[Any], None]] = {
+            Start: self._on_start,
+            EnvStep: self._on_env_step,
+            EpisodeEnd: self._on_episode_end,
+            TrainStep: self._on_train_step,
+            EvaluationEnd: self._on_evaluation_end,
+        }
+
+    def update(self, event: object) -> None:
+        """Update counters and windows from one event (events it does not track are ignored)."""
+        handler = self._handlers.get(type(event))
+        if handler is not None:
+            handler(event)
+
+    @property
+    def elapsed(self) -> float:
+        """Seconds since the Start event."""
+        return time.perf_counter() - self.start_time
+
+    @property
+    def sps(self) -> float:
+        """Env steps per second since the Start event (resumed steps excluded)."""
+        elapsed = self.elapsed
+        return (self.env_steps - self._start_env_steps) / elapsed if elapsed > 0 else 0.0
+
+    @property
+    def episode_return_mean(self) -> float:
+        """Mean return over the last ``window`` training episodes (NaN before the first)."""
+        return sum(self._returns) / len(self._returns) if self._returns else math.nan
+
+    def snapshot(self) -> dict[str, float]:
+        """Every metric as a float, keyed as in this module's table."""
+        out: dict[str, float] = {}
+        if self._returns:
+            out["rollout/episode_return"] = self.episode_return_mean
+            out["rollout/episode_length"] = sum(self._lengths) / len(self._lengths)
+            out["rollout/episode_return_last"] = self._returns[-1]
+            out["rollout/episode_length_last"] = float(self._lengths[-1])
+        evaluation = self.last_evaluation
+        if evaluation is not None:
+            out["eval/return_mean"] = evaluation.return_mean
+            out["eval/return_std"] = evaluation.return_std
+            out["eval/length_mean"] = (
+                sum(evaluation.lengths) / len(evaluation.lengths) if evaluation.lengths else math.nan
+            )
+            out["eval/best_return"] = self.best_eval_return
+        for name, values in self._train.items():
+            out["train/" + name] = _mean(values)
+        out["time/sps"] = self.sps
+        out["time/env_steps"] = float(self.env_steps)
+        out["time/gradient_steps"] = float(self.gradient_steps)
+        out["time/episodes"] = float(self.episodes)
+        out["time/elapsed"] = self.elapsed
+        return out
+
+    def _on_start(self, event: Start) -> None:
+        self.start_time = time.perf_counter()
+        self.total_env_steps = event.total_env_steps
+        self.env_steps = self._start_env_steps = event.start_env_steps
+
+    def _on_env_step(self, event: EnvStep) -> None:
+        self.env_steps = event.env_steps
+        self.vector_steps = event.vector_steps
+
+    def _on_episode_end(self, event: EpisodeEnd) -> None:
+        self.episodes += 1
+        self._returns.append(event.episode_return)
+        self._lengths.append(event.episode_length)
+
+    def _on_train_step(self, event: TrainStep) -> None:
+        self.gradient_steps = event.gradient_steps
+        for name, value in event.metrics.items():
+            values = self._train.get(name)
+            if values is None:
+                values = self._train[name] = deque(maxlen=self.window)
+            values.append(value)
+
+    def _on_evaluation_end(self, event: EvaluationEnd) -> None:
+        if not event.returns:
+            return
+        self.last_evaluation = event
+        mean = event.return_mean
+        self.best_eval_return = max(self.best_eval_return, mean)
+        threshold = self.return_threshold
+        if threshold is not None and self.threshold_env_steps is None and mean >= threshold:
+            self.threshold_env_steps = event.env_steps
+            self.threshold_seconds = self.elapsed
+
+
+def _mean(values: deque[MetricValue]) -> float:
+    """Mean of floats or scalar tensors, with one device sync for all the tensors."""
+    tensors = [v for v in values if isinstance(v, torch.Tensor)]
+    if not tensors:
+        return float(sum(values)) / len(values)  # type: ignore[arg-type]
+    numbers = [float(v) for v in values if not isinstance(v, torch.Tensor)]
+    tensor_sum = torch.stack([t.detach().float().reshape(()) for t in tensors]).sum().item()
+    return (tensor_sum + sum(numbers)) / len(values)

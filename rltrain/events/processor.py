@@ -1,0 +1,106 @@
+"""Dispatch of events to metrics, renderers and user subscribers."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from rltrain.events.events import (
+    EVENT_TYPES,
+    End,
+    EnvStep,
+    EpisodeEnd,
+    EvaluationEnd,
+    EvaluationStart,
+    Interrupted,
+    Start,
+    TrainStep,
+    hook_name,
+)
+from rltrain.events.metrics import Metrics
+
+
+class Subscriber:
+    """Base class for anything that listens to training events.
+
+    Override the hooks you need; each receives the event and the run's live :class:`Metrics`.
+    Hooks left as they are cost nothing: the processor only calls overridden ones. Renderers and
+    callbacks are subscribers. A subscriber cannot steer training; to stop it, call the run's
+    :class:`~rltrain.interrupt.Interrupter`.
+    """
+
+    def on_start(self, event: Start, metrics: Metrics) -> None:
+        """Training starts."""
+
+    def on_env_step(self, event: EnvStep, metrics: Metrics) -> None:
+        """One vector step was taken (called once per vector step: keep it cheap)."""
+
+    def on_episode_end(self, event: EpisodeEnd, metrics: Metrics) -> None:
+        """A training episode ended (terminated or truncated)."""
+
+    def on_train_step(self, event: TrainStep, metrics: Metrics) -> None:
+        """A gradient step finished."""
+
+    def on_evaluation_start(self, event: EvaluationStart, metrics: Metrics) -> None:
+        """Evaluation episodes begin."""
+
+    def on_evaluation_end(self, event: EvaluationEnd, metrics: Metrics) -> None:
+        """Evaluation finished."""
+
+    def on_interrupted(self, event: Interrupted, metrics: Metrics) -> None:
+        """The loop stopped early on a stop request."""
+
+    def on_end(self, event: End, metrics: Metrics) -> None:
+        """Training ended; the summary is in ``event.summary``."""
+
+    def close(self) -> None:
+        """Release files and terminals. Called once when the processor closes."""
+
+
+Handler = Callable[[Any, Metrics], None]
+
+
+class EventProcessor:
+    """Updates :class:`Metrics` from each event, then calls the subscribers' hooks in order.
+
+    Args:
+        subscribers: Renderers and callbacks, called in the order given.
+        metrics: The metrics to update. Default: a new :class:`Metrics` with a 100-episode window.
+    """
+
+    def __init__(
+        self, subscribers: Iterable[Subscriber] = (), *, metrics: Metrics | None = None
+    ) -> None:
+        self.metrics = metrics if metrics is not None else Metrics()
+        self.subscribers: list[Subscriber] = []
+        self._handlers: dict[type, list[Handler]] = {t: [] for t in EVENT_TYPES}
+        for subscriber in subscribers:
+            self.add(subscriber)
+
+    def add(self, subscriber: Subscriber) -> None:
+        """Register a subscriber; only the hooks it overrides are called."""
+        self.subscribers.append(subscriber)
+        for event_type in EVENT_TYPES:
+            name = hook_name(event_type)
+            if getattr(type(subscriber), name, None) is getattr(Subscriber, name):
+                continue
+            hook = getattr(subscriber, name, None)
+            if hook is not None:
+                self._handlers[event_type].append(hook)
+
+    def emit(self, event: Any) -> None:
+        """Update the metrics from ``event``, then pass it to every subscriber that handles it."""
+        self.metrics.update(event)
+        for handler in self._handlers[type(event)]:
+            handler(event, self.metrics)
+
+    def close(self) -> None:
+        """Close every subscriber (flush files, close progress bars), even if one fails."""
+        errors: list[BaseException] = []
+        for subscriber in self.subscribers:
+            try:
+                subscriber.close()
+            except Exception as error:  # noqa: BLE001 - close the others, then re-raise
+                errors.append(error)
+        if errors:
+            raise errors[0]

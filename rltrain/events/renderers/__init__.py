@@ -1,0 +1,8 @@
+"""Renderers: subscribers that show or store what training does."""
+
+from rltrain.events.renderers.console import ConsoleRenderer
+from rltrain.events.renderers.jsonl import JsonlRenderer
+from rltrain.events.renderers.progress_bar import TqdmRenderer
+from rltrain.events.renderers.tensorboard import TensorBoardRenderer
+
+__all__ = ["ConsoleRenderer", "JsonlRenderer", "TensorBoardRenderer", "TqdmRenderer"]

@@ -1,0 +1,87 @@
+"""Plain console lines, readable in CI logs and anywhere without a TTY."""
+
+from __future__ import annotations
+
+import math
+import sys
+import time
+from typing import TextIO
+
+from typing_extensions import override
+
+from rltrain.events.events import End, EnvStep, EvaluationEnd, Interrupted, Start
+from rltrain.events.metrics import Metrics
+from rltrain.events.processor import Subscriber
+
+
+class ConsoleRenderer(Subscriber):
+    """Prints a status line every ``interval_seconds``, a line per evaluation and a final summary.
+
+    A line reads ``[ 12.0%] env_steps=6,000/50,000 sps=1,502 return=87.3 eval=... loss=0.41``.
+
+    Args:
+        file: Where lines are written. Default ``sys.stdout``.
+        interval_seconds: Seconds between status lines. Default 10.
+    """
+
+    def __init__(self, *, file: TextIO | None = None, interval_seconds: float = 10.0) -> None:
+        self.file = file
+        self.interval_seconds = interval_seconds
+        self._next_line = 0.0
+
+    @override
+    def on_start(self, event: Start, metrics: Metrics) -> None:
+        self._next_line = time.monotonic() + self.interval_seconds
+        self._print(
+            f"training for {event.total_env_steps:,} env steps"
+            + (f", resuming at {event.start_env_steps:,}" if event.start_env_steps else "")
+        )
+
+    @override
+    def on_env_step(self, event: EnvStep, metrics: Metrics) -> None:
+        now = time.monotonic()
+        if now >= self._next_line:
+            self._next_line = now + self.interval_seconds
+            self._print(self.status_line(metrics))
+
+    @override
+    def on_evaluation_end(self, event: EvaluationEnd, metrics: Metrics) -> None:
+        if event.returns:
+            self._print(
+                f"evaluation at {event.env_steps:,} env steps: return "
+                f"{event.return_mean:.2f} ± {event.return_std:.2f} over {len(event.returns)} "
+                f"episodes" + ("" if event.complete else " (cut short by a stop request)")
+            )
+
+    @override
+    def on_interrupted(self, event: Interrupted, metrics: Metrics) -> None:
+        self._print(f"stopped at {event.env_steps:,} env steps: {event.reason}")
+
+    @override
+    def on_end(self, event: End, metrics: Metrics) -> None:
+        s = event.summary
+        best = "n/a" if math.isinf(s.best_eval_return) else f"{s.best_eval_return:.2f}"
+        self._print(self.status_line(metrics))
+        self._print(
+            f"done: {s.env_steps:,} env steps, {s.gradient_steps:,} gradient steps in "
+            f"{s.wall_time:.1f} s; best evaluation return {best}"
+        )
+
+    @staticmethod
+    def status_line(metrics: Metrics) -> str:
+        """One line with progress, speed, returns and the agent's training metrics."""
+        snap = metrics.snapshot()
+        total = metrics.total_env_steps
+        percent = 100.0 * metrics.env_steps / total if total else 0.0
+        parts = [
+            f"[{percent:5.1f}%] env_steps={metrics.env_steps:,}/{total:,}",
+            f"sps={snap['time/sps']:,.0f}",
+        ]
+        for key in ("rollout/episode_return", "eval/return_mean"):
+            if key in snap:
+                parts.append(f"{key.split('/')[1]}={snap[key]:.1f}")
+        parts += [f"{k[6:]}={v:.4g}" for k, v in snap.items() if k.startswith("train/")]
+        return " ".join(parts)
+
+    def _print(self, line: str) -> None:
+        print(line, file=self.file if self.file is not None else sys.stdout, flush=True)

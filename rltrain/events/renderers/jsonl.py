@@ -1,0 +1,96 @@
+"""A JSON-lines metrics file: one object per line, for pandas, jq and scripts."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+from pathlib import Path
+from typing import IO, Any
+
+from typing_extensions import override
+
+from rltrain.events.events import End, EnvStep, EvaluationEnd, Interrupted, Start
+from rltrain.events.metrics import Metrics
+from rltrain.events.processor import Subscriber
+
+
+class JsonlRenderer(Subscriber):
+    """Appends metric rows to a ``.jsonl`` file.
+
+    Each row has an ``event`` field: ``"metrics"`` (every ``log_interval`` env steps, with every
+    metric of :class:`~rltrain.events.metrics.Metrics`), ``"evaluation"`` (with the episode
+    returns and lengths), ``"interrupted"`` and ``"end"`` (with the summary). Non-finite floats are
+    written as ``null`` so that every line is strict JSON.
+
+    Args:
+        path: The file to append to (its folder is created).
+        log_interval: Env steps between ``"metrics"`` rows. Default 1,000.
+    """
+
+    def __init__(self, path: str | Path, *, log_interval: int = 1_000) -> None:
+        if log_interval < 1:
+            raise ValueError(f"log_interval must be >= 1 env step; got {log_interval}.")
+        self.path = Path(path)
+        self.log_interval = log_interval
+        self._file: IO[str] | None = None
+        self._next_log = 0
+
+    @override
+    def on_start(self, event: Start, metrics: Metrics) -> None:
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self._file = self.path.open("a", encoding="utf-8")
+        self._next_log = event.start_env_steps + self.log_interval
+        self._write({"event": "start", "env_steps": event.start_env_steps,
+                     "total_env_steps": event.total_env_steps, "hparams": dict(event.hparams)})
+
+    @override
+    def on_env_step(self, event: EnvStep, metrics: Metrics) -> None:
+        if event.env_steps >= self._next_log:
+            self._next_log = (event.env_steps // self.log_interval + 1) * self.log_interval
+            self._write({"event": "metrics", "env_steps": event.env_steps, **metrics.snapshot()})
+
+    @override
+    def on_evaluation_end(self, event: EvaluationEnd, metrics: Metrics) -> None:
+        self._write({
+            "event": "evaluation",
+            "env_steps": event.env_steps,
+            "eval/return_mean": event.return_mean,
+            "eval/return_std": event.return_std,
+            "returns": list(event.returns),
+            "lengths": list(event.lengths),
+            "complete": event.complete,
+        })
+
+    @override
+    def on_interrupted(self, event: Interrupted, metrics: Metrics) -> None:
+        self._write({"event": "interrupted", "env_steps": event.env_steps, "reason": event.reason})
+
+    @override
+    def on_end(self, event: End, metrics: Metrics) -> None:
+        self._write({"event": "metrics", "env_steps": metrics.env_steps, **metrics.snapshot()})
+        self._write({"event": "end", **dataclasses.asdict(event.summary)})
+        self.close()
+
+    def _write(self, row: dict[str, Any]) -> None:
+        if self._file is None:
+            return
+        self._file.write(json.dumps(_finite(row)) + "\n")
+        self._file.flush()
+
+    @override
+    def close(self) -> None:
+        if self._file is not None:
+            self._file.close()
+            self._file = None
+
+
+def _finite(value: Any) -> Any:
+    """``value`` with NaN and infinities replaced by None, recursively."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_finite(v) for v in value]
+    return value

@@ -1,0 +1,78 @@
+"""TensorBoard scalars and hyperparameters, through torch's ``SummaryWriter``."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+from torch.utils.tensorboard import SummaryWriter
+from torch.utils.tensorboard.summary import hparams
+from typing_extensions import override
+
+from rltrain.events.events import End, EnvStep, EvaluationEnd, Start
+from rltrain.events.metrics import Metrics
+from rltrain.events.processor import Subscriber
+
+
+class TensorBoardRenderer(Subscriber):
+    """Writes every metric against the env step, and the run's hyperparameters.
+
+    Scalars are written every ``log_interval`` env steps, at each evaluation and at the end. The
+    hyperparameters from the Start event go to TensorBoard's HPARAMS tab, linked to
+    ``eval/return_mean`` and ``rollout/episode_return``.
+
+    Args:
+        log_dir: The directory for the event files.
+        log_interval: Env steps between scalar writes. Default 1,000.
+    """
+
+    def __init__(self, log_dir: str | Path, *, log_interval: int = 1_000) -> None:
+        if log_interval < 1:
+            raise ValueError(f"log_interval must be >= 1 env step; got {log_interval}.")
+        self.log_dir = Path(log_dir)
+        self.log_interval = log_interval
+        self._writer: SummaryWriter | None = None
+        self._next_log = 0
+
+    @override
+    def on_start(self, event: Start, metrics: Metrics) -> None:
+        self._writer = SummaryWriter(log_dir=str(self.log_dir))
+        self._next_log = event.start_env_steps + self.log_interval
+        if event.hparams:
+            metric_tags = {"eval/return_mean": math.nan, "rollout/episode_return": math.nan}
+            for summary in hparams(dict(event.hparams), metric_tags):
+                self._writer.file_writer.add_summary(summary)
+
+    @override
+    def on_env_step(self, event: EnvStep, metrics: Metrics) -> None:
+        if event.env_steps >= self._next_log:
+            self._next_log = (event.env_steps // self.log_interval + 1) * self.log_interval
+            self._write(metrics, event.env_steps)
+
+    @override
+    def on_evaluation_end(self, event: EvaluationEnd, metrics: Metrics) -> None:
+        writer = self._writer
+        if writer is None or not event.returns:
+            return
+        snap = metrics.snapshot()
+        for key in ("eval/return_mean", "eval/return_std", "eval/length_mean", "eval/best_return"):
+            writer.add_scalar(key, snap[key], event.env_steps)
+
+    @override
+    def on_end(self, event: End, metrics: Metrics) -> None:
+        self._write(metrics, metrics.env_steps)
+        self.close()
+
+    def _write(self, metrics: Metrics, env_steps: int) -> None:
+        writer = self._writer
+        if writer is None:
+            return
+        for key, value in metrics.snapshot().items():
+            if not key.startswith("eval/"):
+                writer.add_scalar(key, value, env_steps)
+
+    @override
+    def close(self) -> None:
+        if self._writer is not None:
+            self._writer.close()
+            self._writer = None

@@ -1,0 +1,112 @@
+"""Framework-owned optimization: backward, gradient accumulation, clipping and optimizer steps."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any, Literal
+
+import torch
+
+from rltrain.components import Progress
+
+if TYPE_CHECKING:
+    from rltrain.agents.base import LearningAgent
+    from rltrain.events.events import MetricValue
+
+
+class Optimization:
+    """Runs an agent's ``training_step`` and performs every backward pass and optimizer step.
+
+    Agents never call ``loss.backward()``: they call :meth:`step` with the optimizer's name and the
+    loss. With ``accumulate_grad_batches=k`` each optimizer steps once every ``k`` calls, on the
+    sum of ``loss / k`` gradients (so an averaged loss over ``k`` batches of size ``B`` gives the
+    same update as one batch of size ``k·B``). Clipping applies to that optimizer's parameters
+    just before its step. Several optimizers can be stepped in sequence in one ``training_step``
+    (world model, then actor, then critic); each accumulates on its own.
+
+    Args:
+        optimizers: The agent's optimizers by name (from ``configure_optimizers``).
+        progress: The run's counters; :meth:`training_step` advances ``gradient_steps``.
+        accumulate_grad_batches: Batches per optimizer step. Default 1.
+        gradient_clip_val: Maximum gradient norm (or absolute value); None does not clip.
+        gradient_clip_algorithm: ``"norm"`` (total 2-norm over the optimizer's parameters) or
+            ``"value"`` (each element clamped). Default ``"norm"``.
+    """
+
+    def __init__(
+        self,
+        optimizers: Mapping[str, torch.optim.Optimizer],
+        *,
+        progress: Progress,
+        accumulate_grad_batches: int = 1,
+        gradient_clip_val: float | None = None,
+        gradient_clip_algorithm: Literal["norm", "value"] = "norm",
+    ) -> None:
+        if not optimizers:
+            raise ValueError("configure_optimizers() returned no optimizer; return at least one.")
+        if accumulate_grad_batches < 1:
+            raise ValueError(
+                f"accumulate_grad_batches must be >= 1; got {accumulate_grad_batches}."
+            )
+        self.optimizers = dict(optimizers)
+        self.progress = progress
+        self.accumulate_grad_batches = accumulate_grad_batches
+        self.gradient_clip_val = gradient_clip_val
+        self.gradient_clip_algorithm = gradient_clip_algorithm
+        self._pending = dict.fromkeys(self.optimizers, 0)
+        self._params = {
+            name: [p for group in opt.param_groups for p in group["params"]]
+            for name, opt in self.optimizers.items()
+        }
+
+    def training_step(self, agent: LearningAgent, batch: Any) -> dict[str, MetricValue]:
+        """Run ``agent.training_step(batch, self)`` and count it as one gradient step."""
+        metrics = agent.training_step(batch, self)
+        self.progress.gradient_steps += 1
+        return metrics
+
+    def step(self, name: str, loss: torch.Tensor) -> bool:
+        """Backpropagate ``loss`` for optimizer ``name``; step it when its batches are complete.
+
+        Returns True when the optimizer stepped, False while it is still accumulating.
+        """
+        optimizer = self.optimizers.get(name)
+        if optimizer is None:
+            raise KeyError(
+                f"No optimizer named {name!r}; configure_optimizers() returned "
+                f"{sorted(self.optimizers)}."
+            )
+        k = self.accumulate_grad_batches
+        (loss / k if k > 1 else loss).backward()
+        self._pending[name] += 1
+        if self._pending[name] < k:
+            return False
+        self._pending[name] = 0
+        if self.gradient_clip_val is not None:
+            params = self._params[name]
+            if self.gradient_clip_algorithm == "norm":
+                torch.nn.utils.clip_grad_norm_(params, self.gradient_clip_val, foreach=True)
+            else:
+                torch.nn.utils.clip_grad_value_(params, self.gradient_clip_val, foreach=True)
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+        return True
+
+    def state_dict(self) -> dict[str, Any]:
+        """Every optimizer's state, and the batches accumulated toward each one's next step."""
+        return {
+            "optimizers": {name: opt.state_dict() for name, opt in self.optimizers.items()},
+            "pending": dict(self._pending),
+        }
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Restore what :meth:`state_dict` returned."""
+        saved = state["optimizers"]
+        if set(saved) != set(self.optimizers):
+            raise ValueError(
+                f"The saved optimizers {sorted(saved)} do not match the agent's "
+                f"{sorted(self.optimizers)}."
+            )
+        for name, opt in self.optimizers.items():
+            opt.load_state_dict(saved[name])
+        self._pending = {name: int(state["pending"][name]) for name in self.optimizers}

@@ -1,0 +1,13 @@
+"""Training strategies: the loops."""
+
+from rltrain.strategies.base import RLResult, RLStrategy, Summary, seed_everything
+from rltrain.strategies.off_policy import OffPolicyConfig, OffPolicyStrategy
+
+__all__ = [
+    "OffPolicyConfig",
+    "OffPolicyStrategy",
+    "RLResult",
+    "RLStrategy",
+    "Summary",
+    "seed_everything",
+]

@@ -1,0 +1,109 @@
+"""The strategy template: :class:`RLStrategy`, its :class:`RLResult` and :class:`Summary`."""
+
+from __future__ import annotations
+
+import math
+import random
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+
+from rltrain.agents.base import LearningAgent, Policy
+from rltrain.components import RLComponents
+from rltrain.envs import EnvInit
+from rltrain.events.events import End, Interrupted, Start
+
+
+@dataclass(frozen=True)
+class Summary:
+    """What a run achieved.
+
+    Attributes:
+        env_steps: Env steps done (transitions summed over sub-envs).
+        gradient_steps: Gradient steps done.
+        episodes: Training episodes finished.
+        wall_time: Seconds the ``train`` call took.
+        best_eval_return: Best mean evaluation return; None when no evaluation ran.
+        threshold_env_steps: Env steps at the first evaluation whose mean return reached the
+            return threshold; None when no threshold was set or it was not reached.
+        threshold_seconds: Seconds from the start to that evaluation's end; None likewise.
+        stop_reason: Why the loop stopped early; None when it ran all its steps.
+        final_metrics: Every metric at the end, keyed as in :mod:`rltrain.events.metrics`.
+    """
+
+    env_steps: int
+    gradient_steps: int
+    episodes: int
+    wall_time: float
+    best_eval_return: float | None
+    threshold_env_steps: int | None
+    threshold_seconds: float | None
+    stop_reason: str | None
+    final_metrics: dict[str, float] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class RLResult:
+    """The trained policy and the run's summary."""
+
+    policy: Policy
+    summary: Summary
+
+
+class RLStrategy(ABC):
+    """A way of training an agent: subclasses implement :meth:`train_loop`.
+
+    :meth:`train` is a fixed template, so no strategy can forget the run's events: it resets the
+    metrics, emits Start, runs ``train_loop``, emits Interrupted when a stop was requested, builds
+    the summary and emits End. A ``train_loop`` steps environments (with a
+    :class:`~rltrain.runner.Runner`), stores experience, calls the agent through
+    :class:`~rltrain.optim.Optimization`, emits EnvStep/EpisodeEnd/TrainStep events, and returns
+    as soon as ``components.interrupter.should_stop()``.
+    """
+
+    def train(self, agent: LearningAgent, components: RLComponents, env_init: EnvInit) -> RLResult:
+        """Train ``agent`` on ``env_init`` for ``components.num_steps`` env steps."""
+        events = components.event_processor
+        settings = components.summary
+        events.metrics.reset(window=settings.window, return_threshold=settings.return_threshold)
+        progress = components.progress
+        events.emit(Start(total_env_steps=components.num_steps,
+                          start_env_steps=progress.env_steps, hparams=dict(self.hparams())))
+        policy = self.train_loop(agent, components, env_init)
+        interrupter = components.interrupter
+        reason = interrupter.reason if interrupter.should_stop() else None
+        if reason is not None:
+            events.emit(Interrupted(env_steps=progress.env_steps, reason=reason))
+        metrics = events.metrics
+        summary = Summary(
+            env_steps=progress.env_steps,
+            gradient_steps=progress.gradient_steps,
+            episodes=progress.episodes,
+            wall_time=metrics.elapsed,
+            best_eval_return=None if math.isinf(metrics.best_eval_return)
+            else metrics.best_eval_return,
+            threshold_env_steps=metrics.threshold_env_steps,
+            threshold_seconds=metrics.threshold_seconds,
+            stop_reason=reason,
+            final_metrics=metrics.snapshot(),
+        )
+        events.emit(End(summary=summary))
+        return RLResult(policy=policy, summary=summary)
+
+    @abstractmethod
+    def train_loop(self, agent: LearningAgent, components: RLComponents,
+                   env_init: EnvInit) -> Policy:
+        """Run the training and return the trained policy (also when stopped early)."""
+
+    def hparams(self) -> dict[str, float | int | str | bool]:
+        """The strategy's settings for TensorBoard's hyperparameters. Default: none."""
+        return {}
+
+
+def seed_everything(seed: int) -> None:
+    """Seed Python's, NumPy's global and torch's random generators."""
+    random.seed(seed)
+    np.random.seed(seed)
+    torch.manual_seed(seed)

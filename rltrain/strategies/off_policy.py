@@ -1,0 +1,185 @@
+"""The off-policy loop: collect into a replay buffer, train every few env steps, evaluate."""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Any
+
+import gymnasium as gym
+from typing_extensions import override
+
+from rltrain.agents.base import LearningAgent, Policy
+from rltrain.buffers.replay import ReplayBuffer
+from rltrain.components import RLComponents
+from rltrain.envs import EnvInit, Vectorization, make_vector_env
+from rltrain.evaluation import Evaluator
+from rltrain.events.events import EnvStep, TrainStep
+from rltrain.optim import Optimization
+from rltrain.runner import Runner
+from rltrain.strategies.base import RLStrategy, seed_everything
+
+#: Evaluation environments reset with ``seed + EVAL_SEED_OFFSET``, apart from the training envs.
+EVAL_SEED_OFFSET = 1_000_003
+
+
+@dataclass
+class OffPolicyConfig:
+    """Settings of :class:`OffPolicyStrategy`. Env steps are transitions summed over sub-envs.
+
+    Attributes:
+        num_envs: Sub-environments stepped together. Default 1.
+        vectorization: ``"sync"`` (one process) or ``"async"`` (a process per sub-env).
+            Default ``"sync"``.
+        buffer_size: Replay capacity in transitions (all sub-envs together). Default 100,000.
+        batch_size: Transitions per gradient step. Default 64.
+        warmup_steps: Env steps of uniform random actions before learning starts (SB3's
+            ``learning_starts``). Default 1,000.
+        train_interval: Env steps between training rounds (SB3's ``train_freq``). Default 256.
+        train_steps: Gradient steps per training round (SB3's ``gradient_steps``). Default 128.
+        eval_interval: Env steps between evaluations; None never evaluates. Default 10,000.
+        eval_episodes: Greedy episodes per evaluation. Default 10.
+        seed: Seeds Python, NumPy, torch, the environments and the replay sampler. Default 0.
+    """
+
+    num_envs: int = 1
+    vectorization: Vectorization = "sync"
+    buffer_size: int = 100_000
+    batch_size: int = 64
+    warmup_steps: int = 1_000
+    train_interval: int = 256
+    train_steps: int = 128
+    eval_interval: int | None = 10_000
+    eval_episodes: int = 10
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        checks = [
+            (self.num_envs >= 1, f"num_envs must be >= 1; got {self.num_envs}."),
+            (self.vectorization in ("sync", "async"),
+             f"vectorization must be 'sync' or 'async'; got {self.vectorization!r}."),
+            (self.buffer_size >= 1, f"buffer_size must be >= 1; got {self.buffer_size}."),
+            (self.batch_size >= 1, f"batch_size must be >= 1; got {self.batch_size}."),
+            (self.batch_size <= self.buffer_size,
+             f"batch_size ({self.batch_size}) is larger than buffer_size ({self.buffer_size}); "
+             "raise buffer_size or lower batch_size."),
+            (self.warmup_steps >= 0, f"warmup_steps must be >= 0; got {self.warmup_steps}."),
+            (self.train_interval >= 1,
+             f"train_interval must be >= 1 env step; got {self.train_interval}."),
+            (self.train_steps >= 0, f"train_steps must be >= 0; got {self.train_steps}."),
+            (self.eval_interval is None or self.eval_interval >= 1,
+             f"eval_interval must be >= 1 env step, or None to never evaluate; got "
+             f"{self.eval_interval}."),
+            (self.eval_episodes >= 1, f"eval_episodes must be >= 1; got {self.eval_episodes}."),
+        ]
+        for ok, message in checks:
+            if not ok:
+                raise ValueError(f"OffPolicyConfig: {message}")
+
+
+class OffPolicyStrategy(RLStrategy):
+    """Collect with the current policy, learn from replayed transitions (DQN, SAC, Dreamer).
+
+    Per vector step: act (uniform random during warm-up), step the envs, store the transitions,
+    emit EnvStep and EpisodeEnd. Each time ``train_interval`` env steps have passed after warm-up:
+    ``train_steps`` gradient steps on batches of ``batch_size``. Each ``eval_interval`` env steps:
+    ``eval_episodes`` greedy episodes on a separate environment. The interrupter is checked before
+    every vector step, gradient step and evaluation step.
+
+    Args:
+        config: The loop's settings. Default: :class:`OffPolicyConfig` ().
+    """
+
+    def __init__(self, config: OffPolicyConfig | None = None) -> None:
+        self.config = config if config is not None else OffPolicyConfig()
+
+    @override
+    def hparams(self) -> dict[str, float | int | str | bool]:
+        return {f"strategy/{k}": v if v is not None else "none"
+                for k, v in dataclasses.asdict(self.config).items()}
+
+    @override
+    def train_loop(self, agent: LearningAgent, components: RLComponents,
+                   env_init: EnvInit) -> Policy:
+        cfg = self.config
+        seed_everything(cfg.seed)
+        envs = make_vector_env(env_init, num_envs=cfg.num_envs,
+                               vectorization=cfg.vectorization, seed=cfg.seed)
+        evaluator = (None if cfg.eval_interval is None else Evaluator(
+            env_init, episodes=cfg.eval_episodes, seed=cfg.seed + EVAL_SEED_OFFSET,
+            device=components.inference_device))
+        try:
+            return self._run(agent, components, envs, evaluator)
+        finally:
+            envs.close()
+            if evaluator is not None:
+                evaluator.close()
+
+    def _run(self, agent: LearningAgent, components: RLComponents,
+             envs: gym.vector.VectorEnv[Any, Any, Any], evaluator: Evaluator | None) -> Policy:
+        cfg = self.config
+        progress = components.progress
+        obs_space, act_space = envs.single_observation_space, envs.single_action_space
+        agent.setup(observation_space=obs_space, action_space=act_space,
+                    device=components.device, progress=progress)
+        buffer = ReplayBuffer(cfg.buffer_size, observation_space=obs_space,
+                              action_space=act_space, seed=cfg.seed, device=components.device)
+        optim = Optimization(agent.configure_optimizers(), progress=progress,
+                             accumulate_grad_batches=components.grad_accumulation,
+                             gradient_clip_val=components.gradient_clip_val,
+                             gradient_clip_algorithm=components.gradient_clip_algorithm)
+        policy = agent.policy(components.inference_device)
+        syncs_policy = components.inference_device != components.device
+        runner = Runner(envs, device=components.inference_device, progress=progress)
+        runner.reset(seed=cfg.seed, policy=policy)
+        events, interrupter = components.event_processor, components.interrupter
+        checkpointer = components.checkpointer
+
+        def crossed(interval: int, before: int, after: int) -> bool:
+            return after // interval > before // interval
+
+        while progress.env_steps < components.num_steps and not interrupter.should_stop():
+            before = progress.env_steps
+            if before < cfg.warmup_steps:
+                actions = runner.random_actions()
+            else:
+                actions = runner.act(policy)
+            transitions, episodes = runner.step(actions, policy)
+            buffer.add(transitions)
+            events.emit(EnvStep(env_steps=progress.env_steps, vector_steps=progress.vector_steps))
+            for episode in episodes:
+                events.emit(episode)
+            after = progress.env_steps
+
+            if after >= cfg.warmup_steps and crossed(cfg.train_interval, before, after):
+                for _ in range(cfg.train_steps):
+                    if interrupter.should_stop():
+                        break
+                    metrics = optim.training_step(agent, buffer.sample(cfg.batch_size))
+                    events.emit(TrainStep(env_steps=after, gradient_steps=progress.gradient_steps,
+                                          metrics=metrics))
+                if syncs_policy:
+                    agent.sync_policy(policy)
+
+            if evaluator is not None and cfg.eval_interval is not None and crossed(
+                    cfg.eval_interval, before, after):
+                evaluator.run(policy, env_steps=after, events=events, interrupter=interrupter)
+
+            if checkpointer is not None and checkpointer.due(before, after):
+                checkpointer.save(self.checkpoint_state(agent, optim, components), env_steps=after)
+
+        if checkpointer is not None:
+            checkpointer.save(self.checkpoint_state(agent, optim, components),
+                              env_steps=progress.env_steps)
+        return policy
+
+    @staticmethod
+    def checkpoint_state(agent: LearningAgent, optim: Optimization,
+                         components: RLComponents) -> dict[str, Any]:
+        """What a checkpoint holds: the agent's networks, the optimizers and the counters."""
+        return {
+            "agent_class": type(agent).__name__,
+            "agent": agent.state_dict(),
+            "optimization": optim.state_dict(),
+            "progress": dataclasses.asdict(components.progress),
+        }

@@ -1,0 +1,222 @@
+"""The facade: :class:`Trainer` takes the run's settings, builds the components, calls the strategy."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any, Literal
+
+import torch
+
+from rltrain.agents.base import LearningAgent
+from rltrain.callbacks import EarlyStopping
+from rltrain.checkpoint import Checkpointer
+from rltrain.components import Progress, RLComponents, SummarySettings
+from rltrain.envs import EnvInit, env_factory, env_name
+from rltrain.evaluation import Evaluator
+from rltrain.events.events import EvaluationEnd
+from rltrain.events.processor import EventProcessor, Subscriber
+from rltrain.events.renderers import (
+    ConsoleRenderer,
+    JsonlRenderer,
+    TensorBoardRenderer,
+    TqdmRenderer,
+)
+from rltrain.interrupt import Interrupter
+from rltrain.strategies.base import RLResult, RLStrategy
+from rltrain.strategies.off_policy import EVAL_SEED_OFFSET, OffPolicyConfig, OffPolicyStrategy
+
+#: Renderer names accepted by ``Trainer(renderers=...)``.
+RENDERERS = ("tqdm", "console", "tensorboard", "jsonl")
+
+
+class Trainer:
+    """Trains an agent with a strategy, shows progress and stores the run.
+
+    Example::
+
+        trainer = Trainer(num_steps=50_000, return_threshold=475)
+        result = trainer.fit("CartPole-v1", DQN())
+        trainer.evaluate("CartPole-v1", result_agent, episodes=20)
+
+    The run directory receives TensorBoard event files, ``metrics.jsonl``, ``summary.json`` and
+    ``checkpoints/`` (``last.pt`` holds the trained agent).
+
+    Args:
+        num_steps: Env steps to train for (transitions summed over sub-envs). Default 50,000.
+        strategy: The loop. Default: :class:`OffPolicyStrategy` with its default config.
+        device: Where the agent learns (``"cpu"``, ``"cuda"``). Default ``"cpu"``.
+        inference_device: Where the policy acts while collecting. Default: ``device``.
+        run_dir: The run's folder. Default: ``runs/<date>-<time>-<agent>-<env>``.
+        seed: Seed of the default strategy (to seed your own strategy, set it in its config).
+        renderers: Names from :data:`RENDERERS` or :class:`Subscriber` objects. Default: all four.
+        callbacks: More subscribers (they receive every event after the renderers).
+        return_threshold: Stop when the mean evaluation return reaches it, and report the env
+            steps and seconds it took. Default None: run all ``num_steps``.
+        log_interval: Env steps between TensorBoard and JSONL rows. Default 1,000.
+        console_interval: Seconds between console lines. Default 10.
+        checkpoint_interval: Env steps between checkpoints; None saves only at the end.
+        gradient_clip_val: Clip gradients to this norm (or value); None does not clip.
+        gradient_clip_algorithm: ``"norm"`` or ``"value"``. Default ``"norm"``.
+        accumulate_grad_batches: Batches per optimizer step. Default 1.
+    """
+
+    def __init__(
+        self,
+        *,
+        num_steps: int = 50_000,
+        strategy: RLStrategy | None = None,
+        device: str | torch.device = "cpu",
+        inference_device: str | torch.device | None = None,
+        run_dir: str | Path | None = None,
+        seed: int | None = None,
+        renderers: Sequence[str | Subscriber] = RENDERERS,
+        callbacks: Sequence[Subscriber] = (),
+        return_threshold: float | None = None,
+        log_interval: int = 1_000,
+        console_interval: float = 10.0,
+        checkpoint_interval: int | None = None,
+        gradient_clip_val: float | None = None,
+        gradient_clip_algorithm: Literal["norm", "value"] = "norm",
+        accumulate_grad_batches: int = 1,
+    ) -> None:
+        if strategy is not None and seed is not None:
+            raise ValueError(
+                "Pass the seed in your strategy's config (e.g. OffPolicyConfig(seed=...)), not "
+                "to the Trainer: Trainer(seed=...) only seeds the default strategy."
+            )
+        if strategy is None:
+            strategy = OffPolicyStrategy(OffPolicyConfig(seed=0 if seed is None else seed))
+        for renderer in renderers:
+            if isinstance(renderer, str) and renderer not in RENDERERS:
+                raise ValueError(f"Unknown renderer {renderer!r}; choose from {list(RENDERERS)}.")
+        self.num_steps = num_steps
+        self.strategy = strategy
+        self.device = torch.device(device)
+        self.inference_device = torch.device(
+            inference_device if inference_device is not None else device)
+        self.run_dir = Path(run_dir) if run_dir is not None else None
+        self.renderers = list(renderers)
+        self.callbacks = list(callbacks)
+        self.return_threshold = return_threshold
+        self.log_interval = log_interval
+        self.console_interval = console_interval
+        self.checkpoint_interval = checkpoint_interval
+        self.gradient_clip_val = gradient_clip_val
+        self.gradient_clip_algorithm = gradient_clip_algorithm
+        self.accumulate_grad_batches = accumulate_grad_batches
+        self.interrupter = Interrupter()
+        RLComponents(num_steps=num_steps, grad_accumulation=accumulate_grad_batches,
+                     gradient_clip_val=gradient_clip_val,
+                     gradient_clip_algorithm=gradient_clip_algorithm)  # validate early
+
+    def fit(self, env: EnvInit, agent: LearningAgent) -> RLResult:
+        """Train ``agent`` on ``env``; returns the trained policy and the run's summary.
+
+        The spaces are checked before anything starts. A stop request (``trainer.interrupter``)
+        ends the run after the current step, with the agent saved.
+        """
+        check_spaces(env, agent)
+        run_dir = self.resolve_run_dir(env, agent)
+        run_dir.mkdir(parents=True, exist_ok=True)
+        self.interrupter.reset()
+        events = EventProcessor(self._subscribers(run_dir))
+        components = RLComponents(
+            num_steps=self.num_steps,
+            checkpointer=Checkpointer(run_dir / "checkpoints", interval=self.checkpoint_interval),
+            grad_accumulation=self.accumulate_grad_batches,
+            gradient_clip_val=self.gradient_clip_val,
+            gradient_clip_algorithm=self.gradient_clip_algorithm,
+            interrupter=self.interrupter,
+            event_processor=events,
+            summary=SummarySettings(return_threshold=self.return_threshold),
+            device=self.device,
+            inference_device=self.inference_device,
+            progress=Progress(),
+        )
+        try:
+            result = self.strategy.train(agent, components, env)
+        finally:
+            events.close()
+        summary_path = run_dir / "summary.json"
+        summary_path.write_text(json.dumps(dataclasses.asdict(result.summary), indent=2) + "\n")
+        return result
+
+    def evaluate(self, env: EnvInit, agent: LearningAgent, *, episodes: int = 10,
+                 seed: int | None = None) -> dict[str, float]:
+        """Run ``episodes`` greedy episodes of ``agent``'s policy; returns the ``eval/`` metrics.
+
+        With the default ``seed``, the episodes start where the training run's evaluations
+        started, so a trained agent reproduces its last evaluation return.
+        """
+        check_spaces(env, agent)
+        if not agent.built:
+            raise ValueError(
+                f"This {type(agent).__name__} has no trained networks yet: call fit() first, or "
+                "load a checkpoint with load_agent()."
+            )
+        eval_seed = evaluation_seed(self.strategy) if seed is None else seed
+        evaluator = Evaluator(env, episodes=episodes, seed=eval_seed,
+                              device=self.inference_device)
+        events = EventProcessor()
+        try:
+            result = evaluator.run(agent.policy(self.inference_device), env_steps=0,
+                                   events=events)
+        finally:
+            evaluator.close()
+        return evaluation_metrics(result)
+
+    def resolve_run_dir(self, env: EnvInit, agent: LearningAgent) -> Path:
+        """The run directory: the one given, or ``runs/<date>-<time>-<agent>-<env>``."""
+        if self.run_dir is not None:
+            return self.run_dir
+        stamp = time.strftime("%Y%m%d-%H%M%S")
+        return Path("runs") / f"{stamp}-{type(agent).__name__.lower()}-{env_name(env)}"
+
+    def _subscribers(self, run_dir: Path) -> list[Subscriber]:
+        subscribers: list[Subscriber] = []
+        for renderer in self.renderers:
+            if renderer == "tqdm":
+                subscribers.append(TqdmRenderer())
+            elif renderer == "console":
+                subscribers.append(ConsoleRenderer(interval_seconds=self.console_interval))
+            elif renderer == "tensorboard":
+                subscribers.append(TensorBoardRenderer(run_dir, log_interval=self.log_interval))
+            elif renderer == "jsonl":
+                subscribers.append(JsonlRenderer(run_dir / "metrics.jsonl",
+                                                 log_interval=self.log_interval))
+            elif isinstance(renderer, Subscriber):
+                subscribers.append(renderer)
+        subscribers += self.callbacks
+        if self.return_threshold is not None:
+            subscribers.append(EarlyStopping(self.return_threshold, interrupter=self.interrupter))
+        return subscribers
+
+
+def check_spaces(env: EnvInit, agent: LearningAgent) -> None:
+    """Make one environment and let ``agent`` check its spaces, before any training starts."""
+    probe = env_factory(env)()
+    try:
+        agent.check_spaces(probe.observation_space, probe.action_space)
+    finally:
+        probe.close()
+
+
+def evaluation_seed(strategy: RLStrategy) -> int:
+    """The reset seed of a strategy's evaluations (its config's seed + ``EVAL_SEED_OFFSET``)."""
+    config: Any = getattr(strategy, "config", None)
+    return int(getattr(config, "seed", 0)) + EVAL_SEED_OFFSET
+
+
+def evaluation_metrics(result: EvaluationEnd) -> dict[str, float]:
+    """``eval/return_mean``, ``eval/return_std``, ``eval/length_mean`` and ``eval/episodes``."""
+    lengths = result.lengths
+    return {
+        "eval/return_mean": result.return_mean,
+        "eval/return_std": result.return_std,
+        "eval/length_mean": sum(lengths) / len(lengths) if lengths else float("nan"),
+        "eval/episodes": float(len(result.returns)),
+    }
