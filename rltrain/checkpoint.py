@@ -5,9 +5,14 @@ from __future__ import annotations
 import os
 import tempfile
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
+
+from rltrain.envs import EnvInit, env_factory
+
+if TYPE_CHECKING:
+    from rltrain.agents.base import LearningAgent
 
 
 class Checkpointer:
@@ -58,6 +63,7 @@ def atomic_save(state: dict[str, Any], path: Path) -> None:
     """``torch.save`` to a temporary file in ``path``'s folder, fsync it, then rename it over."""
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
+        os.chmod(tmp, 0o644)  # mkstemp creates 0600; a checkpoint is as readable as other files
         with os.fdopen(fd, "wb") as file:
             torch.save(state, file)
             file.flush()
@@ -66,3 +72,32 @@ def atomic_save(state: dict[str, Any], path: Path) -> None:
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+def load_agent(agent: LearningAgent, path: str | Path, env: EnvInit) -> dict[str, Any]:
+    """Load a checkpoint's networks into ``agent``, building it for ``env``'s spaces first.
+
+    Returns the whole checkpoint (counters and optimizer states included). Raises ``ValueError``
+    when the checkpoint holds another agent type or networks of other shapes.
+    """
+    state = Checkpointer.load(path)
+    saved_class = state.get("agent_class")
+    if saved_class != type(agent).__name__:
+        raise ValueError(
+            f"{path} holds a {saved_class} checkpoint; it cannot be loaded into a "
+            f"{type(agent).__name__}. Build a {saved_class} to load it."
+        )
+    probe = env_factory(env)()
+    try:
+        agent.setup(observation_space=probe.observation_space, action_space=probe.action_space,
+                    device=agent.device, progress=agent.progress)
+    finally:
+        probe.close()
+    try:
+        agent.load_state_dict(state["agent"])
+    except RuntimeError as error:
+        raise ValueError(
+            f"The networks in {path} do not fit this {type(agent).__name__} (were they trained "
+            f"with other sizes or on another environment?): {error}"
+        ) from error
+    return state

@@ -43,7 +43,7 @@ class Evaluator:
 
     def run(self, policy: Policy, *, env_steps: int, events: EventProcessor,
             interrupter: Interrupter | None = None) -> EvaluationEnd:
-        """Evaluate ``policy``, emitting EvaluationStart and EvaluationEnd; stops early on request."""
+        """Evaluate ``policy``, emitting EvaluationStart and EvaluationEnd; stops on request."""
         events.emit(EvaluationStart(env_steps=env_steps, episodes=self.episodes))
         runner = self.runner
         runner.reset(seed=self.seed, policy=policy)

@@ -77,7 +77,7 @@ class Optimization:
                 f"{sorted(self.optimizers)}."
             )
         k = self.accumulate_grad_batches
-        (loss / k if k > 1 else loss).backward()
+        (loss / k if k > 1 else loss).backward()  # type: ignore[no-untyped-call]
         self._pending[name] += 1
         if self._pending[name] < k:
             return False

@@ -29,7 +29,7 @@ class Transitions(NamedTuple):
 
 
 class Runner:
-    """Collects experience from a Gymnasium vector env (made by :func:`~rltrain.envs.make_vector_env`).
+    """Collects experience from a vector env made by :func:`~rltrain.envs.make_vector_env`.
 
     The runner owns the current observations, the policy's per-env recurrent state and each
     sub-env's running episode return and length. Each :meth:`step` advances ``progress``

@@ -1,4 +1,4 @@
-"""The facade: :class:`Trainer` takes the run's settings, builds the components, calls the strategy."""
+"""The facade: :class:`Trainer` takes the run's settings, builds components, calls the strategy."""
 
 from __future__ import annotations
 
@@ -173,8 +173,7 @@ class Trainer:
         """The run directory: the one given, or ``runs/<date>-<time>-<agent>-<env>``."""
         if self.run_dir is not None:
             return self.run_dir
-        stamp = time.strftime("%Y%m%d-%H%M%S")
-        return Path("runs") / f"{stamp}-{type(agent).__name__.lower()}-{env_name(env)}"
+        return default_run_dir(type(agent).__name__, env_name(env))
 
     def _subscribers(self, run_dir: Path) -> list[Subscriber]:
         subscribers: list[Subscriber] = []
@@ -194,6 +193,11 @@ class Trainer:
         if self.return_threshold is not None:
             subscribers.append(EarlyStopping(self.return_threshold, interrupter=self.interrupter))
         return subscribers
+
+
+def default_run_dir(agent_name: str, env_name: str) -> Path:
+    """``runs/<date>-<time>-<agent>-<env>`` under the current directory."""
+    return Path("runs") / f"{time.strftime('%Y%m%d-%H%M%S')}-{agent_name.lower()}-{env_name}"
 
 
 def check_spaces(env: EnvInit, agent: LearningAgent) -> None:

@@ -1,4 +1,4 @@
-"""The two contracts every agent fulfils: :class:`Policy` (acts) and :class:`LearningAgent` (learns)."""
+"""The contracts every agent fulfils: :class:`Policy` (acts) and :class:`LearningAgent` (learns)."""
 
 from __future__ import annotations
 

@@ -3,8 +3,9 @@
 The plumbing (collection, replay, optimizer steps, logging) lives in the framework; this file is
 the algorithm: a Q-network, its target network, the epsilon-greedy policy and the TD loss.
 Defaults are RL-Zoo's tuned CartPole-v1 settings (256x256, lr 2.3e-3, epsilon 1 -> 0.04 over
-8,000 env steps, a target update per training round); with ``OffPolicyConfig``'s defaults (batch 64, train every 256 env steps for
-128 gradient steps, 1,000 warm-up steps) they solve CartPole-v1 within 50,000 env steps.
+8,000 env steps, a target update per training round); with ``OffPolicyConfig``'s defaults
+(batch 64, train every 256 env steps for 128 gradient steps, 1,000 warm-up steps) they solve
+CartPole-v1 within 50,000 env steps.
 """
 
 from __future__ import annotations
@@ -84,6 +85,10 @@ class DQNConfig:
                 raise ValueError(f"DQNConfig: {message}")
 
 
+def _flat_size(space: gym.Space[Any]) -> int:
+    return int(np.prod(space.shape or ()))
+
+
 def linear_schedule(start: float, end: float, duration: int, t: int) -> float:
     """``start`` moved linearly to ``end`` over ``duration`` steps, then held at ``end``."""
     if duration <= 0 or t >= duration:
@@ -146,7 +151,7 @@ class DQN(LearningAgent):
                 "gymnasium.wrappers.FlattenObservation or a one-hot encoding."
             )
         if self.built and (self.num_actions != action_space.n
-                           or self.q_network_input != int(np.prod(observation_space.shape))):
+                           or self.q_network_input != _flat_size(observation_space)):
             raise SpaceError(
                 f"This {type(self).__name__} was built for {self.q_network_input} observation "
                 f"features and {self.num_actions} actions; the environment has "
@@ -157,7 +162,7 @@ class DQN(LearningAgent):
     def build(self, observation_space: gym.Space[Any], action_space: gym.Space[Any]) -> None:
         assert isinstance(action_space, gym.spaces.Discrete)
         self.num_actions = int(action_space.n)
-        self.q_network_input = int(np.prod(observation_space.shape))
+        self.q_network_input = _flat_size(observation_space)
         self.q_network = QNetwork(self.q_network_input, self.num_actions,
                                   self.config.hidden_sizes, dueling=self.config.dueling)
         self.target_network = copy.deepcopy(self.q_network).requires_grad_(False)
@@ -201,7 +206,8 @@ class DQN(LearningAgent):
     @torch.no_grad()
     def _update_target(self) -> None:
         tau = self.config.tau
-        for target, online in zip(self.target_network.parameters(), self.q_network.parameters()):
+        for target, online in zip(self.target_network.parameters(), self.q_network.parameters(),
+                                  strict=True):
             if tau >= 1.0:
                 target.copy_(online)
             else:

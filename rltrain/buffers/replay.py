@@ -108,7 +108,7 @@ class ReplayBuffer:
         return state
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Restore what :meth:`state_dict` returned into a buffer of the same capacity and spaces."""
+        """Restore :meth:`state_dict`'s output into a buffer of the same capacity and spaces."""
         if state["capacity"] != self.capacity:
             raise ValueError(
                 f"The saved ReplayBuffer has capacity {state['capacity']:,}; this one has "

@@ -120,9 +120,8 @@ class Metrics:
         if evaluation is not None:
             out["eval/return_mean"] = evaluation.return_mean
             out["eval/return_std"] = evaluation.return_std
-            out["eval/length_mean"] = (
-                sum(evaluation.lengths) / len(evaluation.lengths) if evaluation.lengths else math.nan
-            )
+            lengths = evaluation.lengths
+            out["eval/length_mean"] = sum(lengths) / len(lengths) if lengths else math.nan
             out["eval/best_return"] = self.best_eval_return
         for name, values in self._train.items():
             out["train/" + name] = _mean(values)
@@ -171,7 +170,7 @@ def _mean(values: deque[MetricValue]) -> float:
     """Mean of floats or scalar tensors, with one device sync for all the tensors."""
     tensors = [v for v in values if isinstance(v, torch.Tensor)]
     if not tensors:
-        return float(sum(values)) / len(values)  # type: ignore[arg-type]
+        return float(sum(values)) / len(values)
     numbers = [float(v) for v in values if not isinstance(v, torch.Tensor)]
     tensor_sum = torch.stack([t.detach().float().reshape(()) for t in tensors]).sum().item()
     return (tensor_sum + sum(numbers)) / len(values)

@@ -100,7 +100,7 @@ class EventProcessor:
         for subscriber in self.subscribers:
             try:
                 subscriber.close()
-            except Exception as error:  # noqa: BLE001 - close the others, then re-raise
+            except Exception as error:
                 errors.append(error)
         if errors:
             raise errors[0]

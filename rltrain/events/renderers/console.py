@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 import sys
 import time
 from typing import TextIO
@@ -60,7 +59,7 @@ class ConsoleRenderer(Subscriber):
     @override
     def on_end(self, event: End, metrics: Metrics) -> None:
         s = event.summary
-        best = "n/a" if math.isinf(s.best_eval_return) else f"{s.best_eval_return:.2f}"
+        best = "n/a" if s.best_eval_return is None else f"{s.best_eval_return:.2f}"
         self._print(self.status_line(metrics))
         self._print(
             f"done: {s.env_steps:,} env steps, {s.gradient_steps:,} gradient steps in "
@@ -77,9 +76,9 @@ class ConsoleRenderer(Subscriber):
             f"[{percent:5.1f}%] env_steps={metrics.env_steps:,}/{total:,}",
             f"sps={snap['time/sps']:,.0f}",
         ]
-        for key in ("rollout/episode_return", "eval/return_mean"):
+        for key, label in (("rollout/episode_return", "return"), ("eval/return_mean", "eval")):
             if key in snap:
-                parts.append(f"{key.split('/')[1]}={snap[key]:.1f}")
+                parts.append(f"{label}={snap[key]:.1f}")
         parts += [f"{k[6:]}={v:.4g}" for k, v in snap.items() if k.startswith("train/")]
         return " ".join(parts)
 

@@ -40,8 +40,10 @@ class TensorBoardRenderer(Subscriber):
         self._next_log = event.start_env_steps + self.log_interval
         if event.hparams:
             metric_tags = {"eval/return_mean": math.nan, "rollout/episode_return": math.nan}
+            file_writer = self._writer.file_writer
+            assert file_writer is not None
             for summary in hparams(dict(event.hparams), metric_tags):
-                self._writer.file_writer.add_summary(summary)
+                file_writer.add_summary(summary)
 
     @override
     def on_env_step(self, event: EnvStep, metrics: Metrics) -> None:
