@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import tempfile
 from pathlib import Path
@@ -13,6 +14,8 @@ from rltrain.envs import EnvInit, env_factory
 
 if TYPE_CHECKING:
     from rltrain.agents.base import LearningAgent
+    from rltrain.components import Progress
+    from rltrain.optim import Optimization
 
 
 class Checkpointer:
@@ -57,6 +60,17 @@ class Checkpointer:
             raise FileNotFoundError(f"No checkpoint at {path}.")
         state: dict[str, Any] = torch.load(path, map_location="cpu", weights_only=True)
         return state
+
+
+def training_state(agent: LearningAgent, optim: Optimization,
+                   progress: Progress) -> dict[str, Any]:
+    """What a checkpoint holds: the agent's class and networks, the optimizers, the counters."""
+    return {
+        "agent_class": type(agent).__name__,
+        "agent": agent.state_dict(),
+        "optimization": optim.state_dict(),
+        "progress": dataclasses.asdict(progress),
+    }
 
 
 def atomic_save(state: dict[str, Any], path: Path) -> None:

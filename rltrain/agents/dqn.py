@@ -25,7 +25,7 @@ from rltrain.agents.base import LearningAgent, Policy, PolicyState, PolicyStep, 
 from rltrain.agents.networks import QNetwork
 from rltrain.buffers.replay import ReplayBatch
 from rltrain.events.events import MetricValue
-from rltrain.optim import Optimization
+from rltrain.optim import Optimization, adam
 
 
 @dataclass
@@ -108,17 +108,22 @@ class DQNPolicy(Policy):
 
     @override
     def act(self, obs: torch.Tensor, state: PolicyState, deterministic: bool) -> PolicyStep:
-        n = obs.shape[0]
         if deterministic:
             return PolicyStep(self.q_network(obs).argmax(dim=1), None, {})
-        explore = torch.rand(n, device=obs.device) < self.epsilon()
-        if bool(explore.all()):  # every env explores: skip the forward pass
-            return PolicyStep(torch.randint(self.num_actions, (n,), device=obs.device), None, {})
-        greedy = self.q_network(obs).argmax(dim=1)
-        if not bool(explore.any()):
-            return PolicyStep(greedy, None, {})
-        random_actions = torch.randint(self.num_actions, (n,), device=obs.device)
-        return PolicyStep(torch.where(explore, random_actions, greedy), None, {})
+        # Each env explores on its own coin. The coins come from NumPy's global generator (seeded
+        # by the strategy): three torch ops per step cost 10-15% of the collection time here.
+        n = obs.shape[0]
+        explore = np.random.random(n) < self.epsilon()
+        if explore.all():  # every env explores: skip the forward pass
+            return PolicyStep(self._random_actions(n, obs.device), None, {})
+        actions = self.q_network(obs).argmax(dim=1)
+        if explore.any():
+            rows = torch.from_numpy(np.flatnonzero(explore)).to(obs.device)
+            actions[rows] = self._random_actions(len(rows), obs.device)
+        return PolicyStep(actions, None, {})
+
+    def _random_actions(self, n: int, device: torch.device) -> torch.Tensor:
+        return torch.from_numpy(np.random.randint(self.num_actions, size=n)).to(device)
 
 
 class DQN(LearningAgent):
@@ -176,7 +181,7 @@ class DQN(LearningAgent):
 
     @override
     def configure_optimizers(self) -> dict[str, torch.optim.Optimizer]:
-        return {"q": torch.optim.Adam(self.q_network.parameters(), lr=self.config.lr)}
+        return {"q": adam(self.q_network.parameters(), lr=self.config.lr)}
 
     @override
     def training_step(self, batch: ReplayBatch, optim: Optimization) -> dict[str, MetricValue]:

@@ -93,10 +93,10 @@ class ReplayBuffer:
         if self.size == 0:
             raise ValueError("Cannot sample from an empty ReplayBuffer; add transitions first.")
         idx = self.rng.integers(0, self.size, size=batch_size)
-        return ReplayBatch(*(
-            torch.from_numpy(getattr(self, name)[idx]).to(self.device, non_blocking=True)
-            for name in _FIELDS
-        ))
+        tensors = [torch.from_numpy(getattr(self, name)[idx]) for name in _FIELDS]
+        if self.device.type != "cpu":
+            tensors = [t.to(self.device, non_blocking=True) for t in tensors]
+        return ReplayBatch(*tensors)
 
     def state_dict(self) -> dict[str, Any]:
         """The stored transitions (as tensors), cursor, size and sampler state."""

@@ -11,6 +11,7 @@ from typing_extensions import override
 
 from rltrain.agents.base import LearningAgent, Policy
 from rltrain.buffers.replay import ReplayBuffer
+from rltrain.checkpoint import training_state
 from rltrain.components import RLComponents
 from rltrain.envs import EnvInit, Vectorization, make_vector_env
 from rltrain.evaluation import Evaluator
@@ -166,20 +167,8 @@ class OffPolicyStrategy(RLStrategy):
                 evaluator.run(policy, env_steps=after, events=events, interrupter=interrupter)
 
             if checkpointer is not None and checkpointer.due(before, after):
-                checkpointer.save(self.checkpoint_state(agent, optim, components), env_steps=after)
+                checkpointer.save(training_state(agent, optim, progress), env_steps=after)
 
         if checkpointer is not None:
-            checkpointer.save(self.checkpoint_state(agent, optim, components),
-                              env_steps=progress.env_steps)
+            checkpointer.save(training_state(agent, optim, progress), env_steps=progress.env_steps)
         return policy
-
-    @staticmethod
-    def checkpoint_state(agent: LearningAgent, optim: Optimization,
-                         components: RLComponents) -> dict[str, Any]:
-        """What a checkpoint holds: the agent's networks, the optimizers and the counters."""
-        return {
-            "agent_class": type(agent).__name__,
-            "agent": agent.state_dict(),
-            "optimization": optim.state_dict(),
-            "progress": dataclasses.asdict(components.progress),
-        }

@@ -1,0 +1,45 @@
+"""Helpers shared by the benchmark scripts: result files, tables and medians."""
+
+from __future__ import annotations
+
+import json
+import platform
+import statistics
+from pathlib import Path
+from typing import Any
+
+import torch
+
+RESULTS = Path(__file__).parent / "results"
+
+
+def machine() -> dict[str, Any]:
+    """What the numbers were measured on."""
+    return {
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "torch_threads": torch.get_num_threads(),
+        "processor": platform.processor() or platform.machine(),
+        "cpus": torch.multiprocessing.cpu_count(),
+    }
+
+
+def write_results(name: str, payload: dict[str, Any]) -> Path:
+    """Write ``payload`` (plus the machine description) to ``benchmarks/results/<name>.json``."""
+    RESULTS.mkdir(exist_ok=True)
+    path = RESULTS / f"{name}.json"
+    path.write_text(json.dumps({"machine": machine(), **payload}, indent=2) + "\n")
+    return path
+
+
+def median_range(values: list[float], fmt: str = "{:.0f}") -> str:
+    """``median (min-max)`` of ``values``."""
+    return (f"{fmt.format(statistics.median(values))} "
+            f"({fmt.format(min(values))}-{fmt.format(max(values))})")
+
+
+def table(header: list[str], rows: list[list[str]]) -> str:
+    """A Markdown table."""
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    lines += ["| " + " | ".join(row) + " |" for row in rows]
+    return "\n".join(lines)

@@ -1,0 +1,94 @@
+"""rltrain's DQN loop against a minimal hand-written loop: env steps per second, side by side.
+
+Both train DQN on CartPole-v1 with the same hyperparameters (RL-Zoo's tuned settings, see
+``handwritten_dqn.py``) and the same number of envs, for the same env steps, with no evaluation.
+The runs alternate (hand, rltrain without renderers, rltrain with all renderers) ``--repeats``
+times in this one process; the table gives medians (min-max) and ratios of medians.
+
+    python -m benchmarks.dqn_speed [--steps 20000] [--repeats 3] [--num-envs 1]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import tempfile
+import time
+from typing import Any
+
+import torch
+
+from benchmarks import handwritten_dqn
+from benchmarks._util import median_range, table, write_results
+from rltrain import DQN, OffPolicyConfig, OffPolicyStrategy, Trainer
+from rltrain.events.processor import Subscriber
+from rltrain.events.renderers import (
+    ConsoleRenderer,
+    JsonlRenderer,
+    TensorBoardRenderer,
+    TqdmRenderer,
+)
+
+
+def all_renderers(run_dir: str, sink: Any) -> list[Subscriber]:
+    """Every renderer, drawing into ``sink`` (os.devnull): the terminal is not measured."""
+    return [TqdmRenderer(file=sink), ConsoleRenderer(file=sink),
+            TensorBoardRenderer(run_dir), JsonlRenderer(f"{run_dir}/metrics.jsonl")]
+
+
+def rltrain_run(steps: int, num_envs: int, seed: int, renderers: bool) -> dict[str, float]:
+    """One rltrain DQN run; returns env steps, gradient steps and seconds."""
+    with tempfile.TemporaryDirectory() as run_dir, open(os.devnull, "w") as sink:
+        trainer = Trainer(
+            num_steps=steps,
+            strategy=OffPolicyStrategy(OffPolicyConfig(num_envs=num_envs, eval_interval=None,
+                                                       seed=seed)),
+            run_dir=run_dir, gradient_clip_val=10.0,
+            renderers=all_renderers(run_dir, sink) if renderers else (),
+        )
+        start = time.perf_counter()
+        summary = trainer.fit("CartPole-v1", DQN()).summary
+        seconds = time.perf_counter() - start
+    return {"env_steps": summary.env_steps, "gradient_steps": summary.gradient_steps,
+            "seconds": seconds}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--steps", type=int, default=20_000)
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--num-envs", type=int, default=1)
+    parser.add_argument("--threads", type=int, default=1)
+    args = parser.parse_args()
+    torch.set_num_threads(args.threads)
+    variants = {
+        "hand-written loop": lambda seed: handwritten_dqn.train(
+            num_steps=args.steps, num_envs=args.num_envs, seed=seed),
+        "hand-written loop, fused Adam": lambda seed: handwritten_dqn.train(
+            num_steps=args.steps, num_envs=args.num_envs, seed=seed, fused_adam=True),
+        "rltrain, no renderers": lambda seed: rltrain_run(args.steps, args.num_envs, seed, False),
+        "rltrain, all renderers": lambda seed: rltrain_run(args.steps, args.num_envs, seed, True),
+    }
+    sps: dict[str, list[float]] = {name: [] for name in variants}
+    gps: dict[str, list[float]] = {name: [] for name in variants}
+    for repeat in range(args.repeats):
+        for name, run in variants.items():
+            result = run(repeat)
+            sps[name].append(result["env_steps"] / result["seconds"])
+            gps[name].append(result["gradient_steps"] / result["seconds"])
+            print(f"repeat {repeat} {name}: {sps[name][-1]:.0f} env steps/s", flush=True)
+    base = statistics.median(sps["hand-written loop"])
+    rows = [[name, median_range(sps[name]), median_range(gps[name]),
+             f"{statistics.median(sps[name]) / base:.3f}"] for name in variants]
+    print(table(["loop", "env steps/s", "gradient steps/s", "ratio to hand-written"], rows))
+    on, off = (statistics.median(sps["rltrain, all renderers"]),
+               statistics.median(sps["rltrain, no renderers"]))
+    print(f"renderer overhead (all on vs all off): {100 * (1 - on / off):+.1f}% env steps/s")
+    path = write_results("dqn_speed", {"args": vars(args), "env_steps_per_second": sps,
+                                       "gradient_steps_per_second": gps})
+    print(f"results: {path}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,136 @@
+"""A custom training loop: learn at the end of each episode instead of every N env steps.
+
+Some practitioners train episodically (collect a whole episode, then a burst of gradient steps
+proportional to its length), as in many continuous-control codebases. ``OffPolicyStrategy`` does
+not do that, so this file writes the loop as an ``RLStrategy`` subclass. It reuses the framework's
+pieces: the ``Runner`` (vector env stepping, autoreset, episode statistics), the ``ReplayBuffer``,
+``Optimization`` (backward, clipping, accumulation) and the events (so the progress bar,
+TensorBoard, console and JSONL renderers all work unchanged), and ``Evaluator``.
+
+Run it:  python examples/custom_strategy.py --steps 20000
+"""
+
+from __future__ import annotations
+
+import argparse
+from dataclasses import dataclass
+
+import torch
+
+from rltrain import (
+    DQN,
+    Evaluator,
+    LearningAgent,
+    Optimization,
+    Policy,
+    ReplayBuffer,
+    RLComponents,
+    RLStrategy,
+    Runner,
+    Trainer,
+    make_vector_env,
+)
+from rltrain.checkpoint import training_state
+from rltrain.envs import EnvInit
+from rltrain.events import EnvStep, TrainStep
+from rltrain.strategies import seed_everything
+
+
+@dataclass
+class EpisodicConfig:
+    """Settings of :class:`EpisodicStrategy`.
+
+    Attributes:
+        updates_per_step: Gradient steps per env step of each finished episode. Default 0.5.
+        warmup_steps: Env steps of random actions before learning. Default 1,000.
+        buffer_size: Replay capacity in transitions. Default 50,000.
+        batch_size: Transitions per gradient step. Default 64.
+        eval_interval: Env steps between evaluations. Default 5,000.
+        eval_episodes: Episodes per evaluation. Default 10.
+        seed: Seeds every random stream. Default 0.
+    """
+
+    updates_per_step: float = 0.5
+    warmup_steps: int = 1_000
+    buffer_size: int = 50_000
+    batch_size: int = 64
+    eval_interval: int = 5_000
+    eval_episodes: int = 10
+    seed: int = 0
+
+
+class EpisodicStrategy(RLStrategy):
+    """One env, and a burst of gradient steps each time an episode ends."""
+
+    def __init__(self, config: EpisodicConfig | None = None) -> None:
+        self.config = config if config is not None else EpisodicConfig()
+
+    def train_loop(self, agent: LearningAgent, components: RLComponents,
+                   env_init: EnvInit) -> Policy:
+        cfg = self.config
+        seed_everything(cfg.seed)
+        envs = make_vector_env(env_init, num_envs=1, seed=cfg.seed)
+        evaluator = Evaluator(env_init, episodes=cfg.eval_episodes, seed=cfg.seed + 1,
+                              device=components.inference_device)
+        progress, events = components.progress, components.event_processor
+        stop = components.interrupter.should_stop
+        try:
+            agent.setup(observation_space=envs.single_observation_space,
+                        action_space=envs.single_action_space,
+                        device=components.device, progress=progress)
+            buffer = ReplayBuffer(cfg.buffer_size, observation_space=envs.single_observation_space,
+                                  action_space=envs.single_action_space, seed=cfg.seed,
+                                  device=components.device)
+            optim = Optimization(agent.configure_optimizers(), progress=progress,
+                                 accumulate_grad_batches=components.grad_accumulation,
+                                 gradient_clip_val=components.gradient_clip_val,
+                                 gradient_clip_algorithm=components.gradient_clip_algorithm)
+            policy = agent.policy(components.device)
+            runner = Runner(envs, device=components.device, progress=progress)
+            runner.reset(seed=cfg.seed, policy=policy)
+
+            while progress.env_steps < components.num_steps and not stop():
+                before = progress.env_steps
+                warm = before >= cfg.warmup_steps
+                actions = runner.act(policy) if warm else runner.random_actions()
+                transitions, episodes = runner.step(actions, policy)
+                buffer.add(transitions)
+                events.emit(EnvStep(env_steps=progress.env_steps,
+                                    vector_steps=progress.vector_steps))
+                for episode in episodes:
+                    events.emit(episode)
+                    # The episodic schedule: updates proportional to the episode's length.
+                    for _ in range(int(episode.episode_length * cfg.updates_per_step) if warm
+                                   else 0):
+                        if stop():
+                            break
+                        metrics = optim.training_step(agent, buffer.sample(cfg.batch_size))
+                        events.emit(TrainStep(env_steps=progress.env_steps,
+                                              gradient_steps=progress.gradient_steps,
+                                              metrics=metrics))
+                if progress.env_steps // cfg.eval_interval > before // cfg.eval_interval:
+                    evaluator.run(policy, env_steps=progress.env_steps, events=events,
+                                  interrupter=components.interrupter)
+            if components.checkpointer is not None:
+                components.checkpointer.save(training_state(agent, optim, progress),
+                                             env_steps=progress.env_steps)
+            return policy
+        finally:
+            envs.close()
+            evaluator.close()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--steps", type=int, default=20_000)
+    parser.add_argument("--run-dir", default="runs/custom-strategy")
+    args = parser.parse_args()
+    torch.set_num_threads(1)
+    trainer = Trainer(num_steps=args.steps, strategy=EpisodicStrategy(), run_dir=args.run_dir,
+                      gradient_clip_val=10.0)
+    result = trainer.fit("CartPole-v1", DQN())
+    print(f"best evaluation return: {result.summary.best_eval_return}")
+
+
+if __name__ == "__main__":
+    main()
