@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import tempfile
+import warnings
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -14,7 +15,7 @@ from rltrain.envs import EnvInit, env_factory
 
 if TYPE_CHECKING:
     from rltrain.agents.base import LearningAgent
-    from rltrain.components import Progress
+    from rltrain.components import Progress, RLComponents
     from rltrain.optim import Optimization
 
 
@@ -44,10 +45,14 @@ class Checkpointer:
             return False
         return env_steps // self.interval > previous_env_steps // self.interval
 
+    def path(self, env_steps: int) -> Path:
+        """Where the checkpoint taken at ``env_steps`` is written."""
+        return self.directory / f"checkpoint-{env_steps}.pt"
+
     def save(self, state: dict[str, Any], *, env_steps: int) -> Path:
         """Write ``state`` as ``checkpoint-<env_steps>.pt`` and ``last.pt``; returns the former."""
         self.directory.mkdir(parents=True, exist_ok=True)
-        path = self.directory / f"checkpoint-{env_steps}.pt"
+        path = self.path(env_steps)
         atomic_save(state, path)
         atomic_save(state, self.directory / "last.pt")
         return path
@@ -71,6 +76,33 @@ def training_state(agent: LearningAgent, optim: Optimization,
         "optimization": optim.state_dict(),
         "progress": dataclasses.asdict(progress),
     }
+
+
+def resume(components: RLComponents, agent: LearningAgent, optim: Optimization) -> None:
+    """Load the networks, optimizer states and counters of ``components.checkpoint``.
+
+    The agent must be set up (built) already. The replay buffer and the random generators are
+    not in checkpoints yet, so training continues from the saved weights and counters with an
+    empty buffer and fresh random streams: a continuation, not an exact replay (a warning says so).
+    """
+    checkpointer, step = components.checkpointer, components.checkpoint
+    if checkpointer is None or step is None:
+        raise ValueError("Resuming needs both components.checkpointer and components.checkpoint.")
+    path = checkpointer.path(step)
+    state = Checkpointer.load(path)
+    if state.get("agent_class") != type(agent).__name__:
+        raise ValueError(
+            f"{path} holds a {state.get('agent_class')} checkpoint, not a {type(agent).__name__}."
+        )
+    agent.load_state_dict(state["agent"])
+    optim.load_state_dict(state["optimization"])
+    for name, value in state["progress"].items():
+        setattr(components.progress, name, int(value))
+    warnings.warn(
+        f"Resumed from {path} at {step:,} env steps with an empty replay buffer and fresh random "
+        "streams: training continues, but not exactly as an uninterrupted run would.",
+        stacklevel=2,
+    )
 
 
 def atomic_save(state: dict[str, Any], path: Path) -> None:

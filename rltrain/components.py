@@ -52,6 +52,8 @@ class RLComponents:
 
     Attributes:
         num_steps: Total env steps to train for (transitions summed over sub-envs).
+        checkpoint: Env step of a checkpoint in ``checkpointer``'s directory to resume from;
+            None starts fresh. Default None.
         checkpointer: Saves the agent while training; None saves nothing. Default None.
         grad_accumulation: Batches whose gradients are summed before each optimizer step
             (Lightning's ``accumulate_grad_batches``). Default 1.
@@ -66,6 +68,7 @@ class RLComponents:
     """
 
     num_steps: int
+    checkpoint: int | None = None
     checkpointer: Checkpointer | None = None
     grad_accumulation: int = 1
     gradient_clip_val: float | None = None
@@ -80,6 +83,11 @@ class RLComponents:
     def __post_init__(self) -> None:
         if self.num_steps < 1:
             raise ValueError(f"num_steps must be >= 1 env step; got {self.num_steps}.")
+        if self.checkpoint is not None and self.checkpointer is None:
+            raise ValueError(
+                f"checkpoint={self.checkpoint} asks to resume, but no checkpointer says where "
+                "checkpoints are; pass checkpointer=Checkpointer(directory)."
+            )
         if self.grad_accumulation < 1:
             raise ValueError(
                 f"grad_accumulation must be >= 1 batch; got {self.grad_accumulation}."

@@ -17,7 +17,7 @@ Keys are namespaced and spelled the same in every renderer:
 ``eval/best_return``        best ``eval/return_mean`` so far
 ``train/<name>``            mean of the agent's ``<name>`` metric over the last ``window``
                             gradient steps (``train/loss``, ``train/epsilon``)
-``time/sps``                env steps per second since training started (this call)
+``time/sps``                env steps per second since the run's first env step
 ``time/env_steps``          env steps (transitions summed over sub-envs)
 ``time/gradient_steps``     gradient steps (``training_step`` calls)
 ``time/episodes``           finished training episodes
@@ -70,7 +70,7 @@ class Metrics:
         self.gradient_steps = 0
         self.episodes = 0
         self.start_time = time.perf_counter()
-        self._start_env_steps = 0
+        self._first_step: tuple[float, int] | None = None
         self._returns: deque[float] = deque(maxlen=window)
         self._lengths: deque[int] = deque(maxlen=window)
         self._train: dict[str, deque[MetricValue]] = {}
@@ -99,9 +99,12 @@ class Metrics:
 
     @property
     def sps(self) -> float:
-        """Env steps per second since the Start event (resumed steps excluded)."""
-        elapsed = self.elapsed
-        return (self.env_steps - self._start_env_steps) / elapsed if elapsed > 0 else 0.0
+        """Env steps per second since the first EnvStep of this run (resumed steps excluded)."""
+        if self._first_step is None:
+            return 0.0
+        first_time, first_env_steps = self._first_step
+        seconds = time.perf_counter() - first_time
+        return (self.env_steps - first_env_steps) / seconds if seconds > 0 else 0.0
 
     @property
     def episode_return_mean(self) -> float:
@@ -135,9 +138,11 @@ class Metrics:
     def _on_start(self, event: Start) -> None:
         self.start_time = time.perf_counter()
         self.total_env_steps = event.total_env_steps
-        self.env_steps = self._start_env_steps = event.start_env_steps
+        self.env_steps = event.start_env_steps
 
     def _on_env_step(self, event: EnvStep) -> None:
+        if self._first_step is None:
+            self._first_step = (time.perf_counter(), event.env_steps)
         self.env_steps = event.env_steps
         self.vector_steps = event.vector_steps
 

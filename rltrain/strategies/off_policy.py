@@ -11,7 +11,7 @@ from typing_extensions import override
 
 from rltrain.agents.base import LearningAgent, Policy
 from rltrain.buffers.replay import ReplayBuffer
-from rltrain.checkpoint import training_state
+from rltrain.checkpoint import resume, training_state
 from rltrain.components import RLComponents
 from rltrain.envs import EnvInit, Vectorization, make_vector_env
 from rltrain.evaluation import Evaluator
@@ -84,8 +84,11 @@ class OffPolicyStrategy(RLStrategy):
     Per vector step: act (uniform random during warm-up), step the envs, store the transitions,
     emit EnvStep and EpisodeEnd. Each time ``train_interval`` env steps have passed after warm-up:
     ``train_steps`` gradient steps on batches of ``batch_size``. Each ``eval_interval`` env steps:
-    ``eval_episodes`` greedy episodes on a separate environment. The interrupter is checked before
-    every vector step, gradient step and evaluation step.
+    ``eval_episodes`` greedy episodes on a separate environment, and once more at the end. The
+    ``components.checkpointer`` saves the agent at its interval and at the end (also when
+    stopped). The interrupter is checked before every vector step, gradient step and evaluation
+    step. With ``components.checkpoint`` set, the networks, optimizers and counters are loaded
+    from that checkpoint first.
 
     Args:
         config: The loop's settings. Default: :class:`OffPolicyConfig` ().
@@ -129,12 +132,16 @@ class OffPolicyStrategy(RLStrategy):
                              accumulate_grad_batches=components.grad_accumulation,
                              gradient_clip_val=components.gradient_clip_val,
                              gradient_clip_algorithm=components.gradient_clip_algorithm)
+        if components.checkpoint is not None:
+            resume(components, agent, optim)
         policy = agent.policy(components.inference_device)
         syncs_policy = components.inference_device != components.device
         runner = Runner(envs, device=components.inference_device, progress=progress)
         runner.reset(seed=cfg.seed, policy=policy)
         events, interrupter = components.event_processor, components.interrupter
         checkpointer = components.checkpointer
+
+        evaluated_at = saved_at = -1
 
         def crossed(interval: int, before: int, after: int) -> bool:
             return after // interval > before // interval
@@ -165,10 +172,16 @@ class OffPolicyStrategy(RLStrategy):
             if evaluator is not None and cfg.eval_interval is not None and crossed(
                     cfg.eval_interval, before, after):
                 evaluator.run(policy, env_steps=after, events=events, interrupter=interrupter)
+                evaluated_at = after
 
             if checkpointer is not None and checkpointer.due(before, after):
                 checkpointer.save(training_state(agent, optim, progress), env_steps=after)
+                saved_at = after
 
-        if checkpointer is not None:
-            checkpointer.save(training_state(agent, optim, progress), env_steps=progress.env_steps)
+        end = progress.env_steps
+        # The final policy is always evaluated and saved, unless that just happened.
+        if evaluator is not None and evaluated_at != end and not interrupter.should_stop():
+            evaluator.run(policy, env_steps=end, events=events, interrupter=interrupter)
+        if checkpointer is not None and saved_at != end:
+            checkpointer.save(training_state(agent, optim, progress), env_steps=end)
         return policy
