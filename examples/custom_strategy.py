@@ -34,6 +34,7 @@ from rltrain.checkpoint import training_state
 from rltrain.envs import EnvInit
 from rltrain.events import EnvStep, TrainStep
 from rltrain.strategies import seed_everything
+from rltrain.strategies.off_policy import EVAL_SEED_OFFSET
 
 
 @dataclass
@@ -58,6 +59,14 @@ class EpisodicConfig:
     eval_episodes: int = 10
     seed: int = 0
 
+    def __post_init__(self) -> None:
+        if self.updates_per_step < 0 or self.batch_size < 1 or self.eval_interval < 1:
+            raise ValueError(
+                "EpisodicConfig needs updates_per_step >= 0, batch_size >= 1 and "
+                f"eval_interval >= 1; got {self.updates_per_step}, {self.batch_size}, "
+                f"{self.eval_interval}."
+            )
+
 
 class EpisodicStrategy(RLStrategy):
     """One env, and a burst of gradient steps each time an episode ends."""
@@ -70,7 +79,8 @@ class EpisodicStrategy(RLStrategy):
         cfg = self.config
         seed_everything(cfg.seed)
         envs = make_vector_env(env_init, num_envs=1, seed=cfg.seed)
-        evaluator = Evaluator(env_init, episodes=cfg.eval_episodes, seed=cfg.seed + 1,
+        evaluator = Evaluator(env_init, episodes=cfg.eval_episodes,
+                              seed=cfg.seed + EVAL_SEED_OFFSET,
                               device=components.inference_device)
         progress, events = components.progress, components.event_processor
         stop = components.interrupter.should_stop
@@ -85,8 +95,8 @@ class EpisodicStrategy(RLStrategy):
                                  accumulate_grad_batches=components.grad_accumulation,
                                  gradient_clip_val=components.gradient_clip_val,
                                  gradient_clip_algorithm=components.gradient_clip_algorithm)
-            policy = agent.policy(components.device)
-            runner = Runner(envs, device=components.device, progress=progress)
+            policy = agent.policy(components.inference_device)
+            runner = Runner(envs, device=components.inference_device, progress=progress)
             runner.reset(seed=cfg.seed, policy=policy)
 
             while progress.env_steps < components.num_steps and not stop():
@@ -108,6 +118,8 @@ class EpisodicStrategy(RLStrategy):
                         events.emit(TrainStep(env_steps=progress.env_steps,
                                               gradient_steps=progress.gradient_steps,
                                               metrics=metrics))
+                    if components.inference_device != components.device:
+                        agent.sync_policy(policy)
                 if progress.env_steps // cfg.eval_interval > before // cfg.eval_interval:
                     evaluator.run(policy, env_steps=progress.env_steps, events=events,
                                   interrupter=components.interrupter)

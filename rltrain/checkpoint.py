@@ -78,17 +78,32 @@ def training_state(agent: LearningAgent, optim: Optimization,
     }
 
 
-def resume(components: RLComponents, agent: LearningAgent, optim: Optimization) -> None:
-    """Load the networks, optimizer states and counters of ``components.checkpoint``.
-
-    The agent must be set up (built) already. The replay buffer and the random generators are
-    not in checkpoints yet, so training continues from the saved weights and counters with an
-    empty buffer and fresh random streams: a continuation, not an exact replay (a warning says so).
-    """
+def resume_path(components: RLComponents) -> Path:
+    """The file of ``components.checkpoint`` in ``components.checkpointer``'s directory."""
     checkpointer, step = components.checkpointer, components.checkpoint
     if checkpointer is None or step is None:
         raise ValueError("Resuming needs both components.checkpointer and components.checkpoint.")
-    path = checkpointer.path(step)
+    return checkpointer.path(step)
+
+
+def restore_progress(components: RLComponents) -> None:
+    """Set ``components.progress`` to the counters saved in ``components.checkpoint``."""
+    saved = Checkpointer.load(resume_path(components))["progress"]
+    for name, value in saved.items():
+        setattr(components.progress, name, int(value))
+
+
+def resume(components: RLComponents, agent: LearningAgent, optim: Optimization) -> None:
+    """Load the networks and optimizer states of ``components.checkpoint``.
+
+    The agent must be set up (built) already; the counters were restored by the strategy
+    template (:func:`restore_progress`). The replay buffer and the random generators are not in
+    checkpoints yet, so training continues from the saved weights with an empty buffer (refilled
+    before learning resumes) and fresh random streams: a continuation, not an exact replay (a
+    warning says so).
+    """
+    path = resume_path(components)
+    step = components.progress.env_steps
     state = Checkpointer.load(path)
     if state.get("agent_class") != type(agent).__name__:
         raise ValueError(
@@ -96,8 +111,6 @@ def resume(components: RLComponents, agent: LearningAgent, optim: Optimization) 
         )
     agent.load_state_dict(state["agent"])
     optim.load_state_dict(state["optimization"])
-    for name, value in state["progress"].items():
-        setattr(components.progress, name, int(value))
     warnings.warn(
         f"Resumed from {path} at {step:,} env steps with an empty replay buffer and fresh random "
         "streams: training continues, but not exactly as an uninterrupted run would.",

@@ -59,7 +59,7 @@ class RLComponents:
             (Lightning's ``accumulate_grad_batches``). Default 1.
         gradient_clip_val: Clip gradients to this norm (or value); None does not clip.
         gradient_clip_algorithm: ``"norm"`` (total 2-norm, as ``clip_grad_norm_``) or ``"value"``.
-        interrupter: The run's stop request, shared with signal handlers and other threads.
+        interrupter: The run's stop request, shared with callbacks and other threads.
         event_processor: Receives every event; holds the metrics and renderers.
         summary: What the end-of-run summary measures.
         device: Where the agent learns. Default CPU.

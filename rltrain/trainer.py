@@ -25,6 +25,7 @@ from rltrain.events.renderers import (
     TensorBoardRenderer,
     TqdmRenderer,
 )
+from rltrain.events.renderers.jsonl import json_safe
 from rltrain.interrupt import Interrupter
 from rltrain.strategies.base import RLResult, RLStrategy
 from rltrain.strategies.off_policy import EVAL_SEED_OFFSET, OffPolicyConfig, OffPolicyStrategy
@@ -39,8 +40,9 @@ class Trainer:
     Example::
 
         trainer = Trainer(num_steps=50_000, return_threshold=475)
-        result = trainer.fit("CartPole-v1", DQN())
-        trainer.evaluate("CartPole-v1", result_agent, episodes=20)
+        agent = DQN()
+        result = trainer.fit("CartPole-v1", agent)
+        trainer.evaluate("CartPole-v1", agent, episodes=20)
 
     The run directory receives TensorBoard event files, ``metrics.jsonl``, ``summary.json`` and
     ``checkpoints/`` (``last.pt`` holds the trained agent).
@@ -62,6 +64,8 @@ class Trainer:
         gradient_clip_val: Clip gradients to this norm (or value); None does not clip.
         gradient_clip_algorithm: ``"norm"`` or ``"value"``. Default ``"norm"``.
         accumulate_grad_batches: Batches per optimizer step. Default 1.
+        interrupter: The stop request shared with your callbacks and threads. Default: a new
+            one, at ``trainer.interrupter``.
     """
 
     def __init__(
@@ -82,6 +86,7 @@ class Trainer:
         gradient_clip_val: float | None = None,
         gradient_clip_algorithm: Literal["norm", "value"] = "norm",
         accumulate_grad_batches: int = 1,
+        interrupter: Interrupter | None = None,
     ) -> None:
         if strategy is not None and seed is not None:
             raise ValueError(
@@ -93,6 +98,11 @@ class Trainer:
         for renderer in renderers:
             if isinstance(renderer, str) and renderer not in RENDERERS:
                 raise ValueError(f"Unknown renderer {renderer!r}; choose from {list(RENDERERS)}.")
+            if not isinstance(renderer, (str, Subscriber)):
+                raise TypeError(
+                    f"A renderer must be one of {list(RENDERERS)} or a Subscriber; got "
+                    f"{type(renderer).__name__}."
+                )
         self.num_steps = num_steps
         self.strategy = strategy
         self.device = torch.device(device)
@@ -108,7 +118,7 @@ class Trainer:
         self.gradient_clip_val = gradient_clip_val
         self.gradient_clip_algorithm = gradient_clip_algorithm
         self.accumulate_grad_batches = accumulate_grad_batches
-        self.interrupter = Interrupter()
+        self.interrupter = interrupter if interrupter is not None else Interrupter()
         RLComponents(num_steps=num_steps, grad_accumulation=accumulate_grad_batches,
                      gradient_clip_val=gradient_clip_val,
                      gradient_clip_algorithm=gradient_clip_algorithm)  # validate early
@@ -142,7 +152,8 @@ class Trainer:
         finally:
             events.close()
         summary_path = run_dir / "summary.json"
-        summary_path.write_text(json.dumps(dataclasses.asdict(result.summary), indent=2) + "\n")
+        summary_path.write_text(
+            json.dumps(json_safe(dataclasses.asdict(result.summary)), indent=2) + "\n")
         return result
 
     def evaluate(self, env: EnvInit, agent: LearningAgent, *, episodes: int = 10,

@@ -39,9 +39,10 @@ class DQNConfig:
         double_q: Double DQN target (van Hasselt et al. 2016, arXiv:1509.06461). Default True.
         dueling: Dueling head (Wang et al. 2016, arXiv:1511.06581). Default False.
         target_update_interval: Gradient steps between target-network updates. Default 128: one
-            update per training round of the default strategy, which is what RL-Zoo's
-            ``target_update_interval: 10`` does in SB3, where that interval counts env steps
-            and so fires once after each round of 128 gradient steps. (Every 10 gradient steps
+            update per training round of the default strategy. That is the effect of RL-Zoo's
+            ``target_update_interval: 10`` in SB3, where the interval counts env steps: the
+            copies happen during collection, so the target is fixed for each round of 128
+            gradient steps. (Every 10 gradient steps
             diverged on CartPole-v1 here: Q-values reached 1e10.)
         tau: Target update rate: 1.0 copies the online network (hard update, Nature DQN);
             below 1 is a soft (Polyak) update ``θ' ← τθ + (1-τ)θ'``. Default 1.0.

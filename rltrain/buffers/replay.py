@@ -29,12 +29,20 @@ class ReplayBatch(NamedTuple):
 _FIELDS = ReplayBatch._fields
 
 
+def _filled(shape: tuple[int, ...], dtype: type) -> np.ndarray:
+    """A zero array whose pages are written now (``np.zeros`` defers that to first use)."""
+    array: np.ndarray = np.empty(shape, dtype=dtype)
+    array.fill(0)
+    return array
+
+
 class ReplayBuffer:
     """A ring of the last ``capacity`` transitions, sampled uniformly.
 
-    Storage is allocated up front (so an out-of-memory error happens at start, not hours in) and
-    overwritten oldest first. Sampling draws from the buffer's own generator, seeded by ``seed``,
-    so it is reproducible and checkpointable apart from every other random stream.
+    Storage is allocated and zero-filled up front, so a buffer that does not fit in memory fails
+    at start rather than hours in, and is overwritten oldest first. Sampling draws from the
+    buffer's own generator, seeded by ``seed``, so it is reproducible and checkpointable apart
+    from every other random stream.
 
     Args:
         capacity: Transitions kept (summed over sub-envs, unlike SB3's per-env ``buffer_size``).
@@ -55,12 +63,12 @@ class ReplayBuffer:
         act_shape = action_space.shape or ()
         obs_dtype = np.float32 if isinstance(observation_space, gym.spaces.Box) else np.int64
         act_dtype = np.int64 if isinstance(action_space, gym.spaces.Discrete) else np.float32
-        self.observations = np.zeros((capacity, *obs_shape), dtype=obs_dtype)
-        self.next_observations = np.zeros((capacity, *obs_shape), dtype=obs_dtype)
-        self.actions = np.zeros((capacity, *act_shape), dtype=act_dtype)
-        self.rewards = np.zeros(capacity, dtype=np.float32)
-        self.terminated = np.zeros(capacity, dtype=np.float32)
-        self.truncated = np.zeros(capacity, dtype=np.float32)
+        self.observations = _filled((capacity, *obs_shape), dtype=obs_dtype)
+        self.next_observations = _filled((capacity, *obs_shape), dtype=obs_dtype)
+        self.actions = _filled((capacity, *act_shape), dtype=act_dtype)
+        self.rewards = _filled((capacity,), dtype=np.float32)
+        self.terminated = _filled((capacity,), dtype=np.float32)
+        self.truncated = _filled((capacity,), dtype=np.float32)
         self.cursor = 0
         self.size = 0
         self.rng = np.random.default_rng(seed)

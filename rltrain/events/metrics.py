@@ -11,7 +11,7 @@ Keys are namespaced and spelled the same in every renderer:
 ``rollout/episode_return``  mean undiscounted return of the last ``window`` episodes
 ``rollout/episode_length``  mean length (env steps) of the last ``window`` episodes
 ``rollout/episode_return_last`` / ``rollout/episode_length_last``  the latest episode
-``eval/return_mean``        mean greedy evaluation return of the latest evaluation
+``eval/return_mean``        mean greedy evaluation return of the latest complete evaluation
 ``eval/return_std``         its population standard deviation
 ``eval/length_mean``        mean evaluation episode length (env steps)
 ``eval/best_return``        best ``eval/return_mean`` so far
@@ -160,7 +160,7 @@ class Metrics:
             values.append(value)
 
     def _on_evaluation_end(self, event: EvaluationEnd) -> None:
-        if not event.returns:
+        if not event.complete:  # cut short by a stop request: not comparable to full ones
             return
         self.last_evaluation = event
         mean = event.return_mean

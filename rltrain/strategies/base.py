@@ -11,6 +11,7 @@ import numpy as np
 import torch
 
 from rltrain.agents.base import LearningAgent, Policy
+from rltrain.checkpoint import restore_progress
 from rltrain.components import RLComponents
 from rltrain.envs import EnvInit
 from rltrain.events.events import End, Interrupted, Start
@@ -29,7 +30,8 @@ class Summary:
         threshold_env_steps: Env steps at the first evaluation whose mean return reached the
             return threshold; None when no threshold was set or it was not reached.
         threshold_seconds: Seconds from the start to that evaluation's end; None likewise.
-        stop_reason: Why the loop stopped early; None when it ran all its steps.
+        stop_reason: The reason of the stop request that ended the loop; None when no stop
+            was requested.
         final_metrics: Every metric at the end, keyed as in :mod:`rltrain.events.metrics`.
     """
 
@@ -69,6 +71,8 @@ class RLStrategy(ABC):
         settings = components.summary
         events.metrics.reset(window=settings.window, return_threshold=settings.return_threshold)
         progress = components.progress
+        if components.checkpoint is not None:
+            restore_progress(components)
         events.emit(Start(total_env_steps=components.num_steps,
                           start_env_steps=progress.env_steps, hparams=dict(self.hparams())))
         policy = self.train_loop(agent, components, env_init)

@@ -35,8 +35,10 @@ class OffPolicyConfig:
         buffer_size: Replay capacity in transitions (all sub-envs together). Default 100,000.
         batch_size: Transitions per gradient step. Default 64.
         warmup_steps: Env steps of uniform random actions before learning starts (SB3's
-            ``learning_starts``). Default 1,000.
-        train_interval: Env steps between training rounds (SB3's ``train_freq``). Default 256.
+            ``learning_starts``); learning also waits until the buffer holds this many
+            transitions. Default 1,000.
+        train_interval: Env steps between training rounds (SB3's ``train_freq``); a vector step
+            that crosses several boundaries runs as many rounds. Default 256.
         train_steps: Gradient steps per training round (SB3's ``gradient_steps``). Default 128.
         eval_interval: Env steps between evaluations; None never evaluates. Default 10,000.
         eval_episodes: Greedy episodes per evaluation. Default 10.
@@ -159,8 +161,11 @@ class OffPolicyStrategy(RLStrategy):
                 events.emit(episode)
             after = progress.env_steps
 
-            if after >= cfg.warmup_steps and crossed(cfg.train_interval, before, after):
-                for _ in range(cfg.train_steps):
+            # Learn once the buffer holds warmup_steps transitions (after a resume, too), one
+            # round per train_interval boundary crossed (several when num_envs > train_interval).
+            rounds = after // cfg.train_interval - before // cfg.train_interval
+            if rounds and len(buffer) >= cfg.warmup_steps:
+                for _ in range(rounds * cfg.train_steps):
                     if interrupter.should_stop():
                         break
                     metrics = optim.training_step(agent, buffer.sample(cfg.batch_size))
@@ -169,8 +174,9 @@ class OffPolicyStrategy(RLStrategy):
                 if syncs_policy:
                     agent.sync_policy(policy)
 
-            if evaluator is not None and cfg.eval_interval is not None and crossed(
-                    cfg.eval_interval, before, after):
+            if (evaluator is not None and cfg.eval_interval is not None
+                    and crossed(cfg.eval_interval, before, after)
+                    and not interrupter.should_stop()):
                 evaluator.run(policy, env_steps=after, events=events, interrupter=interrupter)
                 evaluated_at = after
 

@@ -75,7 +75,7 @@ class JsonlRenderer(Subscriber):
     def _write(self, row: dict[str, Any]) -> None:
         if self._file is None:
             return
-        self._file.write(json.dumps(_finite(row)) + "\n")
+        self._file.write(json.dumps(json_safe(row)) + "\n")
         self._file.flush()
 
     @override
@@ -85,12 +85,12 @@ class JsonlRenderer(Subscriber):
             self._file = None
 
 
-def _finite(value: Any) -> Any:
-    """``value`` with NaN and infinities replaced by None, recursively."""
+def json_safe(value: Any) -> Any:
+    """``value`` with NaN and infinities replaced by None, recursively (strict JSON)."""
     if isinstance(value, float) and not math.isfinite(value):
         return None
     if isinstance(value, dict):
-        return {k: _finite(v) for k, v in value.items()}
+        return {k: json_safe(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
-        return [_finite(v) for v in value]
+        return [json_safe(v) for v in value]
     return value

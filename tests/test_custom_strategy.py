@@ -1,0 +1,180 @@
+"""examples/custom_strategy.py runs through the Trainer as docs/custom_strategy.md describes."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import pytest
+from typing_extensions import override
+
+from rltrain import DQN, DQNConfig, Metrics, Subscriber, Trainer
+from rltrain.events import (
+    End,
+    EnvStep,
+    EpisodeEnd,
+    EvaluationEnd,
+    EvaluationStart,
+    Interrupted,
+    Start,
+    TrainStep,
+)
+
+EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "custom_strategy.py"
+
+
+@pytest.fixture(scope="module")
+def example() -> Iterator[ModuleType]:
+    """examples/custom_strategy.py, imported by path (examples/ is not a package)."""
+    name = "rltrain_example_custom_strategy"
+    spec = importlib.util.spec_from_file_location(name, EXAMPLE)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module  # dataclasses look their module up in sys.modules
+    try:
+        spec.loader.exec_module(module)
+        yield module
+    finally:
+        sys.modules.pop(name, None)
+
+
+class Recorder(Subscriber):
+    """Records every event, in the order received."""
+
+    def __init__(self) -> None:
+        self.events: list[Any] = []
+
+    @override
+    def on_start(self, event: Start, metrics: Metrics) -> None:
+        self.events.append(event)
+
+    @override
+    def on_env_step(self, event: EnvStep, metrics: Metrics) -> None:
+        self.events.append(event)
+
+    @override
+    def on_episode_end(self, event: EpisodeEnd, metrics: Metrics) -> None:
+        self.events.append(event)
+
+    @override
+    def on_train_step(self, event: TrainStep, metrics: Metrics) -> None:
+        self.events.append(event)
+
+    @override
+    def on_evaluation_start(self, event: EvaluationStart, metrics: Metrics) -> None:
+        self.events.append(event)
+
+    @override
+    def on_evaluation_end(self, event: EvaluationEnd, metrics: Metrics) -> None:
+        self.events.append(event)
+
+    @override
+    def on_interrupted(self, event: Interrupted, metrics: Metrics) -> None:
+        self.events.append(event)
+
+    @override
+    def on_end(self, event: End, metrics: Metrics) -> None:
+        self.events.append(event)
+
+    def of(self, event_type: type) -> list[Any]:
+        return [e for e in self.events if isinstance(e, event_type)]
+
+
+def small_strategy(example: ModuleType, **overrides: Any) -> Any:
+    config = example.EpisodicConfig(**{
+        "updates_per_step": 0.5, "warmup_steps": 200, "buffer_size": 5_000, "batch_size": 32,
+        "eval_interval": 1_000, "eval_episodes": 2, "seed": 0, **overrides})
+    return example.EpisodicStrategy(config)
+
+
+def test_episodic_strategy_trains_after_each_episode_in_template_order(
+        example: ModuleType, tmp_path: Path) -> None:
+    recorder = Recorder()
+    strategy = small_strategy(example)
+    trainer = Trainer(num_steps=1_500, strategy=strategy, run_dir=tmp_path,
+                      renderers=[recorder], gradient_clip_val=10.0)
+    result = trainer.fit("CartPole-v1", DQN(DQNConfig(hidden_sizes=[32, 32])))
+    summary = result.summary
+    events = recorder.events
+
+    # The template: Start first, End last, no Interrupted without a stop request.
+    assert isinstance(events[0], Start) and events[0].total_env_steps == 1_500
+    assert isinstance(events[-1], End) and events[-1].summary == summary
+    assert recorder.of(Interrupted) == [] and summary.stop_reason is None
+    assert summary.env_steps == 1_500  # one sub-env: the loop stops exactly at num_steps
+
+    # The example decides `warm` from the env steps *before* the vector step that ended the
+    # episode (`before >= warmup_steps`); with one sub-env that is `episode.env_steps - 1`.
+    cfg = strategy.config
+    episodes = recorder.of(EpisodeEnd)
+    assert episodes and summary.episodes == len(episodes)
+    expected = sum(int(e.episode_length * cfg.updates_per_step) for e in episodes
+                   if e.env_steps - 1 >= cfg.warmup_steps)
+    assert expected > 0
+    assert summary.gradient_steps == expected == len(recorder.of(TrainStep))
+
+    # Each burst of TrainSteps directly follows the EpisodeEnd that caused it.
+    burst: dict[int, int] = {}
+    current: EpisodeEnd | None = None
+    for event in events:
+        if isinstance(event, EpisodeEnd):
+            current = event
+            burst[id(event)] = 0
+        elif isinstance(event, TrainStep):
+            assert current is not None
+            burst[id(current)] += 1
+        elif isinstance(event, EnvStep):
+            current = None
+    for episode in episodes:
+        warm = episode.env_steps - 1 >= cfg.warmup_steps
+        assert burst[id(episode)] == (int(episode.episode_length * 0.5) if warm else 0)
+
+    # One evaluation, at the 1,000-env-step boundary, with its two episodes.
+    starts, ends = recorder.of(EvaluationStart), recorder.of(EvaluationEnd)
+    assert [e.env_steps for e in starts] == [1_000] and len(ends) == 1
+    assert events.index(starts[0]) < events.index(ends[0])
+    assert ends[0].complete and len(ends[0].returns) == 2
+    assert summary.best_eval_return == pytest.approx(ends[0].return_mean)
+
+    assert (tmp_path / "checkpoints" / "last.pt").is_file()
+    assert (tmp_path / "summary.json").is_file()
+
+
+def test_stop_from_another_thread_ends_the_episodic_strategy_early(
+        example: ModuleType, tmp_path: Path) -> None:
+    recorder = Recorder()
+    trainer = Trainer(num_steps=1_000_000, strategy=small_strategy(example), run_dir=tmp_path,
+                      renderers=[recorder])
+    past_warmup = threading.Event()
+
+    class SignalAfterWarmup(Subscriber):
+        @override
+        def on_env_step(self, event: EnvStep, metrics: Metrics) -> None:
+            if event.env_steps >= 400:
+                past_warmup.set()
+
+    trainer.callbacks.append(SignalAfterWarmup())
+    def stop_once_past_warmup() -> None:
+        if past_warmup.wait(60):
+            trainer.interrupter.stop("stopped by test")
+
+    stopper = threading.Thread(target=stop_once_past_warmup)
+    stopper.start()
+    try:
+        result = trainer.fit("CartPole-v1", DQN(DQNConfig(hidden_sizes=[32, 32])))
+    finally:
+        past_warmup.set()
+        stopper.join()
+
+    summary = result.summary
+    assert summary.stop_reason == "stopped by test"
+    assert 400 <= summary.env_steps < 1_000_000
+    interrupted = recorder.of(Interrupted)
+    assert [e.reason for e in interrupted] == ["stopped by test"]
+    assert recorder.events[-2] is interrupted[0] and isinstance(recorder.events[-1], End)
+    assert (tmp_path / "checkpoints" / "last.pt").is_file()
