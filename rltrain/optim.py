@@ -105,10 +105,15 @@ class Optimization:
         return True
 
     def state_dict(self) -> dict[str, Any]:
-        """Every optimizer's state, and the batches accumulated toward each one's next step."""
+        """Every optimizer's state, and the batches (with their summed gradients) accumulated
+        toward each one's next step, so a restored run steps exactly when and as this one would."""
         return {
             "optimizers": {name: opt.state_dict() for name, opt in self.optimizers.items()},
             "pending": dict(self._pending),
+            "pending_grads": {
+                name: [None if p.grad is None else p.grad.detach().clone() for p in params]
+                for name, params in self._params.items() if self._pending[name]
+            },
         }
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
@@ -122,3 +127,7 @@ class Optimization:
         for name, opt in self.optimizers.items():
             opt.load_state_dict(saved[name])
         self._pending = {name: int(state["pending"][name]) for name in self.optimizers}
+        for name, params in self._params.items():
+            grads = state["pending_grads"].get(name)
+            for param, grad in zip(params, grads or [None] * len(params), strict=True):
+                param.grad = None if grad is None else grad.to(param.device).clone()

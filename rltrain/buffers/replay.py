@@ -123,15 +123,15 @@ class ReplayBuffer:
                 f"{self.capacity:,}. Build the buffer with the saved capacity."
             )
         n = int(state["size"])
-        for name in _FIELDS:
-            array = getattr(self, name)
-            saved = state[name].numpy()
-            if saved.shape[1:] != array.shape[1:]:
+        for name in _FIELDS:  # check every field before overwriting any
+            expected, saved = getattr(self, name).shape[1:], tuple(state[name].shape[1:])
+            if saved != expected:
                 raise ValueError(
-                    f"The saved ReplayBuffer's {name} have shape {saved.shape[1:]}; this one "
-                    f"expects {array.shape[1:]}. Were they made for another environment?"
+                    f"The saved ReplayBuffer's {name} have shape {saved}; this one expects "
+                    f"{expected}. Were they made for another environment?"
                 )
-            array[:n] = saved
+        for name in _FIELDS:
+            getattr(self, name)[:n] = state[name].numpy()
         self.size = n
         self.cursor = int(state["cursor"])
         self.rng.bit_generator.state = state["rng"]

@@ -13,15 +13,16 @@ from typing_extensions import override
 from rltrain.events.events import End, EnvStep, EvaluationEnd, Interrupted, Start
 from rltrain.events.metrics import Metrics
 from rltrain.events.processor import Subscriber
+from rltrain.events.renderers.schedule import LogSchedule
 
 
 class JsonlRenderer(Subscriber):
     """Appends metric rows to a ``.jsonl`` file.
 
-    Each row has an ``event`` field: ``"metrics"`` (every ``log_interval`` env steps, with every
-    metric of :class:`~rltrain.events.metrics.Metrics`), ``"evaluation"`` (with the episode
-    returns and lengths), ``"interrupted"`` and ``"end"`` (with the summary). Non-finite floats are
-    written as ``null`` so that every line is strict JSON.
+    Each row has an ``event`` field: ``"metrics"`` (every ``log_interval`` env steps and at the
+    end, with every metric of :class:`~rltrain.events.metrics.Metrics`), ``"evaluation"`` (with
+    the episode returns and lengths), ``"interrupted"`` and ``"end"`` (with the summary).
+    Non-finite floats are written as ``null`` so that every line is strict JSON.
 
     Args:
         path: The file to append to (its folder is created).
@@ -29,25 +30,21 @@ class JsonlRenderer(Subscriber):
     """
 
     def __init__(self, path: str | Path, *, log_interval: int = 1_000) -> None:
-        if log_interval < 1:
-            raise ValueError(f"log_interval must be >= 1 env step; got {log_interval}.")
         self.path = Path(path)
-        self.log_interval = log_interval
+        self.schedule = LogSchedule(log_interval)
         self._file: IO[str] | None = None
-        self._next_log = 0
 
     @override
     def on_start(self, event: Start, metrics: Metrics) -> None:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self._file = self.path.open("a", encoding="utf-8")
-        self._next_log = event.start_env_steps + self.log_interval
+        self.schedule.start(event.start_env_steps)
         self._write({"event": "start", "env_steps": event.start_env_steps,
                      "total_env_steps": event.total_env_steps, "hparams": dict(event.hparams)})
 
     @override
     def on_env_step(self, event: EnvStep, metrics: Metrics) -> None:
-        if event.env_steps >= self._next_log:
-            self._next_log = (event.env_steps // self.log_interval + 1) * self.log_interval
+        if self.schedule.due(event.env_steps):
             self._write({"event": "metrics", "env_steps": event.env_steps, **metrics.snapshot()})
 
     @override
@@ -68,7 +65,9 @@ class JsonlRenderer(Subscriber):
 
     @override
     def on_end(self, event: End, metrics: Metrics) -> None:
-        self._write({"event": "metrics", "env_steps": metrics.env_steps, **metrics.snapshot()})
+        if self.schedule.final_due(metrics.env_steps):
+            self._write({"event": "metrics", "env_steps": metrics.env_steps,
+                         **metrics.snapshot()})
         self._write({"event": "end", **dataclasses.asdict(event.summary)})
         self.close()
 

@@ -12,12 +12,14 @@ from typing_extensions import override
 from rltrain.events.events import End, EnvStep, EvaluationEnd, Start
 from rltrain.events.metrics import Metrics
 from rltrain.events.processor import Subscriber
+from rltrain.events.renderers.schedule import LogSchedule
 
 
 class TensorBoardRenderer(Subscriber):
     """Writes every metric against the env step, and the run's hyperparameters.
 
-    Scalars are written every ``log_interval`` env steps, at each evaluation and at the end. The
+    Scalars are written every ``log_interval`` env steps, at each evaluation and at the end
+    (unless that step was just written). The
     hyperparameters from the Start event go to TensorBoard's HPARAMS tab, linked to
     ``eval/return_mean`` and ``rollout/episode_return``.
 
@@ -27,17 +29,14 @@ class TensorBoardRenderer(Subscriber):
     """
 
     def __init__(self, log_dir: str | Path, *, log_interval: int = 1_000) -> None:
-        if log_interval < 1:
-            raise ValueError(f"log_interval must be >= 1 env step; got {log_interval}.")
         self.log_dir = Path(log_dir)
-        self.log_interval = log_interval
+        self.schedule = LogSchedule(log_interval)
         self._writer: SummaryWriter | None = None
-        self._next_log = 0
 
     @override
     def on_start(self, event: Start, metrics: Metrics) -> None:
         self._writer = SummaryWriter(log_dir=str(self.log_dir))
-        self._next_log = event.start_env_steps + self.log_interval
+        self.schedule.start(event.start_env_steps)
         if event.hparams:
             metric_tags = {"eval/return_mean": math.nan, "rollout/episode_return": math.nan}
             file_writer = self._writer.file_writer
@@ -47,8 +46,7 @@ class TensorBoardRenderer(Subscriber):
 
     @override
     def on_env_step(self, event: EnvStep, metrics: Metrics) -> None:
-        if event.env_steps >= self._next_log:
-            self._next_log = (event.env_steps // self.log_interval + 1) * self.log_interval
+        if self.schedule.due(event.env_steps):
             self._write(metrics, event.env_steps)
 
     @override
@@ -62,7 +60,8 @@ class TensorBoardRenderer(Subscriber):
 
     @override
     def on_end(self, event: End, metrics: Metrics) -> None:
-        self._write(metrics, metrics.env_steps)
+        if self.schedule.final_due(metrics.env_steps):
+            self._write(metrics, metrics.env_steps)
         self.close()
 
     def _write(self, metrics: Metrics, env_steps: int) -> None:

@@ -1,0 +1,38 @@
+"""When interval-based renderers write: every ``interval`` env steps, and once at the end."""
+
+from __future__ import annotations
+
+
+class LogSchedule:
+    """Tracks an env-step interval for a renderer that writes rows (TensorBoard, JSONL).
+
+    Args:
+        interval: Env steps between rows (>= 1).
+    """
+
+    def __init__(self, interval: int) -> None:
+        if interval < 1:
+            raise ValueError(f"log_interval must be >= 1 env step; got {interval}.")
+        self.interval = interval
+        self._next = interval
+        self._last: int | None = None
+
+    def start(self, env_steps: int) -> None:
+        """A run starts (or resumes) at ``env_steps``."""
+        self._next = env_steps + self.interval
+        self._last = None
+
+    def due(self, env_steps: int) -> bool:
+        """True (and remembered as written) when ``env_steps`` reached the next interval."""
+        if env_steps < self._next:
+            return False
+        self._next = (env_steps // self.interval + 1) * self.interval
+        self._last = env_steps
+        return True
+
+    def final_due(self, env_steps: int) -> bool:
+        """True at the end unless a row was already written at ``env_steps``."""
+        if self._last == env_steps:
+            return False
+        self._last = env_steps
+        return True

@@ -1,0 +1,287 @@
+"""Optimization: gradient accumulation, clipping, several optimizers, counters, state."""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import gymnasium as gym
+import pytest
+import torch
+from torch import nn
+
+from rltrain.agents.base import LearningAgent, Policy
+from rltrain.components import Progress
+from rltrain.optim import Optimization
+
+
+def make_optimizer(kind: str, params: Any, lr: float) -> torch.optim.Optimizer:
+    return torch.optim.SGD(params, lr=lr) if kind == "sgd" else torch.optim.Adam(params, lr=lr)
+
+
+def mse(model: nn.Module, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    return ((model(x) - y) ** 2).mean()
+
+
+@pytest.mark.parametrize("kind", ["sgd", "adam"])
+def test_accumulating_k_averaged_losses_equals_one_step_on_the_concatenated_batch(
+        kind: str) -> None:
+    torch.manual_seed(0)
+    k, batch = 3, 4
+    model_a = nn.Linear(3, 2)
+    model_b = copy.deepcopy(model_a)
+    accumulating = Optimization({"m": make_optimizer(kind, model_a.parameters(), 0.05)},
+                                progress=Progress(), accumulate_grad_batches=k)
+    single = Optimization({"m": make_optimizer(kind, model_b.parameters(), 0.05)},
+                          progress=Progress())
+    initial = model_a.weight.detach().clone()
+    for _ in range(3):  # several optimizer steps, so Adam's moments matter too
+        x, y = torch.randn(k * batch, 3), torch.randn(k * batch, 2)
+        stepped = [accumulating.step("m", mse(model_a, xi, yi))
+                   for xi, yi in zip(x.split(batch), y.split(batch), strict=True)]
+        assert stepped == [False, False, True]
+        assert single.step("m", mse(model_b, x, y)) is True
+        for pa, pb in zip(model_a.parameters(), model_b.parameters(), strict=True):
+            assert torch.allclose(pa, pb, atol=1e-6)
+    assert not torch.allclose(model_a.weight, initial, atol=1e-3)  # they did learn
+
+
+def test_parameters_do_not_move_while_accumulating() -> None:
+    torch.manual_seed(0)
+    model = nn.Linear(2, 1)
+    optim = Optimization({"m": torch.optim.SGD(model.parameters(), lr=0.1)},
+                         progress=Progress(), accumulate_grad_batches=2)
+    before = model.weight.detach().clone()
+    x, y = torch.randn(4, 2), torch.randn(4, 1)
+    assert optim.step("m", mse(model, x, y)) is False
+    assert torch.equal(model.weight, before)
+    assert model.weight.grad is not None  # the gradient is kept for the next batch
+    assert optim.step("m", mse(model, x, y)) is True
+    assert not torch.equal(model.weight, before)
+    assert model.weight.grad is None  # zeroed (set to None) after the step
+
+
+def test_step_without_accumulation_steps_every_call() -> None:
+    model = nn.Linear(2, 1)
+    optim = Optimization({"m": torch.optim.SGD(model.parameters(), lr=0.1)},
+                         progress=Progress())
+    x, y = torch.randn(4, 2), torch.randn(4, 1)
+    assert [optim.step("m", mse(model, x, y)) for _ in range(3)] == [True, True, True]
+
+
+def linear_loss_param(grad: list[float]) -> tuple[nn.Parameter, torch.Tensor]:
+    """A zero parameter and a loss whose gradient with respect to it is ``grad``."""
+    w = nn.Parameter(torch.zeros(len(grad)))
+    return w, (w * torch.tensor(grad)).sum()
+
+
+def test_no_clipping_applies_the_raw_gradient() -> None:
+    w, loss = linear_loss_param([30.0, 40.0])
+    Optimization({"w": torch.optim.SGD([w], lr=1.0)}, progress=Progress()).step("w", loss)
+    assert torch.allclose(w.detach(), torch.tensor([-30.0, -40.0]))
+
+
+def test_clipping_by_norm_rescales_the_gradient_to_the_max_norm() -> None:
+    w, loss = linear_loss_param([30.0, 40.0])  # norm 50
+    optim = Optimization({"w": torch.optim.SGD([w], lr=1.0)}, progress=Progress(),
+                         gradient_clip_val=5.0, gradient_clip_algorithm="norm")
+    optim.step("w", loss)
+    assert torch.allclose(w.detach(), torch.tensor([-3.0, -4.0]), atol=1e-5)
+
+
+def test_clipping_by_norm_leaves_small_gradients_alone() -> None:
+    w, loss = linear_loss_param([0.3, 0.4])  # norm 0.5
+    optim = Optimization({"w": torch.optim.SGD([w], lr=1.0)}, progress=Progress(),
+                         gradient_clip_val=5.0, gradient_clip_algorithm="norm")
+    optim.step("w", loss)
+    assert torch.allclose(w.detach(), torch.tensor([-0.3, -0.4]))
+
+
+def test_clipping_by_value_clamps_each_element() -> None:
+    w, loss = linear_loss_param([30.0, -0.5, -7.0])
+    optim = Optimization({"w": torch.optim.SGD([w], lr=1.0)}, progress=Progress(),
+                         gradient_clip_val=2.0, gradient_clip_algorithm="value")
+    optim.step("w", loss)
+    assert torch.allclose(w.detach(), torch.tensor([-2.0, 0.5, 2.0]))
+
+
+def test_clipping_by_norm_uses_only_that_optimizers_parameters() -> None:
+    big = nn.Parameter(torch.zeros(2))
+    small = nn.Parameter(torch.zeros(2))
+    optim = Optimization({"big": torch.optim.SGD([big], lr=1.0),
+                          "small": torch.optim.SGD([small], lr=1.0)},
+                         progress=Progress(), accumulate_grad_batches=2, gradient_clip_val=5.0)
+    # interleaved, so that "small" holds a pending gradient when "big" is clipped and steps
+    for _ in range(2):
+        optim.step("big", (big * torch.tensor([30.0, 40.0])).sum())  # accumulates norm 50
+        optim.step("small", (small * torch.tensor([0.3, 0.4])).sum())  # accumulates norm 0.5
+    assert torch.allclose(big.detach(), torch.tensor([-3.0, -4.0]), atol=1e-5)
+    # clipped over all parameters together, small's pending gradient would have shrunk too
+    assert torch.allclose(small.detach(), torch.tensor([-0.3, -0.4]))
+
+
+def test_clipping_by_norm_applies_to_the_accumulated_gradient() -> None:
+    w = nn.Parameter(torch.zeros(2))
+    optim = Optimization({"w": torch.optim.SGD([w], lr=1.0)}, progress=Progress(),
+                         accumulate_grad_batches=2, gradient_clip_val=5.0)
+    # each batch contributes loss/2, gradient [3, 4] (norm 5: within the limit); together
+    # they sum to [6, 8] (norm 10), which is clipped once, just before the step, to [3, 4]
+    assert optim.step("w", (w * torch.tensor([6.0, 8.0])).sum()) is False
+    assert optim.step("w", (w * torch.tensor([6.0, 8.0])).sum()) is True
+    assert torch.allclose(w.detach(), torch.tensor([-3.0, -4.0]), atol=1e-5)
+
+
+class TwoPartAgent(LearningAgent):
+    """Two independent linear parts with an optimizer each. ``training_step`` always steps the
+    critic and steps the actor only when the batch says so; it reports what stepped."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        torch.manual_seed(0)
+        self.actor = nn.Linear(2, 1)
+        self.critic = nn.Linear(2, 1)
+        self.built = True
+
+    def check_spaces(self, observation_space: gym.Space[Any],
+                     action_space: gym.Space[Any]) -> None:
+        pass
+
+    def build(self, observation_space: gym.Space[Any], action_space: gym.Space[Any]) -> None:
+        pass
+
+    def configure_optimizers(self) -> dict[str, torch.optim.Optimizer]:
+        return {"actor": torch.optim.SGD(self.actor.parameters(), lr=0.1),
+                "critic": torch.optim.SGD(self.critic.parameters(), lr=0.1)}
+
+    def training_step(self, batch: dict[str, Any], optim: Optimization) -> dict[str, Any]:
+        x = batch["x"]
+        metrics: dict[str, Any] = {
+            "critic": optim.step("critic", (self.critic(x) ** 2).mean())}
+        if batch["actor"]:
+            metrics["actor"] = optim.step("actor", (self.actor(x) - 1).pow(2).mean())
+        return metrics
+
+    def policy(self, device: torch.device) -> Policy:
+        raise NotImplementedError
+
+
+def test_two_optimizers_in_one_training_step_accumulate_independently() -> None:
+    agent = TwoPartAgent()
+    progress = Progress()
+    optim = Optimization(agent.configure_optimizers(), progress=progress,
+                         accumulate_grad_batches=2)
+    x = torch.randn(5, 2)
+    actor0 = copy.deepcopy(agent.actor.state_dict())
+    critic0 = copy.deepcopy(agent.critic.state_dict())
+
+    assert optim.training_step(agent, {"x": x, "actor": True}) == {"critic": False,
+                                                                    "actor": False}
+    assert optim.training_step(agent, {"x": x, "actor": False}) == {"critic": True}
+    # the critic stepped on its 2nd batch; the actor, with 1 batch, has not moved
+    assert torch.equal(agent.actor.weight, actor0["weight"])
+    assert not torch.equal(agent.critic.weight, critic0["weight"])
+    assert optim.training_step(agent, {"x": x, "actor": True}) == {"critic": False,
+                                                                    "actor": True}
+    assert not torch.equal(agent.actor.weight, actor0["weight"])
+    assert progress.gradient_steps == 3
+
+    # the actor's step used both of its batches: same as one step on the averaged loss
+    reference = nn.Linear(2, 1)
+    reference.load_state_dict(actor0)
+    ref_opt = torch.optim.SGD(reference.parameters(), lr=0.1)
+    ((reference(x) - 1).pow(2).mean()).backward()
+    ref_opt.step()
+    assert torch.allclose(agent.actor.weight, reference.weight, atol=1e-6)
+    assert torch.allclose(agent.actor.bias, reference.bias, atol=1e-6)
+
+
+def test_training_step_advances_gradient_steps_and_returns_the_metrics() -> None:
+    agent = TwoPartAgent()
+    progress = Progress(gradient_steps=10, env_steps=5)
+    optim = Optimization(agent.configure_optimizers(), progress=progress)
+    metrics = optim.training_step(agent, {"x": torch.randn(3, 2), "actor": False})
+    assert metrics == {"critic": True}
+    assert progress.gradient_steps == 11
+    optim.training_step(agent, {"x": torch.randn(3, 2), "actor": True})
+    assert progress.gradient_steps == 12
+    assert progress.env_steps == 5
+
+
+def test_unknown_optimizer_name_raises_key_error_listing_names() -> None:
+    agent = TwoPartAgent()
+    optim = Optimization(agent.configure_optimizers(), progress=Progress())
+    with pytest.raises(KeyError, match=r"'policy'.*\['actor', 'critic'\]"):
+        optim.step("policy", agent.actor(torch.ones(1, 2)).sum())
+
+
+def test_no_optimizers_or_bad_accumulation_raise() -> None:
+    with pytest.raises(ValueError, match="no optimizer"):
+        Optimization({}, progress=Progress())
+    model = nn.Linear(1, 1)
+    with pytest.raises(ValueError, match="accumulate_grad_batches"):
+        Optimization({"m": torch.optim.SGD(model.parameters(), lr=0.1)}, progress=Progress(),
+                     accumulate_grad_batches=0)
+
+
+def test_state_dict_round_trip_continues_identically() -> None:
+    torch.manual_seed(0)
+    model = nn.Linear(3, 2)
+    optim = Optimization({"m": torch.optim.Adam(model.parameters(), lr=0.01)},
+                         progress=Progress(), accumulate_grad_batches=2)
+    data = [(torch.randn(4, 3), torch.randn(4, 2)) for _ in range(8)]
+    for x, y in data[:4]:  # two full Adam steps, nothing pending
+        optim.step("m", mse(model, x, y))
+    state = copy.deepcopy(optim.state_dict())
+    assert state["pending"] == {"m": 0}
+
+    clone = copy.deepcopy(model)
+    restored = Optimization({"m": torch.optim.Adam(clone.parameters(), lr=0.5)},
+                            progress=Progress(), accumulate_grad_batches=2)
+    restored.load_state_dict(state)
+    assert restored.optimizers["m"].param_groups[0]["lr"] == 0.01
+    for x, y in data[4:]:
+        assert optim.step("m", mse(model, x, y)) == restored.step("m", mse(clone, x, y))
+    for p, q in zip(model.parameters(), clone.parameters(), strict=True):
+        assert torch.equal(p, q)
+
+
+def test_state_dict_keeps_the_pending_batch_count() -> None:
+    model = nn.Linear(2, 1)
+    optim = Optimization({"m": torch.optim.SGD(model.parameters(), lr=0.1)},
+                         progress=Progress(), accumulate_grad_batches=3)
+    optim.step("m", model(torch.ones(1, 2)).sum())
+    assert optim.state_dict()["pending"] == {"m": 1}
+    other = Optimization({"m": torch.optim.SGD(nn.Linear(2, 1).parameters(), lr=0.1)},
+                         progress=Progress(), accumulate_grad_batches=3)
+    other.load_state_dict(optim.state_dict())
+    assert other.state_dict()["pending"] == {"m": 1}
+
+
+def test_state_dict_round_trip_mid_accumulation_continues_identically() -> None:
+    torch.manual_seed(0)
+    model = nn.Linear(3, 2)
+    optim = Optimization({"m": torch.optim.SGD(model.parameters(), lr=0.1)},
+                         progress=Progress(), accumulate_grad_batches=2)
+    data = [(torch.randn(4, 3), torch.randn(4, 2)) for _ in range(3)]
+    optim.step("m", mse(model, *data[0]))  # one batch pending
+    state = copy.deepcopy(optim.state_dict())
+    clone = copy.deepcopy(model)  # what a checkpoint of the agent holds (no .grad)
+    clone.zero_grad(set_to_none=True)
+    restored = Optimization({"m": torch.optim.SGD(clone.parameters(), lr=0.1)},
+                            progress=Progress(), accumulate_grad_batches=2)
+    restored.load_state_dict(state)
+    for x, y in data[1:]:
+        optim.step("m", mse(model, x, y))
+        restored.step("m", mse(clone, x, y))
+    for p, q in zip(model.parameters(), clone.parameters(), strict=True):
+        assert torch.allclose(p, q, atol=1e-6)
+
+
+def test_load_state_dict_with_other_optimizer_names_raises() -> None:
+    agent = TwoPartAgent()
+    state = Optimization(agent.configure_optimizers(), progress=Progress()).state_dict()
+    model = nn.Linear(2, 1)
+    other = Optimization({"q": torch.optim.SGD(model.parameters(), lr=0.1)},
+                         progress=Progress())
+    with pytest.raises(ValueError, match=r"\['actor', 'critic'\].*\['q'\]"):
+        other.load_state_dict(state)
