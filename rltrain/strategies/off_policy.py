@@ -164,7 +164,7 @@ class OffPolicyStrategy(RLStrategy):
             # Learn once the buffer holds warmup_steps transitions (after a resume, too), one
             # round per train_interval boundary crossed (several when num_envs > train_interval).
             rounds = after // cfg.train_interval - before // cfg.train_interval
-            if rounds and len(buffer) >= cfg.warmup_steps:
+            if rounds and len(buffer) >= min(cfg.warmup_steps, cfg.buffer_size):
                 for _ in range(rounds * cfg.train_steps):
                     if interrupter.should_stop():
                         break

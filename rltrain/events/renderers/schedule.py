@@ -18,8 +18,8 @@ class LogSchedule:
         self._last: int | None = None
 
     def start(self, env_steps: int) -> None:
-        """A run starts (or resumes) at ``env_steps``."""
-        self._next = env_steps + self.interval
+        """A run starts (or resumes) at ``env_steps``; rows stay on multiples of the interval."""
+        self._next = (env_steps // self.interval + 1) * self.interval
         self._last = None
 
     def due(self, env_steps: int) -> bool:

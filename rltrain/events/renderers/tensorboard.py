@@ -52,7 +52,7 @@ class TensorBoardRenderer(Subscriber):
     @override
     def on_evaluation_end(self, event: EvaluationEnd, metrics: Metrics) -> None:
         writer = self._writer
-        if writer is None or not event.returns:
+        if writer is None or not event.complete:  # a cut-short evaluation is not a data point
             return
         snap = metrics.snapshot()
         for key in ("eval/return_mean", "eval/return_std", "eval/length_mean", "eval/best_return"):
