@@ -123,7 +123,8 @@ def test_tensorboard_eval_scalars_are_at_the_evaluation_steps_with_their_returns
     assert best[-1] == pytest.approx(run.result.summary.best_eval_return)
 
 
-def test_tensorboard_has_the_hparams_plugin_data_with_the_strategy_settings(run: Run) -> None:
+def test_tensorboard_has_the_hparams_plugin_data_with_strategy_and_agent_settings(
+        run: Run) -> None:
     acc = accumulator(run.run_dir)
     content = acc.PluginTagToContent("hparams")
     assert {"_hparams_/experiment", "_hparams_/session_start_info"} <= set(content)
@@ -137,6 +138,9 @@ def test_tensorboard_has_the_hparams_plugin_data_with_the_strategy_settings(run:
     assert hparams["strategy/batch_size"].number_value == 32
     assert hparams["strategy/eval_interval"].number_value == EVAL_INTERVAL
     assert hparams["strategy/vectorization"].string_value == "sync"
+    assert hparams["agent/lr"].number_value == pytest.approx(2.3e-3)
+    assert hparams["agent/double_q"].bool_value is True
+    assert hparams["agent/hidden_sizes"].string_value == "[32, 32]"
 
 
 def test_tensorboard_writes_each_scalar_once_per_env_step(run: Run) -> None:

@@ -112,6 +112,11 @@ class LearningAgent(nn.Module, ABC):
         """The acting policy on ``device``: sharing this agent's modules when ``device`` is its
         own, otherwise a copy that the strategy refreshes with :meth:`sync_policy`."""
 
+    def hparams(self) -> dict[str, float | int | str | bool]:
+        """The agent's hyperparameters for TensorBoard, as ``{"agent/<name>": value}``.
+        Default: none."""
+        return {}
+
     def sync_policy(self, policy: Policy) -> None:
         """Copy the learner's current weights into a ``policy`` living on another device."""
         policy.load_state_dict(self.policy(self.device).state_dict())

@@ -24,7 +24,7 @@ from typing_extensions import override
 from rltrain.agents.base import LearningAgent, Policy, PolicyState, PolicyStep, SpaceError
 from rltrain.agents.networks import QNetwork
 from rltrain.buffers.replay import ReplayBatch
-from rltrain.events.events import MetricValue
+from rltrain.events.events import MetricValue, flatten_hparams
 from rltrain.optim import Optimization, adam
 
 
@@ -172,6 +172,10 @@ class DQN(LearningAgent):
         self.q_network = QNetwork(self.q_network_input, self.num_actions,
                                   self.config.hidden_sizes, dueling=self.config.dueling)
         self.target_network = copy.deepcopy(self.q_network).requires_grad_(False)
+
+    @override
+    def hparams(self) -> dict[str, float | int | str | bool]:
+        return flatten_hparams("agent", self.config)
 
     @property
     def epsilon(self) -> float:

@@ -11,10 +11,11 @@ Counters are named by their unit: ``env_steps`` are transitions summed over sub-
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Union
+from typing import TYPE_CHECKING, Any, Union
 
 if TYPE_CHECKING:
     import torch
@@ -170,6 +171,17 @@ EVENT_TYPES: tuple[type, ...] = (
     Interrupted,
     End,
 )
+
+
+def flatten_hparams(prefix: str, config: Any) -> dict[str, float | int | str | bool]:
+    """A dataclass config as ``{"<prefix>/<field>": value}`` for :class:`Start`'s hparams.
+
+    Numbers, strings and booleans are kept; anything else (None, lists) becomes its ``str``.
+    """
+    return {
+        f"{prefix}/{name}": value if isinstance(value, (bool, int, float, str)) else str(value)
+        for name, value in dataclasses.asdict(config).items()
+    }
 
 
 def hook_name(event_type: type) -> str:

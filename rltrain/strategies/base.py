@@ -73,8 +73,9 @@ class RLStrategy(ABC):
         progress = components.progress
         if components.checkpoint is not None:
             restore_progress(components)
+        hparams = {**self.hparams(), **agent.hparams()}
         events.emit(Start(total_env_steps=components.num_steps,
-                          start_env_steps=progress.env_steps, hparams=dict(self.hparams())))
+                          start_env_steps=progress.env_steps, hparams=hparams))
         policy = self.train_loop(agent, components, env_init)
         interrupter = components.interrupter
         reason = interrupter.reason if interrupter.should_stop() else None

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
@@ -15,7 +14,7 @@ from rltrain.checkpoint import resume, training_state
 from rltrain.components import RLComponents
 from rltrain.envs import EnvInit, Vectorization, make_vector_env
 from rltrain.evaluation import Evaluator
-from rltrain.events.events import EnvStep, TrainStep
+from rltrain.events.events import EnvStep, TrainStep, flatten_hparams
 from rltrain.optim import Optimization
 from rltrain.runner import Runner
 from rltrain.strategies.base import RLStrategy, seed_everything
@@ -101,8 +100,7 @@ class OffPolicyStrategy(RLStrategy):
 
     @override
     def hparams(self) -> dict[str, float | int | str | bool]:
-        return {f"strategy/{k}": v if v is not None else "none"
-                for k, v in dataclasses.asdict(self.config).items()}
+        return flatten_hparams("strategy", self.config)
 
     @override
     def train_loop(self, agent: LearningAgent, components: RLComponents,
