@@ -30,7 +30,7 @@ from rltrain import (
     Trainer,
     make_vector_env,
 )
-from rltrain.checkpoint import training_state
+from rltrain.checkpoint import resume, training_state
 from rltrain.envs import EnvInit
 from rltrain.events import EnvStep, TrainStep
 from rltrain.strategies import seed_everything
@@ -79,12 +79,13 @@ class EpisodicStrategy(RLStrategy):
         cfg = self.config
         seed_everything(cfg.seed)
         envs = make_vector_env(env_init, num_envs=1, seed=cfg.seed)
-        evaluator = Evaluator(env_init, episodes=cfg.eval_episodes,
-                              seed=cfg.seed + EVAL_SEED_OFFSET,
-                              device=components.inference_device)
         progress, events = components.progress, components.event_processor
         stop = components.interrupter.should_stop
+        evaluator: Evaluator | None = None
         try:
+            evaluator = Evaluator(env_init, episodes=cfg.eval_episodes,
+                                  seed=cfg.seed + EVAL_SEED_OFFSET,
+                                  device=components.inference_device)
             agent.setup(observation_space=envs.single_observation_space,
                         action_space=envs.single_action_space,
                         device=components.device, progress=progress)
@@ -95,6 +96,8 @@ class EpisodicStrategy(RLStrategy):
                                  accumulate_grad_batches=components.grad_accumulation,
                                  gradient_clip_val=components.gradient_clip_val,
                                  gradient_clip_algorithm=components.gradient_clip_algorithm)
+            if components.checkpoint is not None:  # the template restored the counters
+                resume(components, agent, optim)
             policy = agent.policy(components.inference_device)
             runner = Runner(envs, device=components.inference_device, progress=progress)
             runner.reset(seed=cfg.seed, policy=policy)
@@ -109,9 +112,10 @@ class EpisodicStrategy(RLStrategy):
                                     vector_steps=progress.vector_steps))
                 for episode in episodes:
                     events.emit(episode)
+                    if not warm:
+                        continue
                     # The episodic schedule: updates proportional to the episode's length.
-                    for _ in range(int(episode.episode_length * cfg.updates_per_step) if warm
-                                   else 0):
+                    for _ in range(int(episode.episode_length * cfg.updates_per_step)):
                         if stop():
                             break
                         metrics = optim.training_step(agent, buffer.sample(cfg.batch_size))
@@ -120,7 +124,8 @@ class EpisodicStrategy(RLStrategy):
                                               metrics=metrics))
                     if components.inference_device != components.device:
                         agent.sync_policy(policy)
-                if progress.env_steps // cfg.eval_interval > before // cfg.eval_interval:
+                if (progress.env_steps // cfg.eval_interval > before // cfg.eval_interval
+                        and not stop()):
                     evaluator.run(policy, env_steps=progress.env_steps, events=events,
                                   interrupter=components.interrupter)
             if components.checkpointer is not None:
@@ -129,7 +134,8 @@ class EpisodicStrategy(RLStrategy):
             return policy
         finally:
             envs.close()
-            evaluator.close()
+            if evaluator is not None:
+                evaluator.close()
 
 
 def main() -> None:

@@ -128,6 +128,6 @@ class Optimization:
             opt.load_state_dict(saved[name])
         self._pending = {name: int(state["pending"][name]) for name in self.optimizers}
         for name, params in self._params.items():
-            grads = state["pending_grads"].get(name)
+            grads = state.get("pending_grads", {}).get(name)
             for param, grad in zip(params, grads or [None] * len(params), strict=True):
                 param.grad = None if grad is None else grad.to(param.device).clone()

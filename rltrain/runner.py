@@ -50,18 +50,30 @@ class Runner:
         self.observations: np.ndarray = np.empty(0)
         self.policy_state: PolicyState = None
         self.episode_returns = np.zeros(self.num_envs, dtype=np.float64)
-        self.episode_lengths = np.zeros(self.num_envs, dtype=np.int64)
+        # The vector step at which each sub-env's episode started: lengths are computed when an
+        # episode ends instead of counted every step (each small NumPy op costs 1-3 µs here).
+        self.episode_starts = np.zeros(self.num_envs, dtype=np.int64)
+        self._zero_copy = device.type == "cpu"
+
+    @property
+    def episode_lengths(self) -> np.ndarray:
+        """Each sub-env's running episode length in env steps."""
+        return self.progress.vector_steps - self.episode_starts
 
     def reset(self, *, seed: int, policy: Policy | None = None) -> None:
         """Reset every sub-env (sub-env ``i`` gets seed ``seed + i``) and the episode statistics."""
         self.observations, _ = self.envs.reset(seed=seed)
         self.episode_returns[:] = 0.0
-        self.episode_lengths[:] = 0
+        self.episode_starts[:] = self.progress.vector_steps
         self.policy_state = policy.initial_state(self.num_envs) if policy is not None else None
 
     def act(self, policy: Policy, *, deterministic: bool = False) -> np.ndarray:
         """The policy's actions for the current observations, as a numpy batch."""
-        obs = torch.as_tensor(self.observations, device=self.device, dtype=torch.float32)
+        observations = self.observations
+        if self._zero_copy and observations.dtype == np.float32:
+            obs = torch.from_numpy(observations)  # shares memory: no copy, no conversion
+        else:
+            obs = torch.as_tensor(observations, device=self.device, dtype=torch.float32)
         with torch.inference_mode():
             actions, self.policy_state, _ = policy.act(obs, self.policy_state, deterministic)
         return actions.cpu().numpy()
@@ -84,27 +96,25 @@ class Runner:
         progress.vector_steps += 1
         progress.env_steps += self.num_envs
         self.episode_returns += rewards
-        self.episode_lengths += 1
-        done = terminated | truncated
         episodes: list[EpisodeEnd] = []
-        if done.any():
-            # SAME_STEP autoreset: next_obs already holds the new episodes' first observations;
-            # the true last observations (needed to bootstrap truncations) are in the infos.
+        # SAME_STEP autoreset adds "_final_obs" to the infos exactly when an episode ended:
+        # next_obs then already holds the new episodes' first observations, and the true last
+        # observations (needed to bootstrap truncations) are in infos["final_obs"].
+        if "_final_obs" in infos:
+            done = infos["_final_obs"]
             next_obs = next_obs.copy()
-            final_mask = infos["_final_obs"]
             for i in np.flatnonzero(done):
-                if final_mask[i]:
-                    next_obs[i] = infos["final_obs"][i]
+                next_obs[i] = infos["final_obs"][i]
                 episodes.append(EpisodeEnd(
                     env_steps=progress.env_steps,
                     env_index=int(i),
                     episode_return=float(self.episode_returns[i]),
-                    episode_length=int(self.episode_lengths[i]),
+                    episode_length=int(progress.vector_steps - self.episode_starts[i]),
                     terminated=bool(terminated[i]),
                 ))
             progress.episodes += len(episodes)
             self.episode_returns[done] = 0.0
-            self.episode_lengths[done] = 0
+            self.episode_starts[done] = progress.vector_steps
             if policy is not None and self.policy_state is not None:
                 self.policy_state = policy.reset_state(self.policy_state, torch.as_tensor(done))
         transitions = Transitions(obs, actions, rewards, next_obs, terminated, truncated)

@@ -26,6 +26,7 @@ from rltrain.events.renderers import (
     TqdmRenderer,
 )
 from rltrain.events.renderers.jsonl import json_safe
+from rltrain.events.renderers.schedule import LogSchedule
 from rltrain.interrupt import Interrupter
 from rltrain.strategies.base import RLResult, RLStrategy
 from rltrain.strategies.off_policy import EVAL_SEED_OFFSET, OffPolicyConfig, OffPolicyStrategy
@@ -119,9 +120,14 @@ class Trainer:
         self.gradient_clip_algorithm = gradient_clip_algorithm
         self.accumulate_grad_batches = accumulate_grad_batches
         self.interrupter = interrupter if interrupter is not None else Interrupter()
+        # Validate every setting now, before any run directory exists.
         RLComponents(num_steps=num_steps, grad_accumulation=accumulate_grad_batches,
                      gradient_clip_val=gradient_clip_val,
-                     gradient_clip_algorithm=gradient_clip_algorithm)  # validate early
+                     gradient_clip_algorithm=gradient_clip_algorithm)
+        LogSchedule(log_interval)
+        Checkpointer(".", interval=checkpoint_interval)
+        if console_interval < 0:
+            raise ValueError(f"console_interval must be >= 0 seconds; got {console_interval}.")
 
     def fit(self, env: EnvInit, agent: LearningAgent) -> RLResult:
         """Train ``agent`` on ``env``; returns the trained policy and the run's summary.

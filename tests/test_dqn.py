@@ -3,6 +3,7 @@ space checks and config validation."""
 
 from __future__ import annotations
 
+import random
 from pathlib import Path
 
 import gymnasium as gym
@@ -281,7 +282,7 @@ def test_exploring_policy_with_epsilon_zero_equals_greedy() -> None:
 
 def test_exploring_policy_with_epsilon_one_is_uniform() -> None:
     torch.manual_seed(0)
-    np.random.seed(0)  # the exploration coins and random actions come from NumPy
+    random.seed(0)  # the exploration coins and random actions come from Python's random
     num_actions, n = 4, 4_000
     agent = build(DQNConfig(hidden_sizes=[16], epsilon_start=1.0, epsilon_end=1.0),
                   obs_dim=3, num_actions=num_actions)
@@ -298,7 +299,7 @@ def test_exploring_policy_with_epsilon_one_is_uniform() -> None:
 
 def test_exploring_policy_mixes_greedy_and_random_at_intermediate_epsilon() -> None:
     torch.manual_seed(0)
-    np.random.seed(0)  # the exploration coins and random actions come from NumPy
+    random.seed(0)  # the exploration coins and random actions come from Python's random
     num_actions, n = 4, 4_000
     agent = build(DQNConfig(hidden_sizes=[16], epsilon_start=0.4, epsilon_end=0.4),
                   obs_dim=3, num_actions=num_actions)
@@ -392,7 +393,7 @@ def test_policy_on_the_agents_device_shares_the_online_network() -> None:
     assert policy.q_network is agent.q_network
 
 
-def test_exploration_is_reproducible_from_numpys_global_seed() -> None:
+def test_exploration_is_reproducible_from_pythons_random_seed() -> None:
     torch.manual_seed(0)
     agent = build(DQNConfig(hidden_sizes=[16], epsilon_start=0.5, epsilon_end=0.5),
                   obs_dim=3, num_actions=4)
@@ -400,7 +401,7 @@ def test_exploration_is_reproducible_from_numpys_global_seed() -> None:
     obs = torch.randn(256, 3)
     runs = []
     for seed in (3, 3, 4):
-        np.random.seed(seed)
+        random.seed(seed)
         runs.append(torch.cat([policy.act(obs, None, False).action for _ in range(3)]))
     assert torch.equal(runs[0], runs[1])
     assert not torch.equal(runs[0], runs[2])

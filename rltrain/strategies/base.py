@@ -30,8 +30,8 @@ class Summary:
         threshold_env_steps: Env steps at the first evaluation whose mean return reached the
             return threshold; None when no threshold was set or it was not reached.
         threshold_seconds: Seconds from the start to that evaluation's end; None likewise.
-        stop_reason: The reason of the stop request that ended the loop; None when no stop
-            was requested.
+        stop_reason: The reason of the stop request that ended the loop before ``num_steps``;
+            None when the run took all its steps.
         final_metrics: Every metric at the end, keyed as in :mod:`rltrain.events.metrics`.
     """
 
@@ -78,7 +78,8 @@ class RLStrategy(ABC):
                           start_env_steps=progress.env_steps, hparams=hparams))
         policy = self.train_loop(agent, components, env_init)
         interrupter = components.interrupter
-        reason = interrupter.reason if interrupter.should_stop() else None
+        stopped_early = interrupter.should_stop() and progress.env_steps < components.num_steps
+        reason = interrupter.reason if stopped_early else None
         if reason is not None:
             events.emit(Interrupted(env_steps=progress.env_steps, reason=reason))
         metrics = events.metrics

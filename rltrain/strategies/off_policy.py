@@ -109,10 +109,12 @@ class OffPolicyStrategy(RLStrategy):
         seed_everything(cfg.seed)
         envs = make_vector_env(env_init, num_envs=cfg.num_envs,
                                vectorization=cfg.vectorization, seed=cfg.seed)
-        evaluator = (None if cfg.eval_interval is None else Evaluator(
-            env_init, episodes=cfg.eval_episodes, seed=cfg.seed + EVAL_SEED_OFFSET,
-            device=components.inference_device))
+        evaluator: Evaluator | None = None
         try:
+            if cfg.eval_interval is not None:
+                evaluator = Evaluator(env_init, episodes=cfg.eval_episodes,
+                                      seed=cfg.seed + EVAL_SEED_OFFSET,
+                                      device=components.inference_device)
             return self._run(agent, components, envs, evaluator)
         finally:
             envs.close()
