@@ -2,11 +2,12 @@
 
 Both train DQN on CartPole-v1 with the same hyperparameters (RL-Zoo's tuned settings, see
 ``handwritten_dqn.py``) and the same number of envs, for the same env steps, with no evaluation.
-The runs alternate (hand-written with plain and with fused Adam, rltrain without renderers,
-rltrain with all renderers) ``--repeats`` times in this one process. Each call is timed whole
-(setup included) in wall-clock seconds and in this process's CPU seconds; CPU time is less
-disturbed by other programs on the machine. The tables give medians (min-max) and ratios of
-medians.
+Each repeat runs the four loops (hand-written with plain and with fused Adam, rltrain without
+renderers, rltrain with all renderers) one after the other in this process, in an order rotated
+from repeat to repeat. Each call is timed whole (setup included), in wall-clock seconds and in
+this process's CPU seconds. The machine's speed drifts by +-20% over minutes on shared virtual
+machines, so ratios are computed within each repeat (runs seconds apart) and the table gives
+the median (min-max) of those per-repeat ratios.
 
     python -m benchmarks.dqn_speed [--steps 20000] [--repeats 3] [--num-envs 1]
 """
@@ -15,7 +16,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import statistics
 import tempfile
 import time
 from typing import Any
@@ -63,6 +63,11 @@ def timed(run: Any, seed: int) -> dict[str, float]:
     return result
 
 
+def paired_ratios(values: dict[str, list[float]], name: str, base: str) -> list[float]:
+    """``values[name][i] / values[base][i]`` for each repeat ``i``."""
+    return [a / b for a, b in zip(values[name], values[base], strict=True)]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, default=20_000)
@@ -82,26 +87,27 @@ def main() -> None:
     sps: dict[str, list[float]] = {name: [] for name in variants}
     cpu_sps: dict[str, list[float]] = {name: [] for name in variants}
     gps: dict[str, list[float]] = {name: [] for name in variants}
+    names = list(variants)
     for repeat in range(args.repeats):
-        for name, run in variants.items():
-            result = timed(run, repeat)
+        shift = repeat % len(names)
+        for name in names[shift:] + names[:shift]:
+            result = timed(variants[name], repeat)
             sps[name].append(result["env_steps"] / result["seconds"])
             cpu_sps[name].append(result["env_steps"] / result["cpu_seconds"])
             gps[name].append(result["gradient_steps"] / result["seconds"])
             print(f"repeat {repeat} {name}: {sps[name][-1]:.0f} env steps/s, "
                   f"{cpu_sps[name][-1]:.0f} per CPU second", flush=True)
-    base, cpu_base = (statistics.median(sps["hand-written loop"]),
-                      statistics.median(cpu_sps["hand-written loop"]))
-    rows = [[name, median_range(sps[name]), f"{statistics.median(sps[name]) / base:.3f}",
-             median_range(cpu_sps[name]), f"{statistics.median(cpu_sps[name]) / cpu_base:.3f}",
-             median_range(gps[name])] for name in variants]
-    print(table(["loop", "env steps/s (wall)", "ratio", "env steps per CPU s", "ratio",
-                 "gradient steps/s (wall)"], rows))
+    rows = [[name, median_range(sps[name]), median_range(cpu_sps[name]),
+             median_range(gps[name])] + [
+                 median_range(paired_ratios(sps, name, base), "{:.3f}")
+                 for base in ("hand-written loop", "hand-written loop, fused Adam")]
+            for name in variants]
+    print(table(["loop", "env steps/s (wall)", "env steps per CPU s", "gradient steps/s",
+                 "ratio to hand-written", "ratio to hand-written, fused Adam"], rows))
     for label, values in (("wall", sps), ("CPU", cpu_sps)):
-        on = statistics.median(values["rltrain, all renderers"])
-        off = statistics.median(values["rltrain, no renderers"])
-        print(f"renderer overhead, all on vs all off ({label} time): "
-              f"{100 * (1 - on / off):+.1f}% env steps/s")
+        ratios = paired_ratios(values, "rltrain, all renderers", "rltrain, no renderers")
+        print(f"renderers all on / all off ({label} time), per repeat: "
+              f"{median_range(ratios, '{:.3f}')}")
     path = write_results("dqn_speed", {"args": vars(args), "env_steps_per_second": sps,
                                        "env_steps_per_cpu_second": cpu_sps,
                                        "gradient_steps_per_second": gps})
