@@ -20,34 +20,16 @@ import time
 from typing import Any
 
 import torch
-from typing_extensions import override
 
 from benchmarks._util import median_range, write_results
 from rltrain import DQN, OffPolicyConfig, OffPolicyStrategy, Trainer
-from rltrain.events import EventProcessor, Metrics, Subscriber
+from rltrain.events import EventProcessor, EventRecorder, Subscriber
 from rltrain.events.renderers import (
     ConsoleRenderer,
     JsonlRenderer,
     TensorBoardRenderer,
     TqdmRenderer,
 )
-
-
-class Recorder(Subscriber):
-    """Keeps every event, in order."""
-
-    def __init__(self) -> None:
-        self.events: list[Any] = []
-
-    def _keep(self, event: Any, metrics: Metrics) -> None:
-        self.events.append(event)
-
-    on_start = on_env_step = on_episode_end = on_train_step = _keep  # type: ignore[assignment]
-    on_evaluation_start = on_evaluation_end = on_interrupted = on_end = _keep  # type: ignore[assignment]
-
-    @override
-    def close(self) -> None:
-        pass
 
 
 def replay(events: list[Any], renderers: bool) -> float:
@@ -70,7 +52,7 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=5)
     args = parser.parse_args()
     torch.set_num_threads(1)
-    recorder = Recorder()
+    recorder = EventRecorder()
     with tempfile.TemporaryDirectory() as run_dir:
         trainer = Trainer(num_steps=args.steps, renderers=[recorder], run_dir=run_dir,
                           gradient_clip_val=10.0,

@@ -20,6 +20,7 @@ from rltrain.events import (
     EpisodeEnd,
     EvaluationEnd,
     EvaluationStart,
+    EventRecorder,
     Interrupted,
     Start,
     TrainStep,
@@ -43,48 +44,6 @@ def example() -> Iterator[ModuleType]:
         sys.modules.pop(name, None)
 
 
-class Recorder(Subscriber):
-    """Records every event, in the order received."""
-
-    def __init__(self) -> None:
-        self.events: list[Any] = []
-
-    @override
-    def on_start(self, event: Start, metrics: Metrics) -> None:
-        self.events.append(event)
-
-    @override
-    def on_env_step(self, event: EnvStep, metrics: Metrics) -> None:
-        self.events.append(event)
-
-    @override
-    def on_episode_end(self, event: EpisodeEnd, metrics: Metrics) -> None:
-        self.events.append(event)
-
-    @override
-    def on_train_step(self, event: TrainStep, metrics: Metrics) -> None:
-        self.events.append(event)
-
-    @override
-    def on_evaluation_start(self, event: EvaluationStart, metrics: Metrics) -> None:
-        self.events.append(event)
-
-    @override
-    def on_evaluation_end(self, event: EvaluationEnd, metrics: Metrics) -> None:
-        self.events.append(event)
-
-    @override
-    def on_interrupted(self, event: Interrupted, metrics: Metrics) -> None:
-        self.events.append(event)
-
-    @override
-    def on_end(self, event: End, metrics: Metrics) -> None:
-        self.events.append(event)
-
-    def of(self, event_type: type) -> list[Any]:
-        return [e for e in self.events if isinstance(e, event_type)]
-
-
 def small_strategy(example: ModuleType, **overrides: Any) -> Any:
     config = example.EpisodicConfig(**{
         "updates_per_step": 0.5, "warmup_steps": 200, "buffer_size": 5_000, "batch_size": 32,
@@ -94,7 +53,7 @@ def small_strategy(example: ModuleType, **overrides: Any) -> Any:
 
 def test_episodic_strategy_trains_after_each_episode_in_template_order(
         example: ModuleType, tmp_path: Path) -> None:
-    recorder = Recorder()
+    recorder = EventRecorder()
     strategy = small_strategy(example)
     trainer = Trainer(num_steps=1_500, strategy=strategy, run_dir=tmp_path,
                       renderers=[recorder], gradient_clip_val=10.0)
@@ -147,7 +106,7 @@ def test_episodic_strategy_trains_after_each_episode_in_template_order(
 
 def test_stop_from_another_thread_ends_the_episodic_strategy_early(
         example: ModuleType, tmp_path: Path) -> None:
-    recorder = Recorder()
+    recorder = EventRecorder()
     trainer = Trainer(num_steps=1_000_000, strategy=small_strategy(example), run_dir=tmp_path,
                       renderers=[recorder])
     past_warmup = threading.Event()

@@ -18,6 +18,7 @@ from rltrain.events import (
     EvaluationEnd,
     EvaluationStart,
     EventProcessor,
+    EventRecorder,
     Interrupted,
     Metrics,
     Start,
@@ -30,41 +31,7 @@ from rltrain.strategies import RLResult
 ENV = "CartPole-v1"
 
 
-class Recorder(Subscriber):
-    """Records every event it receives, in order (it overrides every hook)."""
-
-    def __init__(self) -> None:
-        self.events: list[Any] = []
-
-    def on_start(self, event: Start, metrics: Metrics) -> None:
-        self.events.append(event)
-
-    def on_env_step(self, event: EnvStep, metrics: Metrics) -> None:
-        self.events.append(event)
-
-    def on_episode_end(self, event: EpisodeEnd, metrics: Metrics) -> None:
-        self.events.append(event)
-
-    def on_train_step(self, event: TrainStep, metrics: Metrics) -> None:
-        self.events.append(event)
-
-    def on_evaluation_start(self, event: EvaluationStart, metrics: Metrics) -> None:
-        self.events.append(event)
-
-    def on_evaluation_end(self, event: EvaluationEnd, metrics: Metrics) -> None:
-        self.events.append(event)
-
-    def on_interrupted(self, event: Interrupted, metrics: Metrics) -> None:
-        self.events.append(event)
-
-    def on_end(self, event: End, metrics: Metrics) -> None:
-        self.events.append(event)
-
-    def of(self, event_type: type) -> list[Any]:
-        return [e for e in self.events if isinstance(e, event_type)]
-
-
-class StopAt(Recorder):
+class StopAt(EventRecorder):
     """A recorder that requests a stop (same thread) once ``env_steps`` reaches ``at``."""
 
     def __init__(self, at: int) -> None:
@@ -86,7 +53,7 @@ def small_config(**overrides: Any) -> OffPolicyConfig:
     return OffPolicyConfig(**settings)
 
 
-def fit(tmp_path: Path, recorder: Recorder, *, num_steps: int,
+def fit(tmp_path: Path, recorder: EventRecorder, *, num_steps: int,
         **config: Any) -> tuple[Trainer, RLResult]:
     trainer = Trainer(num_steps=num_steps, strategy=OffPolicyStrategy(small_config(**config)),
                       run_dir=tmp_path / "run", renderers=[recorder])
@@ -96,13 +63,13 @@ def fit(tmp_path: Path, recorder: Recorder, *, num_steps: int,
     return trainer, result
 
 
-TwoEnvRun = tuple[Recorder, RLResult]
+TwoEnvRun = tuple[EventRecorder, RLResult]
 
 
 @pytest.fixture(scope="module")
-def two_env_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Recorder, RLResult]:
+def two_env_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[EventRecorder, RLResult]:
     """600 env steps on 2 sub-envs, warm-up 100, training every 50, evaluation every 200."""
-    recorder = Recorder()
+    recorder = EventRecorder()
     _, result = fit(tmp_path_factory.mktemp("events"), recorder, num_steps=600, num_envs=2)
     return recorder, result
 
@@ -230,7 +197,7 @@ def test_an_interrupted_event_comes_just_before_end_when_a_stop_was_requested(
 def test_a_final_evaluation_follows_the_loop_when_the_last_step_did_not_evaluate(
     tmp_path: Path,
 ) -> None:
-    recorder = Recorder()
+    recorder = EventRecorder()
     _, result = fit(tmp_path, recorder, num_steps=250, eval_interval=100)
     starts, ends = recorder.of(EvaluationStart), recorder.of(EvaluationEnd)
     assert [e.env_steps for e in starts] == [100, 200, 250]

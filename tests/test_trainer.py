@@ -16,10 +16,10 @@ from rltrain import DQN, DQNConfig, OffPolicyConfig, OffPolicyStrategy, Trainer
 from rltrain.agents import DQNPolicy
 from rltrain.checkpoint import Checkpointer, load_agent
 from rltrain.events import (
-    End,
     EnvStep,
     EvaluationEnd,
     EvaluationStart,
+    EventRecorder,
     Interrupted,
     Metrics,
     Start,
@@ -42,31 +42,6 @@ def small_dqn() -> DQN:
     return DQN(DQNConfig(hidden_sizes=[32, 32]))
 
 
-class Recorder(Subscriber):
-    """Records the events the trainer tests look at."""
-
-    def __init__(self) -> None:
-        self.events: list[Any] = []
-
-    def on_env_step(self, event: EnvStep, metrics: Metrics) -> None:
-        self.events.append(event)
-
-    def on_evaluation_start(self, event: EvaluationStart, metrics: Metrics) -> None:
-        self.events.append(event)
-
-    def on_evaluation_end(self, event: EvaluationEnd, metrics: Metrics) -> None:
-        self.events.append(event)
-
-    def on_interrupted(self, event: Interrupted, metrics: Metrics) -> None:
-        self.events.append(event)
-
-    def on_end(self, event: End, metrics: Metrics) -> None:
-        self.events.append(event)
-
-    def of(self, event_type: type) -> list[Any]:
-        return [e for e in self.events if isinstance(e, event_type)]
-
-
 def stop_from_another_thread(trainer: Trainer, reason: str) -> threading.Thread:
     """Call ``trainer.interrupter.stop(reason)`` from a new thread and wait for it."""
     thread = threading.Thread(target=trainer.interrupter.stop, args=(reason,))
@@ -78,7 +53,7 @@ def stop_from_another_thread(trainer: Trainer, reason: str) -> threading.Thread:
 # --- interruption ------------------------------------------------------------------------------
 
 
-class StopFromThreadAt(Recorder):
+class StopFromThreadAt(EventRecorder):
     def __init__(self, at: int) -> None:
         super().__init__()
         self.at = at
@@ -172,7 +147,7 @@ class StopWhenArmed(gym.Wrapper):
         return obs, reward, terminated, truncated, info
 
 
-class ArmOnEvaluation(Recorder):
+class ArmOnEvaluation(EventRecorder):
     def __init__(self, state: dict[str, Any]) -> None:
         super().__init__()
         self.state = state

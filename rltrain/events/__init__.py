@@ -13,6 +13,7 @@ from rltrain.events.events import (
 )
 from rltrain.events.metrics import Metrics
 from rltrain.events.processor import EventProcessor, Subscriber
+from rltrain.events.recorder import EventRecorder
 
 __all__ = [
     "End",
@@ -22,6 +23,7 @@ __all__ = [
     "EvaluationStart",
     "Event",
     "EventProcessor",
+    "EventRecorder",
     "Interrupted",
     "Metrics",
     "Start",
