@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
+import signal
 import threading
+from collections.abc import Iterator
+from types import FrameType
 
 
 class Interrupter:
@@ -44,3 +48,31 @@ class Interrupter:
         with self._lock:
             self._reason = None
             self._event.clear()
+
+
+@contextlib.contextmanager
+def stop_on_signals(interrupter: Interrupter) -> Iterator[None]:
+    """Within the block, SIGINT and SIGTERM request a stop instead of killing the process.
+
+    The first SIGINT (Ctrl-C) or SIGTERM (a cluster's preemption notice) calls
+    ``interrupter.stop``; the loop then finishes its step, saves and returns. A second SIGINT
+    raises ``KeyboardInterrupt`` at once, for a run that must die now. The previous handlers are
+    restored on exit. Signal handlers can only be installed from the main thread; elsewhere (a
+    worker thread, some notebook kernels) the block runs with the handlers untouched.
+    """
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def request_stop(signum: int, frame: FrameType | None) -> None:
+        name = signal.Signals(signum).name
+        if signum == signal.SIGINT and interrupter.should_stop():
+            raise KeyboardInterrupt(f"second {name}: aborting without saving")
+        interrupter.stop(f"{name} received")
+
+    previous = {sig: signal.signal(sig, request_stop) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)

@@ -27,7 +27,7 @@ from rltrain.events.renderers import (
 )
 from rltrain.events.renderers.jsonl import json_safe
 from rltrain.events.renderers.schedule import LogSchedule
-from rltrain.interrupt import Interrupter
+from rltrain.interrupt import Interrupter, stop_on_signals
 from rltrain.strategies.base import RLResult, RLStrategy
 from rltrain.strategies.off_policy import EVAL_SEED_OFFSET, OffPolicyConfig, OffPolicyStrategy
 
@@ -132,8 +132,9 @@ class Trainer:
     def fit(self, env: EnvInit, agent: LearningAgent) -> RLResult:
         """Train ``agent`` on ``env``; returns the trained policy and the run's summary.
 
-        The spaces are checked before anything starts. A stop request (``trainer.interrupter``)
-        ends the run after the current step, with the agent saved.
+        The spaces are checked before anything starts. A stop request (``trainer.interrupter``,
+        or Ctrl-C / SIGTERM while ``fit`` runs in the main thread) ends the run after the
+        current step, with the agent saved; a second Ctrl-C aborts at once.
         """
         check_spaces(env, agent)
         run_dir = self.resolve_run_dir(env, agent)
@@ -154,7 +155,8 @@ class Trainer:
             progress=Progress(),
         )
         try:
-            result = self.strategy.train(agent, components, env)
+            with stop_on_signals(self.interrupter):
+                result = self.strategy.train(agent, components, env)
         finally:
             events.close()
         summary_path = run_dir / "summary.json"
