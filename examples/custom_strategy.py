@@ -30,10 +30,10 @@ from rltrain import (
     Trainer,
     make_vector_env,
 )
-from rltrain.checkpoint import resume, training_state
+from rltrain.checkpoint import Stateful, resume, training_state
 from rltrain.envs import EnvInit
 from rltrain.events import EnvStep, TrainStep
-from rltrain.strategies import seed_everything
+from rltrain.seeding import GlobalRandomState, seed_everything
 from rltrain.strategies.off_policy import EVAL_SEED_OFFSET
 
 
@@ -96,11 +96,15 @@ class EpisodicStrategy(RLStrategy):
                                  accumulate_grad_batches=components.grad_accumulation,
                                  gradient_clip_val=components.gradient_clip_val,
                                  gradient_clip_algorithm=components.gradient_clip_algorithm)
-            if components.checkpoint is not None:  # the template restored the counters
-                resume(components, agent, optim)
             policy = agent.policy(components.inference_device)
             runner = Runner(envs, device=components.inference_device, progress=progress)
             runner.reset(seed=cfg.seed, policy=policy)
+            # Everything with state: a checkpoint is their union, and resuming restores it all.
+            parts: dict[str, Stateful] = {
+                "agent": agent, "optimization": optim, "buffer": buffer, "runner": runner,
+                "random": GlobalRandomState(), "metrics": events.metrics}
+            if components.checkpoint is not None:  # the template restored the counters
+                resume(components, agent, parts)
 
             while progress.env_steps < components.num_steps and not stop():
                 before = progress.env_steps
@@ -129,7 +133,9 @@ class EpisodicStrategy(RLStrategy):
                     evaluator.run(policy, env_steps=progress.env_steps, events=events,
                                   interrupter=components.interrupter)
             if components.checkpointer is not None:
-                components.checkpointer.save(training_state(agent, optim, progress),
+                state = training_state(agent, parts, progress,
+                                       {**self.hparams(), **agent.hparams()})
+                components.checkpointer.save(state,
                                              env_steps=progress.env_steps)
             return policy
         finally:

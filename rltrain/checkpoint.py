@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import pickle
 import tempfile
-import warnings
+from collections.abc import Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import torch
 
@@ -16,7 +17,16 @@ from rltrain.envs import EnvInit, env_factory
 if TYPE_CHECKING:
     from rltrain.agents.base import LearningAgent
     from rltrain.components import Progress, RLComponents
-    from rltrain.optim import Optimization
+
+
+#: Version of the checkpoint layout written by :func:`training_state`.
+CHECKPOINT_FORMAT = 1
+
+
+def _version() -> str:
+    from rltrain import __version__
+
+    return __version__
 
 
 class Checkpointer:
@@ -50,11 +60,27 @@ class Checkpointer:
         return self.directory / f"checkpoint-{env_steps}.pt"
 
     def save(self, state: dict[str, Any], *, env_steps: int) -> Path:
-        """Write ``state`` as ``checkpoint-<env_steps>.pt`` and ``last.pt``; returns the former."""
+        """Write ``state`` as ``checkpoint-<env_steps>.pt`` and point ``last.pt`` at it (a hard
+        link swapped in atomically, so the data is written once); returns the former."""
         self.directory.mkdir(parents=True, exist_ok=True)
         path = self.path(env_steps)
         atomic_save(state, path)
-        atomic_save(state, self.directory / "last.pt")
+        last = self.directory / "last.pt"
+        link = last.with_name(f".last.pt.{os.getpid()}.tmp")
+        try:
+            link.unlink(missing_ok=True)
+            os.link(path, link)
+            os.replace(link, last)
+        except OSError:  # a filesystem without hard links: write a copy instead
+            link.unlink(missing_ok=True)
+            atomic_save(state, last)
+        return path
+
+    def save_best(self, state: dict[str, Any]) -> Path:
+        """Write ``state`` as ``best.pt`` (called when an evaluation beats the best so far)."""
+        self.directory.mkdir(parents=True, exist_ok=True)
+        path = self.directory / "best.pt"
+        atomic_save(state, path)
         return path
 
     @staticmethod
@@ -62,60 +88,78 @@ class Checkpointer:
         """Read a checkpoint with ``torch.load(weights_only=True)``: tensors and plain data only."""
         path = Path(path)
         if not path.is_file():
-            raise FileNotFoundError(f"No checkpoint at {path}.")
-        state: dict[str, Any] = torch.load(path, map_location="cpu", weights_only=True)
+            raise FileNotFoundError(
+                f"No checkpoint at {path}. Checkpoints are written to <run_dir>/checkpoints/ "
+                "(last.pt, best.pt, checkpoint-<env_steps>.pt).")
+        try:
+            state: dict[str, Any] = torch.load(path, map_location="cpu", weights_only=True)
+        except pickle.UnpicklingError as error:
+            raise ValueError(
+                f"{path} holds objects a checkpoint must not contain (only tensors and plain "
+                f"data load); it was not written by rltrain or was tampered with: {error}"
+            ) from error
+        except (RuntimeError, EOFError, OSError) as error:
+            raise ValueError(f"{path} is not a readable checkpoint (truncated or corrupt?): "
+                             f"{error}") from error
         return state
 
 
-def training_state(agent: LearningAgent, optim: Optimization,
-                   progress: Progress) -> dict[str, Any]:
-    """What a checkpoint holds: the agent's class and networks, the optimizers, the counters."""
+class Stateful(Protocol):
+    """Anything a checkpoint holds: it turns itself into tensors and plain data and back."""
+
+    def state_dict(self) -> dict[str, Any]: ...
+
+    def load_state_dict(self, state: dict[str, Any], /) -> Any: ...
+
+
+def training_state(agent: LearningAgent, parts: Mapping[str, Stateful], progress: Progress,
+                   hparams: Mapping[str, Any]) -> dict[str, Any]:
+    """A checkpoint: the union of ``parts``' state dicts, the counters and what made the run.
+
+    ``parts`` names every component with state (``"agent"``, ``"optimization"``, ``"buffer"``,
+    ``"runner"``, ``"random"``, ``"metrics"`` for the off-policy strategy); ``hparams`` are the
+    strategy's and agent's settings, compared on resume.
+    """
     return {
+        "format": CHECKPOINT_FORMAT,
         "agent_class": type(agent).__name__,
-        "agent": agent.state_dict(),
-        "optimization": optim.state_dict(),
+        "versions": {"rltrain": _version(), "torch": str(torch.__version__)},
+        "hparams": dict(hparams),
         "progress": dataclasses.asdict(progress),
+        **{name: part.state_dict() for name, part in parts.items()},
     }
-
-
-def resume_path(components: RLComponents) -> Path:
-    """The file of ``components.checkpoint`` in ``components.checkpointer``'s directory."""
-    checkpointer, step = components.checkpointer, components.checkpoint
-    if checkpointer is None or step is None:
-        raise ValueError("Resuming needs both components.checkpointer and components.checkpoint.")
-    return checkpointer.path(step)
 
 
 def restore_progress(components: RLComponents) -> None:
     """Set ``components.progress`` to the counters saved in ``components.checkpoint``."""
-    saved = Checkpointer.load(resume_path(components))["progress"]
+    if components.checkpoint is None:
+        raise ValueError("restore_progress needs components.checkpoint (a file to resume from).")
+    saved = Checkpointer.load(components.checkpoint)["progress"]
     for name, value in saved.items():
         setattr(components.progress, name, int(value))
 
 
-def resume(components: RLComponents, agent: LearningAgent, optim: Optimization) -> None:
-    """Load the networks and optimizer states of ``components.checkpoint``.
-
-    The agent must be set up (built) already; the counters were restored by the strategy
-    template (:func:`restore_progress`). The replay buffer and the random generators are not in
-    checkpoints yet, so training continues from the saved weights with an empty buffer (refilled
-    before learning resumes) and fresh random streams: a continuation, not an exact replay (a
-    warning says so).
-    """
-    path = resume_path(components)
-    step = components.progress.env_steps
+def resume(components: RLComponents, agent: LearningAgent,
+           parts: Mapping[str, Stateful]) -> None:
+    """Load every part saved in ``components.checkpoint`` (the counters were restored by the
+    strategy template, :func:`restore_progress`, before the Start event)."""
+    path = components.checkpoint
+    if path is None:
+        raise ValueError("resume needs components.checkpoint (a file to resume from).")
     state = Checkpointer.load(path)
     if state.get("agent_class") != type(agent).__name__:
         raise ValueError(
             f"{path} holds a {state.get('agent_class')} checkpoint, not a {type(agent).__name__}."
         )
-    agent.load_state_dict(state["agent"])
-    optim.load_state_dict(state["optimization"])
-    warnings.warn(
-        f"Resumed from {path} at {step:,} env steps with an empty replay buffer and fresh random "
-        "streams: training continues, but not exactly as an uninterrupted run would.",
-        stacklevel=2,
-    )
+    missing = [name for name in parts if name not in state]
+    if missing:
+        raise ValueError(f"{path} has no {', '.join(missing)} state; it was saved by another "
+                         "strategy or an older rltrain.")
+    for name, part in parts.items():
+        try:
+            part.load_state_dict(state[name])
+        except pickle.UnpicklingError as error:
+            raise ValueError(f"{path}: refusing to load its {name} state: {error}") from error
 
 
 def atomic_save(state: dict[str, Any], path: Path) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Literal
 
 import torch
@@ -24,12 +25,15 @@ class Progress:
         vector_steps: Calls to the vector environment's ``step``.
         gradient_steps: ``training_step`` calls.
         episodes: Training episodes finished (terminated or truncated).
+        pending_gradient_steps: Gradient steps owed by the current training round (non-zero
+            only when a stop interrupted a round; a resumed run does them first).
     """
 
     env_steps: int = 0
     vector_steps: int = 0
     gradient_steps: int = 0
     episodes: int = 0
+    pending_gradient_steps: int = 0
 
 
 @dataclass
@@ -52,8 +56,7 @@ class RLComponents:
 
     Attributes:
         num_steps: Total env steps to train for (transitions summed over sub-envs).
-        checkpoint: Env step of a checkpoint in ``checkpointer``'s directory to resume from;
-            None starts fresh. Default None.
+        checkpoint: A checkpoint file to resume from; None starts fresh. Default None.
         checkpointer: Saves the agent while training; None saves nothing. Default None.
         grad_accumulation: Batches whose gradients are summed before each optimizer step
             (Lightning's ``accumulate_grad_batches``). Default 1.
@@ -68,7 +71,7 @@ class RLComponents:
     """
 
     num_steps: int
-    checkpoint: int | None = None
+    checkpoint: Path | None = None
     checkpointer: Checkpointer | None = None
     grad_accumulation: int = 1
     gradient_clip_val: float | None = None
@@ -83,11 +86,6 @@ class RLComponents:
     def __post_init__(self) -> None:
         if self.num_steps < 1:
             raise ValueError(f"num_steps must be >= 1 env step; got {self.num_steps}.")
-        if self.checkpoint is not None and self.checkpointer is None:
-            raise ValueError(
-                f"checkpoint={self.checkpoint} asks to resume, but no checkpointer says where "
-                "checkpoints are; pass checkpointer=Checkpointer(directory)."
-            )
         if self.grad_accumulation < 1:
             raise ValueError(
                 f"grad_accumulation must be >= 1 batch; got {self.grad_accumulation}."

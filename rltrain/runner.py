@@ -2,15 +2,19 @@
 
 from __future__ import annotations
 
+import pickle
+import warnings
 from typing import Any, NamedTuple
 
 import numpy as np
 import torch
-from gymnasium.vector import VectorEnv
+from gymnasium.vector import SyncVectorEnv, VectorEnv
 
+from rltrain import safe_pickle
 from rltrain.agents.base import Policy, PolicyState
 from rltrain.components import Progress
 from rltrain.events.events import EpisodeEnd
+from rltrain.safe_pickle import env_classes
 
 
 class Transitions(NamedTuple):
@@ -49,6 +53,7 @@ class Runner:
         self.progress = progress
         self.observations: np.ndarray = np.empty(0)
         self.policy_state: PolicyState = None
+        self.seed = 0
         self.episode_returns = np.zeros(self.num_envs, dtype=np.float64)
         # The vector step at which each sub-env's episode started: lengths are computed when an
         # episode ends instead of counted every step (each small NumPy op costs 1-3 µs here).
@@ -62,6 +67,7 @@ class Runner:
 
     def reset(self, *, seed: int, policy: Policy | None = None) -> None:
         """Reset every sub-env (sub-env ``i`` gets seed ``seed + i``) and the episode statistics."""
+        self.seed = seed
         self.observations, _ = self.envs.reset(seed=seed)
         self.episode_returns[:] = 0.0
         self.episode_starts[:] = self.progress.vector_steps
@@ -119,3 +125,47 @@ class Runner:
                 self.policy_state = policy.reset_state(self.policy_state, torch.as_tensor(done))
         transitions = Transitions(obs, actions, rewards, next_obs, terminated, truncated)
         return transitions, episodes
+
+    def state_dict(self) -> dict[str, Any]:
+        """Current observations, episode statistics, policy state and, for a
+        ``SyncVectorEnv``, the sub-environments themselves (pickled) and the action space's
+        generator, so that a resumed run steps exactly as this one would have."""
+        state: dict[str, Any] = {
+            "observations": torch.from_numpy(np.array(self.observations)),
+            "episode_returns": torch.from_numpy(self.episode_returns.copy()),
+            "episode_starts": torch.from_numpy(self.episode_starts.copy()),
+            "policy_state": self.policy_state,
+            "action_space_rng": self.envs.action_space.np_random.bit_generator.state,
+            "envs": None,
+        }
+        if isinstance(self.envs, SyncVectorEnv):
+            try:
+                data = pickle.dumps(list(self.envs.envs))
+            except Exception:
+                data = None
+            if data is not None:
+                state["envs"] = torch.frombuffer(bytearray(data), dtype=torch.uint8)
+        return state
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore :meth:`state_dict`'s output. Environments that could not be saved (async
+        workers, unpicklable envs) are reset instead, seeded from the reset seed and the vector
+        step, with a warning."""
+        saved_envs = state["envs"]
+        if saved_envs is not None and isinstance(self.envs, SyncVectorEnv):
+            allowed = env_classes(self.envs.envs)
+            self.envs.envs = safe_pickle.loads(saved_envs.numpy().tobytes(), allowed)
+            self.observations = state["observations"].numpy().copy()
+            self.episode_returns[:] = state["episode_returns"].numpy()
+            self.episode_starts[:] = state["episode_starts"].numpy()
+            self.policy_state = state["policy_state"]
+        else:
+            warnings.warn(
+                "The environments' state is not in this checkpoint (async vector envs and "
+                "unpicklable envs cannot be saved): they were reset with a new seed, so the "
+                "episodes running at the checkpoint restart and the resumed run is not an "
+                "exact continuation.", stacklevel=2)
+            self.observations, _ = self.envs.reset(seed=self.seed + self.progress.vector_steps)
+            self.episode_returns[:] = 0.0
+            self.episode_starts[:] = self.progress.vector_steps
+        self.envs.action_space.np_random.bit_generator.state = state["action_space_rng"]

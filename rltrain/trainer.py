@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import time
+import warnings
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Literal
@@ -129,8 +130,17 @@ class Trainer:
         if console_interval < 0:
             raise ValueError(f"console_interval must be >= 0 seconds; got {console_interval}.")
 
-    def fit(self, env: EnvInit, agent: LearningAgent) -> RLResult:
+    def fit(self, env: EnvInit, agent: LearningAgent,
+            ckpt_path: str | Path | None = None) -> RLResult:
         """Train ``agent`` on ``env``; returns the trained policy and the run's summary.
+
+        ``ckpt_path`` resumes a run: ``"last"`` or ``"best"`` (in this trainer's run directory)
+        or a checkpoint file. With sync vector envs whose state can be pickled (CartPole,
+        Pendulum) on CPU, the resumed run continues exactly as if it had not stopped: same
+        networks, optimizer states, replay buffer, random streams and metrics. ``num_steps``
+        is the total, counted from the start of the original run. The strategy's and agent's
+        settings must match the checkpoint's, except the evaluation settings (a difference is
+        printed); any other difference is an error naming the setting.
 
         The spaces are checked before anything starts. A stop request (``trainer.interrupter``,
         or Ctrl-C / SIGTERM while ``fit`` runs in the main thread) ends the run after the
@@ -138,11 +148,16 @@ class Trainer:
         """
         check_spaces(env, agent)
         run_dir = self.resolve_run_dir(env, agent)
+        checkpoint = None
+        if ckpt_path is not None:
+            checkpoint = self.checkpoint_path(ckpt_path, run_dir)
+            check_resume_settings(checkpoint, {**self.strategy.hparams(), **agent.hparams()})
         run_dir.mkdir(parents=True, exist_ok=True)
         self.interrupter.reset()
         events = EventProcessor(self._subscribers(run_dir))
         components = RLComponents(
             num_steps=self.num_steps,
+            checkpoint=checkpoint,
             checkpointer=Checkpointer(run_dir / "checkpoints", interval=self.checkpoint_interval),
             grad_accumulation=self.accumulate_grad_batches,
             gradient_clip_val=self.gradient_clip_val,
@@ -188,6 +203,16 @@ class Trainer:
             evaluator.close()
         return evaluation_metrics(result)
 
+    def checkpoint_path(self, ckpt_path: str | Path, run_dir: Path) -> Path:
+        """``"last"`` / ``"best"`` in ``run_dir/checkpoints``, or the file given; must exist."""
+        path = (run_dir / "checkpoints" / f"{ckpt_path}.pt" if ckpt_path in ("last", "best")
+                else Path(ckpt_path))
+        if not path.is_file():
+            raise FileNotFoundError(
+                f"No checkpoint to resume from at {path}. Pass ckpt_path='last' or 'best' with "
+                "the run_dir of the run to resume, or the path of a checkpoint file.")
+        return path
+
     def resolve_run_dir(self, env: EnvInit, agent: LearningAgent) -> Path:
         """The run directory: the one given, or ``runs/<date>-<time>-<agent>-<env>``."""
         if self.run_dir is not None:
@@ -217,6 +242,27 @@ class Trainer:
 def default_run_dir(agent_name: str, env_name: str) -> Path:
     """``runs/<date>-<time>-<agent>-<env>`` under the current directory."""
     return Path("runs") / f"{time.strftime('%Y%m%d-%H%M%S')}-{agent_name.lower()}-{env_name}"
+
+
+#: Settings that may differ between a checkpoint and the run resuming it.
+SAFE_RESUME_OVERRIDES = frozenset({"strategy/eval_interval", "strategy/eval_episodes"})
+
+
+def check_resume_settings(checkpoint: Path, hparams: dict[str, Any]) -> None:
+    """Refuse to resume when settings other than :data:`SAFE_RESUME_OVERRIDES` changed."""
+    saved = Checkpointer.load(checkpoint).get("hparams", {})
+    changed = sorted(k for k in set(saved) | set(hparams) if saved.get(k) != hparams.get(k))
+    unsafe = [k for k in changed if k not in SAFE_RESUME_OVERRIDES]
+    if unsafe:
+        details = "; ".join(f"{k}: {saved.get(k)!r} in the checkpoint, {hparams.get(k)!r} now"
+                            for k in unsafe)
+        raise ValueError(
+            f"Cannot resume from {checkpoint}: settings differ from the checkpoint's ({details}). "
+            f"Use the checkpoint's settings; only {sorted(SAFE_RESUME_OVERRIDES)}, num_steps, "
+            "the run directory and the renderers may change on resume.")
+    for key in changed:
+        warnings.warn(f"Resuming with {key} = {hparams.get(key)!r} "
+                      f"(the checkpoint had {saved.get(key)!r}).", stacklevel=3)
 
 
 def check_spaces(env: EnvInit, agent: LearningAgent) -> None:

@@ -135,6 +135,38 @@ class Metrics:
         out["time/elapsed"] = self.elapsed
         return out
 
+    def state_dict(self) -> dict[str, Any]:
+        """The windows and evaluation results (for checkpoints; timings are not kept)."""
+        evaluation = self.last_evaluation
+        return {
+            "returns": list(self._returns),
+            "lengths": list(self._lengths),
+            "train": {name: [float(v) for v in values] for name, values in self._train.items()},
+            "episodes": self.episodes,
+            "gradient_steps": self.gradient_steps,
+            "last_evaluation": None if evaluation is None else {
+                "env_steps": evaluation.env_steps, "returns": list(evaluation.returns),
+                "lengths": list(evaluation.lengths)},
+            "best_eval_return": self.best_eval_return,
+            "threshold_env_steps": self.threshold_env_steps,
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore :meth:`state_dict`'s output (after the resumed run's Start event)."""
+        self._returns.extend(state["returns"])
+        self._lengths.extend(state["lengths"])
+        for name, values in state["train"].items():
+            self._train[name] = deque(values, maxlen=self.window)
+        self.episodes = int(state["episodes"])
+        self.gradient_steps = int(state["gradient_steps"])
+        saved = state["last_evaluation"]
+        if saved is not None:
+            self.last_evaluation = EvaluationEnd(env_steps=int(saved["env_steps"]),
+                                                 returns=tuple(saved["returns"]),
+                                                 lengths=tuple(saved["lengths"]))
+        self.best_eval_return = float(state["best_eval_return"])
+        self.threshold_env_steps = state["threshold_env_steps"]
+
     def _on_start(self, event: Start) -> None:
         self.start_time = time.perf_counter()
         self.total_env_steps = event.total_env_steps

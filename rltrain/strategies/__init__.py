@@ -1,6 +1,7 @@
 """Training strategies: the loops."""
 
-from rltrain.strategies.base import RLResult, RLStrategy, Summary, seed_everything
+from rltrain.seeding import seed_everything
+from rltrain.strategies.base import RLResult, RLStrategy, Summary
 from rltrain.strategies.off_policy import OffPolicyConfig, OffPolicyStrategy
 
 __all__ = [

@@ -3,12 +3,8 @@
 from __future__ import annotations
 
 import math
-import random
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
-
-import numpy as np
-import torch
 
 from rltrain.agents.base import LearningAgent, Policy
 from rltrain.checkpoint import restore_progress
@@ -106,10 +102,3 @@ class RLStrategy(ABC):
     def hparams(self) -> dict[str, float | int | str | bool]:
         """The strategy's settings for TensorBoard's hyperparameters. Default: none."""
         return {}
-
-
-def seed_everything(seed: int) -> None:
-    """Seed Python's, NumPy's global and torch's random generators."""
-    random.seed(seed)
-    np.random.seed(seed)
-    torch.manual_seed(seed)

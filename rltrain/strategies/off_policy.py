@@ -10,14 +10,15 @@ from typing_extensions import override
 
 from rltrain.agents.base import LearningAgent, Policy
 from rltrain.buffers.replay import ReplayBuffer
-from rltrain.checkpoint import resume, training_state
+from rltrain.checkpoint import Stateful, resume, training_state
 from rltrain.components import RLComponents
 from rltrain.envs import EnvInit, Vectorization, make_vector_env
 from rltrain.evaluation import Evaluator
 from rltrain.events.events import EnvStep, TrainStep, flatten_hparams
 from rltrain.optim import Optimization
 from rltrain.runner import Runner
-from rltrain.strategies.base import RLStrategy, seed_everything
+from rltrain.seeding import GlobalRandomState, seed_everything
+from rltrain.strategies.base import RLStrategy
 
 #: Evaluation environments reset with ``seed + EVAL_SEED_OFFSET``, apart from the training envs.
 EVAL_SEED_OFFSET = 1_000_003
@@ -134,20 +135,48 @@ class OffPolicyStrategy(RLStrategy):
                              accumulate_grad_batches=components.grad_accumulation,
                              gradient_clip_val=components.gradient_clip_val,
                              gradient_clip_algorithm=components.gradient_clip_algorithm)
-        if components.checkpoint is not None:
-            resume(components, agent, optim)
         policy = agent.policy(components.inference_device)
         syncs_policy = components.inference_device != components.device
         runner = Runner(envs, device=components.inference_device, progress=progress)
         runner.reset(seed=cfg.seed, policy=policy)
         events, interrupter = components.event_processor, components.interrupter
         checkpointer = components.checkpointer
-
+        # Everything with state, saved and restored as one (the checkpoint is their union).
+        parts: dict[str, Stateful] = {
+            "agent": agent, "optimization": optim, "buffer": buffer, "runner": runner,
+            "random": GlobalRandomState(), "metrics": events.metrics}
+        hparams = {**self.hparams(), **agent.hparams()}
+        if components.checkpoint is not None:
+            resume(components, agent, parts)
+            if syncs_policy:
+                agent.sync_policy(policy)
         evaluated_at = saved_at = -1
+
+        def train_pending() -> None:
+            # Gradient steps owed by the current round; a stop leaves the rest in progress, so
+            # a resumed run does exactly the steps an uninterrupted run would have.
+            if not progress.pending_gradient_steps:
+                return
+            while progress.pending_gradient_steps and not interrupter.should_stop():
+                metrics = optim.training_step(agent, buffer.sample(cfg.batch_size))
+                progress.pending_gradient_steps -= 1
+                events.emit(TrainStep(env_steps=progress.env_steps,
+                                      gradient_steps=progress.gradient_steps, metrics=metrics))
+            if syncs_policy:
+                agent.sync_policy(policy)
+
+        def evaluate() -> None:
+            assert evaluator is not None
+            best = events.metrics.best_eval_return
+            evaluator.run(policy, env_steps=progress.env_steps, events=events,
+                          interrupter=interrupter)
+            if checkpointer is not None and events.metrics.best_eval_return > best:
+                checkpointer.save_best(training_state(agent, parts, progress, hparams))
 
         def crossed(interval: int, before: int, after: int) -> bool:
             return after // interval > before // interval
 
+        train_pending()
         while progress.env_steps < components.num_steps and not interrupter.should_stop():
             before = progress.env_steps
             if before < cfg.warmup_steps:
@@ -165,29 +194,24 @@ class OffPolicyStrategy(RLStrategy):
             # round per train_interval boundary crossed (several when num_envs > train_interval).
             rounds = after // cfg.train_interval - before // cfg.train_interval
             if rounds and len(buffer) >= min(cfg.warmup_steps, cfg.buffer_size):
-                for _ in range(rounds * cfg.train_steps):
-                    if interrupter.should_stop():
-                        break
-                    metrics = optim.training_step(agent, buffer.sample(cfg.batch_size))
-                    events.emit(TrainStep(env_steps=after, gradient_steps=progress.gradient_steps,
-                                          metrics=metrics))
-                if syncs_policy:
-                    agent.sync_policy(policy)
+                progress.pending_gradient_steps += rounds * cfg.train_steps
+                train_pending()
 
             if (evaluator is not None and cfg.eval_interval is not None
                     and crossed(cfg.eval_interval, before, after)
                     and not interrupter.should_stop()):
-                evaluator.run(policy, env_steps=after, events=events, interrupter=interrupter)
+                evaluate()
                 evaluated_at = after
 
             if checkpointer is not None and checkpointer.due(before, after):
-                checkpointer.save(training_state(agent, optim, progress), env_steps=after)
+                checkpointer.save(training_state(agent, parts, progress, hparams),
+                                  env_steps=after)
                 saved_at = after
 
         end = progress.env_steps
         # The final policy is always evaluated and saved, unless that just happened.
         if evaluator is not None and evaluated_at != end and not interrupter.should_stop():
-            evaluator.run(policy, env_steps=end, events=events, interrupter=interrupter)
+            evaluate()
         if checkpointer is not None and saved_at != end:
-            checkpointer.save(training_state(agent, optim, progress), env_steps=end)
+            checkpointer.save(training_state(agent, parts, progress, hparams), env_steps=end)
         return policy

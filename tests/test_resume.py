@@ -1,0 +1,182 @@
+"""Exact resume: N env steps straight equal N/2, stop, resume, N/2 — bit for bit."""
+
+from __future__ import annotations
+
+import pickle
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+import torch
+
+from rltrain import DQN, DQNConfig, OffPolicyConfig, OffPolicyStrategy, Trainer
+from rltrain.checkpoint import Checkpointer, atomic_save
+from rltrain.events import EvaluationEnd, EventRecorder
+
+ENV = "CartPole-v1"
+N = 2_400
+
+
+def strategy(**overrides: Any) -> OffPolicyStrategy:
+    settings: dict[str, Any] = dict(warmup_steps=300, train_interval=100, train_steps=20,
+                                    batch_size=32, buffer_size=10_000, eval_interval=600,
+                                    eval_episodes=3, seed=7)
+    settings.update(overrides)
+    return OffPolicyStrategy(OffPolicyConfig(**settings))
+
+
+def agent() -> DQN:
+    return DQN(DQNConfig(hidden_sizes=[32, 32], exploration_steps=1_500,
+                         target_update_interval=40))
+
+
+def fit(run_dir: Path, num_steps: int, ckpt_path: str | None = None,
+        **overrides: Any) -> tuple[DQN, Trainer]:
+    trainer = Trainer(num_steps=num_steps, strategy=strategy(**overrides), run_dir=run_dir,
+                      renderers=(), gradient_clip_val=10.0)
+    trained = agent()
+    trainer.fit(ENV, trained, ckpt_path=ckpt_path)
+    return trained, trainer
+
+
+def env_snapshot(data: torch.Tensor) -> list[Any]:
+    """Every attribute of every wrapper layer of the pickled sub-envs, generators by state.
+
+    (The pickled bytes themselves may differ for equal environments: pickle's memo order.)
+    """
+    snapshot = []
+    for env in pickle.loads(data.numpy().tobytes()):
+        layer = env
+        while layer is not None:
+            for key, value in sorted(vars(layer).items()):
+                if key == "env":
+                    continue
+                if isinstance(value, np.random.Generator):
+                    value = value.bit_generator.state
+                snapshot.append((type(layer).__name__, key, repr(value)))
+            layer = getattr(layer, "env", None)
+    return snapshot
+
+
+def assert_same_tensors(a: Any, b: Any, where: str = "") -> None:
+    if isinstance(a, torch.Tensor):
+        assert isinstance(b, torch.Tensor) and torch.equal(a, b), where
+    elif isinstance(a, dict):
+        assert set(a) == set(b), where
+        for key in a:
+            assert_same_tensors(a[key], b[key], f"{where}/{key}")
+    elif isinstance(a, (list, tuple)):
+        assert len(a) == len(b), where
+        for i, (x, y) in enumerate(zip(a, b, strict=True)):
+            assert_same_tensors(x, y, f"{where}[{i}]")
+    else:
+        assert a == b, f"{where}: {a!r} != {b!r}"
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    straight = tmp_path_factory.mktemp("straight")
+    split = tmp_path_factory.mktemp("split")
+    fit(straight, N)
+    fit(split, N // 2)
+    fit(split, N, ckpt_path="last")
+    return {"straight": straight, "split": split}
+
+
+@pytest.mark.parametrize("part", ["agent", "optimization", "buffer", "runner", "random",
+                                 "metrics", "progress"])
+def test_stop_and_resume_equals_straight_run_bit_for_bit(runs: dict[str, Path],
+                                                         part: str) -> None:
+    straight = Checkpointer.load(runs["straight"] / "checkpoints" / "last.pt")
+    split = Checkpointer.load(runs["split"] / "checkpoints" / "last.pt")
+    assert straight["progress"]["env_steps"] == split["progress"]["env_steps"] == N
+    if part == "runner":
+        assert env_snapshot(straight["runner"].pop("envs")) == env_snapshot(
+            split["runner"].pop("envs"))
+    assert_same_tensors(straight[part], split[part], part)
+
+
+def test_resumed_run_reports_the_same_final_metrics(runs: dict[str, Path]) -> None:
+    import json
+    a = json.loads((runs["straight"] / "summary.json").read_text())["final_metrics"]
+    b = json.loads((runs["split"] / "summary.json").read_text())["final_metrics"]
+    timeless = {k for k in a if not k.startswith("time/")} | {"time/env_steps",
+                                                             "time/gradient_steps"}
+    assert {k: a[k] for k in timeless} == {k: b[k] for k in timeless}
+
+
+def test_stop_in_the_middle_of_a_training_round_resumes_exactly(tmp_path: Path) -> None:
+    straight, _ = fit(tmp_path / "straight", 900)
+
+    class StopMidRound(EventRecorder):
+        def on_train_step(self, event: Any, metrics: Any) -> None:
+            if event.gradient_steps == 50:  # round 3 of 20 steps each is half done
+                trainer.interrupter.stop("mid-round")
+
+    trainer = Trainer(num_steps=900, strategy=strategy(), run_dir=tmp_path / "split",
+                      renderers=[StopMidRound()], gradient_clip_val=10.0)
+    trainer.fit(ENV, agent())
+    state = Checkpointer.load(tmp_path / "split" / "checkpoints" / "last.pt")
+    assert state["progress"]["pending_gradient_steps"] == 10
+    resumed, _ = fit(tmp_path / "split", 900, ckpt_path="last")
+    for name, tensor in straight.state_dict().items():
+        assert torch.equal(tensor, resumed.state_dict()[name]), name
+
+
+def test_resume_with_changed_evaluation_settings_is_allowed(tmp_path: Path) -> None:
+    fit(tmp_path, 400)
+    with pytest.warns(UserWarning, match="eval_episodes"):
+        fit(tmp_path, 800, ckpt_path="last", eval_episodes=2)
+
+
+def test_resume_with_a_changed_learning_setting_names_the_key(tmp_path: Path) -> None:
+    fit(tmp_path, 400)
+    with pytest.raises(ValueError, match="strategy/batch_size: 32 in the checkpoint, 16 now"):
+        fit(tmp_path, 800, ckpt_path="last", batch_size=16)
+
+
+def test_missing_checkpoint_is_a_clear_error(tmp_path: Path) -> None:
+    with pytest.raises(FileNotFoundError, match="No checkpoint to resume from"):
+        fit(tmp_path, 400, ckpt_path="last")
+
+
+def test_best_checkpoint_holds_the_best_evaluation(tmp_path: Path) -> None:
+    recorder = EventRecorder()
+    trainer = Trainer(num_steps=N, strategy=strategy(), run_dir=tmp_path,
+                      renderers=[recorder], gradient_clip_val=10.0)
+    trainer.fit(ENV, agent())
+    evaluations = recorder.of(EvaluationEnd)
+    best = max(evaluations, key=lambda e: e.return_mean)
+    state = Checkpointer.load(tmp_path / "checkpoints" / "best.pt")
+    assert state["metrics"]["best_eval_return"] == pytest.approx(best.return_mean)
+    assert state["progress"]["env_steps"] == best.env_steps
+
+
+class Boom:
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (Path.touch, (Path(MARKER),))
+
+
+MARKER = ""
+
+
+def test_a_planted_pickle_never_runs_and_the_error_names_the_file(tmp_path: Path) -> None:
+    global MARKER
+    fit(tmp_path, 400)
+    last = tmp_path / "checkpoints" / "last.pt"
+    state = Checkpointer.load(last)
+    MARKER = str(tmp_path / "pwned")
+    # 1. A pickled object in the checkpoint itself: torch.load(weights_only=True) refuses it.
+    state["agent_class"] = Boom()
+    evil = tmp_path / "evil.pt"
+    torch.save(state, evil)
+    with pytest.raises(ValueError, match="evil.pt"):
+        Checkpointer.load(evil)
+    # 2. A pickle in the environment state: the allow-listed unpickler refuses it.
+    state = Checkpointer.load(last)
+    state["runner"]["envs"] = torch.frombuffer(bytearray(pickle.dumps(Boom())), dtype=torch.uint8)
+    atomic_save(state, last)
+    with pytest.raises(ValueError, match=r"last\.pt: refusing .*pathlib"):
+        fit(tmp_path, 800, ckpt_path="last")
+    assert not Path(MARKER).exists()
