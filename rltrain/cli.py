@@ -40,14 +40,19 @@ def build_parser() -> argparse.ArgumentParser:
         "fit", help="train an agent (default: DQN on CartPole-v1 until solved)",
         epilog=EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter)
     defaults = RunConfig()
-    fit.add_argument("--env", default=defaults.env, help="Gymnasium id (default: %(default)s)")
+    fit.add_argument("--env", default=None, help=f"Gymnasium id (default: {defaults.env})")
     fit.add_argument("--steps", type=int, default=defaults.num_steps,
                      help="env steps to train for (default: %(default)s)")
-    fit.add_argument("--seed", type=int, default=defaults.off_policy.seed,
-                     help="seed of every random stream (default: %(default)s)")
-    fit.add_argument("--num-envs", type=int, default=defaults.off_policy.num_envs,
-                     help="sub-environments stepped together (default: %(default)s)")
-    fit.add_argument("--device", default=defaults.device, help="default: %(default)s")
+    fit.add_argument("--seed", type=int, default=None,
+                     help=f"seed of every random stream (default: {defaults.off_policy.seed})")
+    fit.add_argument("--num-envs", type=int, default=None,
+                     help="sub-environments stepped together (default: "
+                          f"{defaults.off_policy.num_envs})")
+    fit.add_argument("--device", default=None, help=f"default: {defaults.device}")
+    fit.add_argument("--resume", default=None, metavar="last|best|PATH",
+                     help="continue a run exactly from its last or best checkpoint (with "
+                          "--run-dir) or from a checkpoint file; the run's config.yaml applies, "
+                          "and only --steps and the output switches may change")
     fit.add_argument("--threads", type=int, default=defaults.threads,
                      help="torch threads (default: %(default)s; small MLPs are fastest with 1)")
     fit.add_argument("--run-dir", type=Path, default=None,
@@ -87,21 +92,29 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 def fit(args: argparse.Namespace) -> int:
     """``rltrain fit``: train, then print where the run is stored."""
-    check_env_id(args.env)
+    defaults = RunConfig()
+    env = args.env or defaults.env
+    check_env_id(env)
     threshold = args.target_return
     if threshold is None and not args.no_early_stop:
-        threshold = gym.spec(args.env).reward_threshold
-    defaults = RunConfig()
-    config = RunConfig(
-        env=args.env, num_steps=args.steps, device=args.device, threads=args.threads,
-        return_threshold=None if args.no_early_stop else threshold,
-        off_policy=dataclasses.replace(defaults.off_policy, seed=args.seed,
-                                       num_envs=args.num_envs),
-    )
+        threshold = gym.spec(env).reward_threshold
+    if args.resume is not None:
+        run_dir, config = resumed_config(args)
+    else:
+        config = RunConfig(
+            env=env, num_steps=args.steps,
+            device=args.device or defaults.device, threads=args.threads,
+            return_threshold=None if args.no_early_stop else threshold,
+            off_policy=dataclasses.replace(
+                defaults.off_policy,
+                seed=defaults.off_policy.seed if args.seed is None else args.seed,
+                num_envs=args.num_envs or defaults.off_policy.num_envs),
+        )
+        run_dir = args.run_dir if args.run_dir is not None else default_run_dir("dqn",
+                                                                                config.env)
     torch.set_num_threads(config.threads)
     agent = DQN(config.dqn)
     check_spaces(config.env, agent)
-    run_dir: Path = args.run_dir if args.run_dir is not None else default_run_dir("dqn", args.env)
     run_dir.mkdir(parents=True, exist_ok=True)
     save_run_config(config, run_dir / "config.yaml")
     trainer = Trainer(
@@ -113,13 +126,35 @@ def fit(args: argparse.Namespace) -> int:
         return_threshold=config.return_threshold,
         gradient_clip_val=config.gradient_clip_val,
     )
-    result = trainer.fit(config.env, agent)
+    result = trainer.fit(config.env, agent, ckpt_path=args.resume)
     summary = result.summary
     final = summary.final_metrics.get("eval/return_mean")
     print(f"run directory: {run_dir}")
     if final is not None:
         print(f"final evaluation return: {final:.2f}")
     return 0
+
+
+def resumed_config(args: argparse.Namespace) -> tuple[Path, RunConfig]:
+    """The run directory and saved config of ``--resume``, with ``--steps`` applied."""
+    resume = Path(args.resume)
+    if args.resume in ("last", "best"):
+        if args.run_dir is None:
+            raise ValueError(f"--resume {args.resume} needs --run-dir, the run to continue.")
+        run_dir = Path(args.run_dir)
+    else:
+        run_dir = resume.parent.parent
+    config = load_run_config(run_dir / "config.yaml")
+    given = {"--env": (args.env, config.env), "--seed": (args.seed, config.off_policy.seed),
+             "--num-envs": (args.num_envs, config.off_policy.num_envs),
+             "--device": (args.device, config.device)}
+    for flag, (value, saved) in given.items():
+        if value is not None and value != saved:
+            raise ValueError(
+                f"{flag} {value} differs from the run being resumed ({saved}); a resumed run "
+                "keeps its settings. Start a new run (another --run-dir) to change it.")
+    config.num_steps = args.steps
+    return run_dir, config
 
 
 def evaluate(args: argparse.Namespace) -> int:

@@ -136,3 +136,26 @@ def test_an_unknown_command_exits_2_with_usage(tmp_path: Path) -> None:
     process = rltrain("train", cwd=tmp_path)
     assert process.returncode == 2
     assert "usage: rltrain" in process.stderr
+
+
+def test_fit_resume_last_continues_the_run_to_the_new_step_count(tmp_path: Path) -> None:
+    run = tmp_path / "run"
+    first = rltrain("fit", "--steps", "1200", "--run-dir", run, "--no-tqdm", "--no-early-stop",
+                    cwd=tmp_path)
+    assert first.returncode == 0, first.stdout + first.stderr
+    resumed = rltrain("fit", "--resume", "last", "--run-dir", run, "--steps", "1800",
+                      "--no-tqdm", cwd=tmp_path)
+    assert resumed.returncode == 0, resumed.stdout + resumed.stderr
+    assert "resuming at 1,200" in resumed.stdout
+    summary = json.loads((run / "summary.json").read_text())
+    assert summary["env_steps"] == 1800
+
+
+def test_fit_resume_with_another_seed_exits_2_naming_the_flag(tmp_path: Path) -> None:
+    run = tmp_path / "run"
+    assert rltrain("fit", "--steps", "300", "--run-dir", run, "--no-tqdm",
+                   cwd=tmp_path).returncode == 0
+    resumed = rltrain("fit", "--resume", "last", "--run-dir", run, "--seed", "5",
+                      cwd=tmp_path)
+    assert resumed.returncode == 2
+    assert "--seed 5 differs from the run being resumed" in resumed.stderr
