@@ -3,12 +3,18 @@
 from __future__ import annotations
 
 import dataclasses
+import hashlib
+import json
 import os
 import pickle
+import shutil
 import tempfile
-from collections.abc import Mapping
+import time
+import warnings
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, BinaryIO, Protocol
 
 import torch
 
@@ -21,6 +27,8 @@ if TYPE_CHECKING:
 
 #: Version of the checkpoint layout written by :func:`training_state`.
 CHECKPOINT_FORMAT = 1
+#: The file listing a checkpoint folder's checkpoints with their checksums.
+MANIFEST = "manifest.json"
 
 
 def _version() -> str:
@@ -29,25 +37,52 @@ def _version() -> str:
     return __version__
 
 
-class Checkpointer:
-    """Writes ``checkpoint-<env_steps>.pt`` files every ``interval`` env steps and at the end.
+@dataclass(frozen=True)
+class SavedCheckpoint:
+    """What one save wrote.
 
-    A file is written beside its final name, flushed to disk, then renamed into place, so a crash
-    never leaves a half-written checkpoint under a checkpoint's name. ``last.pt`` is replaced the
-    same way on every save.
+    Attributes:
+        path: The checkpoint file.
+        env_steps: Env steps done when it was taken.
+        size_bytes: Its size on disk.
+        seconds: Wall-clock seconds the save took (serialising, writing, syncing).
+    """
+
+    path: Path
+    env_steps: int
+    size_bytes: int
+    seconds: float
+
+
+class Checkpointer:
+    """Writes checkpoints atomically, with checksums, and keeps the last few and the best.
+
+    Each save writes ``checkpoint-<env_steps>.pt`` beside its final name, syncs it to disk and
+    renames it into place, then rewrites ``manifest.json`` the same way. The manifest lists every
+    kept checkpoint with its SHA-256 and size, names the ``last`` one and the ``best`` one
+    (``best.pt``, rewritten when an evaluation beats the best so far). ``last.pt`` is a hard link
+    to the newest checkpoint, for convenience; :meth:`resolve` reads the manifest. A crash at any
+    moment leaves the previous checkpoints and manifest intact, and a file whose checksum does not
+    match is reported and skipped in favour of the newest good one.
 
     Args:
         directory: Where checkpoints go (created on first save).
-        interval: Env steps between saves; None saves only at the end. Default None.
+        interval: Env steps between saves; None saves only at the end (and on a stop).
+        keep_last: How many ``checkpoint-*.pt`` files to keep (older ones are deleted; ``best.pt``
+            is kept apart). Default 3.
     """
 
-    def __init__(self, directory: str | Path, *, interval: int | None = None) -> None:
+    def __init__(self, directory: str | Path, *, interval: int | None = None,
+                 keep_last: int = 3) -> None:
         if interval is not None and interval < 1:
             raise ValueError(
                 f"checkpoint interval must be >= 1 env step (or None); got {interval}."
             )
+        if keep_last < 1:
+            raise ValueError(f"keep_last must be >= 1 checkpoint; got {keep_last}.")
         self.directory = Path(directory)
         self.interval = interval
+        self.keep_last = keep_last
 
     def due(self, previous_env_steps: int, env_steps: int) -> bool:
         """True when an interval boundary lies in ``(previous_env_steps, env_steps]``."""
@@ -59,38 +94,92 @@ class Checkpointer:
         """Where the checkpoint taken at ``env_steps`` is written."""
         return self.directory / f"checkpoint-{env_steps}.pt"
 
-    def save(self, state: dict[str, Any], *, env_steps: int) -> Path:
-        """Write ``state`` as ``checkpoint-<env_steps>.pt`` and point ``last.pt`` at it (a hard
-        link swapped in atomically, so the data is written once); returns the former."""
+    def save(self, state: dict[str, Any], *, env_steps: int) -> SavedCheckpoint:
+        """Write ``state`` as ``checkpoint-<env_steps>.pt``, make it ``last``, apply retention."""
+        start = time.perf_counter()
         self.directory.mkdir(parents=True, exist_ok=True)
         path = self.path(env_steps)
-        atomic_save(state, path)
-        last = self.directory / "last.pt"
-        link = last.with_name(f".last.pt.{os.getpid()}.tmp")
-        try:
-            link.unlink(missing_ok=True)
-            os.link(path, link)
-            os.replace(link, last)
-        except OSError:  # a filesystem without hard links: write a copy instead
-            link.unlink(missing_ok=True)
-            atomic_save(state, last)
-        return path
+        entry = {"file": path.name, "env_steps": env_steps, **atomic_save(state, path)}
+        manifest = self.manifest()
+        kept = sorted([e for e in manifest["checkpoints"] if e["file"] != path.name] + [entry],
+                      key=lambda e: int(e["env_steps"]))
+        manifest["checkpoints"], dropped = kept[-self.keep_last:], kept[:-self.keep_last]
+        manifest["last"] = path.name
+        self._write_manifest(manifest)
+        self._link_last(path)
+        for old in dropped:
+            (self.directory / old["file"]).unlink(missing_ok=True)
+        return SavedCheckpoint(path, env_steps, int(entry["bytes"]),
+                               time.perf_counter() - start)
 
-    def save_best(self, state: dict[str, Any]) -> Path:
-        """Write ``state`` as ``best.pt`` (called when an evaluation beats the best so far)."""
+    def save_best(self, state: dict[str, Any], *, env_steps: int,
+                  eval_return: float) -> SavedCheckpoint:
+        """Write ``state`` as ``best.pt`` (an evaluation just beat the best so far)."""
+        start = time.perf_counter()
         self.directory.mkdir(parents=True, exist_ok=True)
         path = self.directory / "best.pt"
-        atomic_save(state, path)
-        return path
+        entry = {"file": path.name, "env_steps": env_steps, "eval_return": eval_return,
+                 **atomic_save(state, path)}
+        manifest = self.manifest()
+        manifest["best"] = entry
+        self._write_manifest(manifest)
+        return SavedCheckpoint(path, env_steps, int(entry["bytes"]),
+                               time.perf_counter() - start)
+
+    def manifest(self) -> dict[str, Any]:
+        """The manifest (an empty one when there is none or it cannot be read)."""
+        path = self.directory / MANIFEST
+        try:
+            manifest: dict[str, Any] = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            return {"format": CHECKPOINT_FORMAT, "checkpoints": [], "last": None, "best": None}
+        return manifest
+
+    def resolve(self, which: str) -> Path:
+        """The newest intact checkpoint for ``which`` (``"last"`` or ``"best"``).
+
+        A listed file that is missing or fails its checksum is reported with a warning and the
+        next newest is tried; without a readable manifest the ``checkpoint-*.pt`` files are tried
+        newest first.
+        """
+        manifest = self.manifest()
+        if which == "best":
+            candidates = [manifest["best"]] if manifest.get("best") else []
+        else:
+            candidates = sorted(manifest["checkpoints"], key=lambda e: -int(e["env_steps"]))
+        if not manifest["checkpoints"] and which == "last":
+            candidates = [{"file": p.name} for p in sorted(
+                self.directory.glob("checkpoint-*.pt"),
+                key=lambda p: -int(p.stem.split("-")[1]))]
+        for entry in candidates:
+            path = self.directory / str(entry["file"])
+            problem = _check(path, entry)
+            if problem is None:
+                return path
+            warnings.warn(f"Skipping checkpoint {path}: {problem}. Trying an older one.",
+                          stacklevel=2)
+        raise FileNotFoundError(
+            f"No intact {which} checkpoint in {self.directory}. Checkpoints are written to "
+            "<run_dir>/checkpoints/ while training (last: checkpoint-<env_steps>.pt, best: "
+            "best.pt).")
 
     @staticmethod
     def load(path: str | Path) -> dict[str, Any]:
-        """Read a checkpoint with ``torch.load(weights_only=True)``: tensors and plain data only."""
+        """Read a checkpoint with ``torch.load(weights_only=True)``: tensors and plain data only.
+
+        When the file is listed in its folder's manifest, its checksum is verified first.
+        """
         path = Path(path)
         if not path.is_file():
             raise FileNotFoundError(
                 f"No checkpoint at {path}. Checkpoints are written to <run_dir>/checkpoints/ "
                 "(last.pt, best.pt, checkpoint-<env_steps>.pt).")
+        entry = Checkpointer(path.parent).listed(path.name)
+        if entry is not None:
+            problem = _check(path, entry)
+            if problem is not None:
+                raise ValueError(f"{path} is corrupt: {problem}. Resume from another "
+                                 "checkpoint (ckpt_path='last' picks the newest intact one).")
         try:
             state: dict[str, Any] = torch.load(path, map_location="cpu", weights_only=True)
         except pickle.UnpicklingError as error:
@@ -102,6 +191,53 @@ class Checkpointer:
             raise ValueError(f"{path} is not a readable checkpoint (truncated or corrupt?): "
                              f"{error}") from error
         return state
+
+    def listed(self, name: str) -> dict[str, Any] | None:
+        """The manifest entry of file ``name`` (``last.pt`` is the last checkpoint's), if any."""
+        manifest = self.manifest()
+        if name == "last.pt":
+            name = manifest.get("last") or ""
+        best = manifest.get("best")
+        if best and best["file"] == name:
+            return dict(best)
+        return next((dict(e) for e in manifest["checkpoints"] if e["file"] == name), None)
+
+    def _write_manifest(self, manifest: dict[str, Any]) -> None:
+        data = (json.dumps(manifest, indent=2) + "\n").encode()
+        _atomic_write(self.directory / MANIFEST, lambda file: file.write(data))
+
+    def _link_last(self, path: Path) -> None:
+        last = self.directory / "last.pt"
+        link = last.with_name(f".last.pt.{os.getpid()}.tmp")
+        link.unlink(missing_ok=True)
+        try:
+            os.link(path, link)
+            os.replace(link, last)
+        except OSError:  # a filesystem without hard links: copy
+            link.unlink(missing_ok=True)
+            shutil.copyfile(path, last)
+
+
+def _check(path: Path, entry: dict[str, Any]) -> str | None:
+    """Why ``path`` does not match its manifest ``entry`` (None when it does)."""
+    if not path.is_file():
+        return "the file is missing"
+    if "sha256" not in entry:
+        return None
+    size = path.stat().st_size
+    if size != int(entry["bytes"]):
+        return f"it has {size:,} bytes where the manifest says {int(entry['bytes']):,} (truncated?)"
+    if _sha256(path) != entry["sha256"]:
+        return "its SHA-256 checksum does not match the manifest's"
+    return None
+
+
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as file:
+        for block in iter(lambda: file.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
 
 
 class Stateful(Protocol):
@@ -162,16 +298,53 @@ def resume(components: RLComponents, agent: LearningAgent,
             raise ValueError(f"{path}: refusing to load its {name} state: {error}") from error
 
 
-def atomic_save(state: dict[str, Any], path: Path) -> None:
-    """``torch.save`` to a temporary file in ``path``'s folder, fsync it, then rename it over."""
+class _HashingWriter:
+    """A binary file that also hashes and counts what is written to it."""
+
+    def __init__(self, file: BinaryIO) -> None:
+        self.file = file
+        self.sha256 = hashlib.sha256()
+        self.size = 0
+
+    def write(self, data: bytes) -> int:
+        self.sha256.update(data)
+        self.size += len(data)
+        return self.file.write(data)
+
+    def flush(self) -> None:
+        self.file.flush()
+
+
+def atomic_save(state: dict[str, Any], path: Path) -> dict[str, Any]:
+    """``torch.save`` to a temporary file beside ``path``, fsync it, then rename it over ``path``.
+
+    Returns ``{"sha256": ..., "bytes": ...}`` of what was written (hashed while writing).
+    """
+    result: dict[str, Any] = {}
+
+    def write(file: BinaryIO) -> None:
+        writer = _HashingWriter(file)
+        torch.save(state, writer)  # type: ignore[arg-type]
+        result.update(sha256=writer.sha256.hexdigest(), bytes=writer.size)
+
+    _atomic_write(path, write)
+    return result
+
+
+def _atomic_write(path: Path, write: Callable[[BinaryIO], object]) -> None:
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
         os.chmod(tmp, 0o644)  # mkstemp creates 0600; a checkpoint is as readable as other files
         with os.fdopen(fd, "wb") as file:
-            torch.save(state, file)
+            write(file)
             file.flush()
             os.fsync(file.fileno())
         os.replace(tmp, path)
+        dir_fd = os.open(path.parent, os.O_RDONLY)  # make the rename itself durable
+        try:
+            os.fsync(dir_fd)
+        finally:
+            os.close(dir_fd)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise

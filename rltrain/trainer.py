@@ -63,6 +63,8 @@ class Trainer:
         log_interval: Env steps between TensorBoard and JSONL rows. Default 1,000.
         console_interval: Seconds between console lines. Default 10.
         checkpoint_interval: Env steps between checkpoints; None saves only at the end.
+        keep_last_checkpoints: ``checkpoint-*.pt`` files kept (``best.pt`` is kept apart).
+            Default 3.
         gradient_clip_val: Clip gradients to this norm (or value); None does not clip.
         gradient_clip_algorithm: ``"norm"`` or ``"value"``. Default ``"norm"``.
         accumulate_grad_batches: Batches per optimizer step. Default 1.
@@ -85,6 +87,7 @@ class Trainer:
         log_interval: int = 1_000,
         console_interval: float = 10.0,
         checkpoint_interval: int | None = None,
+        keep_last_checkpoints: int = 3,
         gradient_clip_val: float | None = None,
         gradient_clip_algorithm: Literal["norm", "value"] = "norm",
         accumulate_grad_batches: int = 1,
@@ -117,6 +120,7 @@ class Trainer:
         self.log_interval = log_interval
         self.console_interval = console_interval
         self.checkpoint_interval = checkpoint_interval
+        self.keep_last_checkpoints = keep_last_checkpoints
         self.gradient_clip_val = gradient_clip_val
         self.gradient_clip_algorithm = gradient_clip_algorithm
         self.accumulate_grad_batches = accumulate_grad_batches
@@ -126,7 +130,7 @@ class Trainer:
                      gradient_clip_val=gradient_clip_val,
                      gradient_clip_algorithm=gradient_clip_algorithm)
         LogSchedule(log_interval)
-        Checkpointer(".", interval=checkpoint_interval)
+        Checkpointer(".", interval=checkpoint_interval, keep_last=keep_last_checkpoints)
         if console_interval < 0:
             raise ValueError(f"console_interval must be >= 0 seconds; got {console_interval}.")
 
@@ -158,7 +162,8 @@ class Trainer:
         components = RLComponents(
             num_steps=self.num_steps,
             checkpoint=checkpoint,
-            checkpointer=Checkpointer(run_dir / "checkpoints", interval=self.checkpoint_interval),
+            checkpointer=Checkpointer(run_dir / "checkpoints", interval=self.checkpoint_interval,
+                                      keep_last=self.keep_last_checkpoints),
             grad_accumulation=self.accumulate_grad_batches,
             gradient_clip_val=self.gradient_clip_val,
             gradient_clip_algorithm=self.gradient_clip_algorithm,
@@ -205,8 +210,15 @@ class Trainer:
 
     def checkpoint_path(self, ckpt_path: str | Path, run_dir: Path) -> Path:
         """``"last"`` / ``"best"`` in ``run_dir/checkpoints``, or the file given; must exist."""
-        path = (run_dir / "checkpoints" / f"{ckpt_path}.pt" if ckpt_path in ("last", "best")
-                else Path(ckpt_path))
+        if ckpt_path in ("last", "best"):
+            try:
+                return Checkpointer(run_dir / "checkpoints").resolve(str(ckpt_path))
+            except FileNotFoundError as error:
+                raise FileNotFoundError(
+                    f"No checkpoint to resume from in {run_dir / 'checkpoints'} ({error}) Pass "
+                    "the run_dir of the run to resume, or the path of a checkpoint file."
+                ) from error
+        path = Path(ckpt_path)
         if not path.is_file():
             raise FileNotFoundError(
                 f"No checkpoint to resume from at {path}. Pass ckpt_path='last' or 'best' with "

@@ -12,6 +12,7 @@ import torch
 
 from rltrain import DQN, DQNConfig, OffPolicyConfig, OffPolicyStrategy, Trainer
 from rltrain.events import (
+    Checkpoint,
     End,
     EnvStep,
     EpisodeEnd,
@@ -206,7 +207,10 @@ def test_a_final_evaluation_follows_the_loop_when_the_last_step_did_not_evaluate
     events = recorder.events
     last_env_step = max(i for i, e in enumerate(events) if isinstance(e, EnvStep))
     assert events.index(starts[-1]) > last_env_step
-    assert events.index(ends[-1]) == len(events) - 2  # then End
+    # then only checkpoints (best.pt if it improved, the final save), then End
+    after = events[events.index(ends[-1]) + 1:]
+    assert [type(e).__name__ for e in after if not isinstance(e, Checkpoint)] == ["End"]
+    assert after[-2].path.endswith("checkpoint-250.pt")
     assert result.summary.final_metrics["eval/return_mean"] == ends[-1].return_mean
 
 

@@ -208,8 +208,8 @@ def test_tensorboard_writes_no_eval_scalars_for_a_cut_short_evaluation(tmp_path:
 def test_jsonl_lines_are_strict_json_objects_with_an_event_field(run: Run) -> None:
     rows = jsonl_rows(run.run_dir)
     assert rows
-    assert all(row["event"] in {"start", "metrics", "evaluation", "interrupted", "end"}
-               for row in rows)
+    assert all(row["event"] in {"start", "metrics", "evaluation", "checkpoint", "interrupted",
+                                "end"} for row in rows)
     assert rows[0]["event"] == "start"
     assert rows[0]["total_env_steps"] == NUM_STEPS
     assert rows[0]["hparams"]["strategy/batch_size"] == 32
@@ -360,8 +360,13 @@ def test_console_ends_with_a_done_line_matching_the_summary(run: Run) -> None:
     assert last.endswith(f"best evaluation return {summary.best_eval_return:.2f}")
 
 
-def test_console_with_a_long_interval_prints_only_start_evaluations_and_the_end(run: Run) -> None:
+def test_console_with_a_long_interval_prints_only_start_evaluations_saves_and_the_end(
+        run: Run) -> None:
     lines = run.quiet_console.splitlines()
+    saves = [line for line in lines if line.startswith("saved ")]
+    assert saves[-1].split()[1].endswith("checkpoint-600.pt")
+    assert all(re.fullmatch(r"saved \S+\.pt \(\d+\.\d MB in \d+\.\d\d s\)", s) for s in saves)
+    lines = [line for line in lines if not line.startswith("saved ")]
     assert lines[0].startswith("training for ")
     assert sum(1 for line in lines if line.startswith("evaluation at ")) == len(EVAL_STEPS)
     status = [line for line in lines if STATUS.match(line)]

@@ -12,7 +12,7 @@ import torch
 
 from rltrain import DQN, DQNConfig, OffPolicyConfig, OffPolicyStrategy, Trainer
 from rltrain.checkpoint import Checkpointer, atomic_save
-from rltrain.events import EvaluationEnd, EventRecorder
+from rltrain.events import Checkpoint, EvaluationEnd, EventRecorder
 
 ENV = "CartPole-v1"
 N = 2_400
@@ -171,12 +171,45 @@ def test_a_planted_pickle_never_runs_and_the_error_names_the_file(tmp_path: Path
     state["agent_class"] = Boom()
     evil = tmp_path / "evil.pt"
     torch.save(state, evil)
-    with pytest.raises(ValueError, match="evil.pt"):
+    with pytest.raises(ValueError, match=r"evil\.pt"):
         Checkpointer.load(evil)
     # 2. A pickle in the environment state: the allow-listed unpickler refuses it.
     state = Checkpointer.load(last)
     state["runner"]["envs"] = torch.frombuffer(bytearray(pickle.dumps(Boom())), dtype=torch.uint8)
-    atomic_save(state, last)
-    with pytest.raises(ValueError, match=r"last\.pt: refusing .*pathlib"):
-        fit(tmp_path, 800, ckpt_path="last")
+    planted = tmp_path / "planted.pt"
+    atomic_save(state, planted)
+    with pytest.raises(ValueError, match=r"planted\.pt: refusing .*pathlib"):
+        fit(tmp_path, 800, ckpt_path=str(planted))
     assert not Path(MARKER).exists()
+
+
+def test_a_corrupt_last_checkpoint_is_reported_and_resume_falls_back(tmp_path: Path) -> None:
+    trainer = Trainer(num_steps=600, strategy=strategy(), run_dir=tmp_path, renderers=(),
+                      checkpoint_interval=200, keep_last_checkpoints=2)
+    trainer.fit(ENV, agent())
+    folder = tmp_path / "checkpoints"
+    assert sorted(p.name for p in folder.glob("checkpoint-*.pt")) == [
+        "checkpoint-400.pt", "checkpoint-600.pt"]  # retention: the last 2
+    newest = folder / "checkpoint-600.pt"
+    data = newest.read_bytes()
+    newest.unlink()  # break the last.pt hard link, then truncate the newest file
+    newest.write_bytes(data[: len(data) // 2])
+    with pytest.raises(ValueError, match=r"checkpoint-600\.pt is corrupt: .*truncated"):
+        Checkpointer.load(newest)
+    with pytest.warns(UserWarning, match=r"Skipping checkpoint .*checkpoint-600\.pt"):
+        path = Checkpointer(folder).resolve("last")
+    assert path.name == "checkpoint-400.pt"
+    with pytest.warns(UserWarning, match="Skipping checkpoint"):
+        fit(tmp_path, 800, ckpt_path="last")
+    assert Checkpointer.load(folder / "last.pt")["progress"]["env_steps"] == 800
+
+
+def test_checkpoint_events_report_size_and_seconds(tmp_path: Path) -> None:
+    recorder = EventRecorder()
+    Trainer(num_steps=600, strategy=strategy(), run_dir=tmp_path, renderers=[recorder],
+            checkpoint_interval=300).fit(ENV, agent())
+    saves = [e for e in recorder.of(Checkpoint) if not e.best]
+    assert [e.env_steps for e in saves] == [300, 600]
+    for event in saves:
+        assert event.size_bytes == Path(event.path).stat().st_size
+        assert event.seconds > 0

@@ -1,6 +1,7 @@
 """Events, metrics and renderers: everything training shows or stores goes through here."""
 
 from rltrain.events.events import (
+    Checkpoint,
     End,
     EnvStep,
     EpisodeEnd,
@@ -16,6 +17,7 @@ from rltrain.events.processor import EventProcessor, Subscriber
 from rltrain.events.recorder import EventRecorder
 
 __all__ = [
+    "Checkpoint",
     "End",
     "EnvStep",
     "EpisodeEnd",

@@ -133,6 +133,25 @@ class EvaluationEnd:
 
 
 @dataclass(frozen=True, slots=True)
+class Checkpoint:
+    """A checkpoint was written.
+
+    Attributes:
+        env_steps: Env steps done when it was taken.
+        path: The file written.
+        size_bytes: Its size on disk.
+        seconds: Wall-clock seconds the save took.
+        best: True for ``best.pt`` (an evaluation beat the best so far).
+    """
+
+    env_steps: int
+    path: str
+    size_bytes: int
+    seconds: float
+    best: bool = False
+
+
+@dataclass(frozen=True, slots=True)
 class Interrupted:
     """A stop was requested and the loop returned early.
 
@@ -157,7 +176,8 @@ class End:
 
 
 Event = Union[
-    Start, EnvStep, EpisodeEnd, TrainStep, EvaluationStart, EvaluationEnd, Interrupted, End
+    Start, EnvStep, EpisodeEnd, TrainStep, EvaluationStart, EvaluationEnd, Checkpoint,
+    Interrupted, End,
 ]
 
 #: Every event type, in the order a run emits them first.
@@ -168,6 +188,7 @@ EVENT_TYPES: tuple[type, ...] = (
     TrainStep,
     EvaluationStart,
     EvaluationEnd,
+    Checkpoint,
     Interrupted,
     End,
 )

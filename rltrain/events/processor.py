@@ -7,6 +7,7 @@ from typing import Any
 
 from rltrain.events.events import (
     EVENT_TYPES,
+    Checkpoint,
     End,
     EnvStep,
     EpisodeEnd,
@@ -46,6 +47,9 @@ class Subscriber:
 
     def on_evaluation_end(self, event: EvaluationEnd, metrics: Metrics) -> None:
         """Evaluation finished."""
+
+    def on_checkpoint(self, event: Checkpoint, metrics: Metrics) -> None:
+        """A checkpoint was written."""
 
     def on_interrupted(self, event: Interrupted, metrics: Metrics) -> None:
         """The loop stopped early on a stop request."""

@@ -7,6 +7,7 @@ from typing import Any, TypeVar
 from typing_extensions import override
 
 from rltrain.events.events import (
+    Checkpoint,
     End,
     EnvStep,
     EpisodeEnd,
@@ -61,6 +62,10 @@ class EventRecorder(Subscriber):
 
     @override
     def on_evaluation_end(self, event: EvaluationEnd, metrics: Metrics) -> None:
+        self.events.append(event)
+
+    @override
+    def on_checkpoint(self, event: Checkpoint, metrics: Metrics) -> None:
         self.events.append(event)
 
     @override

@@ -10,11 +10,11 @@ from typing_extensions import override
 
 from rltrain.agents.base import LearningAgent, Policy
 from rltrain.buffers.replay import ReplayBuffer
-from rltrain.checkpoint import Stateful, resume, training_state
+from rltrain.checkpoint import SavedCheckpoint, Stateful, resume, training_state
 from rltrain.components import RLComponents
 from rltrain.envs import EnvInit, Vectorization, make_vector_env
 from rltrain.evaluation import Evaluator
-from rltrain.events.events import EnvStep, TrainStep, flatten_hparams
+from rltrain.events.events import Checkpoint, EnvStep, TrainStep, flatten_hparams
 from rltrain.optim import Optimization
 from rltrain.runner import Runner
 from rltrain.seeding import GlobalRandomState, seed_everything
@@ -170,8 +170,20 @@ class OffPolicyStrategy(RLStrategy):
             best = events.metrics.best_eval_return
             evaluator.run(policy, env_steps=progress.env_steps, events=events,
                           interrupter=interrupter)
-            if checkpointer is not None and events.metrics.best_eval_return > best:
-                checkpointer.save_best(training_state(agent, parts, progress, hparams))
+            new_best = events.metrics.best_eval_return
+            if checkpointer is not None and new_best > best:
+                save(checkpointer.save_best(training_state(agent, parts, progress, hparams),
+                                            env_steps=progress.env_steps, eval_return=new_best),
+                     best=True)
+
+        def save(saved: SavedCheckpoint | None = None, best: bool = False) -> None:
+            assert checkpointer is not None
+            if saved is None:
+                saved = checkpointer.save(training_state(agent, parts, progress, hparams),
+                                          env_steps=progress.env_steps)
+            events.emit(Checkpoint(env_steps=saved.env_steps, path=str(saved.path),
+                                   size_bytes=saved.size_bytes, seconds=saved.seconds,
+                                   best=best))
 
         def crossed(interval: int, before: int, after: int) -> bool:
             return after // interval > before // interval
@@ -204,8 +216,7 @@ class OffPolicyStrategy(RLStrategy):
                 evaluated_at = after
 
             if checkpointer is not None and checkpointer.due(before, after):
-                checkpointer.save(training_state(agent, parts, progress, hparams),
-                                  env_steps=after)
+                save()
                 saved_at = after
 
         end = progress.env_steps
@@ -213,5 +224,5 @@ class OffPolicyStrategy(RLStrategy):
         if evaluator is not None and evaluated_at != end and not interrupter.should_stop():
             evaluate()
         if checkpointer is not None and saved_at != end:
-            checkpointer.save(training_state(agent, parts, progress, hparams), env_steps=end)
+            save()
         return policy

@@ -8,7 +8,7 @@ from typing import TextIO
 
 from typing_extensions import override
 
-from rltrain.events.events import End, EnvStep, EvaluationEnd, Interrupted, Start
+from rltrain.events.events import Checkpoint, End, EnvStep, EvaluationEnd, Interrupted, Start
 from rltrain.events.metrics import Metrics
 from rltrain.events.processor import Subscriber
 
@@ -51,6 +51,11 @@ class ConsoleRenderer(Subscriber):
                 f"{event.return_mean:.2f} ± {event.return_std:.2f} over {len(event.returns)} "
                 f"episodes" + ("" if event.complete else " (cut short by a stop request)")
             )
+
+    @override
+    def on_checkpoint(self, event: Checkpoint, metrics: Metrics) -> None:
+        self._print(f"saved {event.path} ({event.size_bytes / 1e6:.1f} MB in "
+                    f"{event.seconds:.2f} s)")
 
     @override
     def on_interrupted(self, event: Interrupted, metrics: Metrics) -> None:

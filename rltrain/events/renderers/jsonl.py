@@ -10,7 +10,7 @@ from typing import IO, Any
 
 from typing_extensions import override
 
-from rltrain.events.events import End, EnvStep, EvaluationEnd, Interrupted, Start
+from rltrain.events.events import Checkpoint, End, EnvStep, EvaluationEnd, Interrupted, Start
 from rltrain.events.metrics import Metrics
 from rltrain.events.processor import Subscriber
 from rltrain.events.renderers.schedule import LogSchedule
@@ -58,6 +58,12 @@ class JsonlRenderer(Subscriber):
             "lengths": list(event.lengths),
             "complete": event.complete,
         })
+
+    @override
+    def on_checkpoint(self, event: Checkpoint, metrics: Metrics) -> None:
+        self._write({"event": "checkpoint", "env_steps": event.env_steps, "path": event.path,
+                     "size_bytes": event.size_bytes, "seconds": event.seconds,
+                     "best": event.best})
 
     @override
     def on_interrupted(self, event: Interrupted, metrics: Metrics) -> None:

@@ -9,7 +9,7 @@ from torch.utils.tensorboard import SummaryWriter
 from torch.utils.tensorboard.summary import hparams
 from typing_extensions import override
 
-from rltrain.events.events import End, EnvStep, EvaluationEnd, Start
+from rltrain.events.events import Checkpoint, End, EnvStep, EvaluationEnd, Start
 from rltrain.events.metrics import Metrics
 from rltrain.events.processor import Subscriber
 from rltrain.events.renderers.schedule import LogSchedule
@@ -57,6 +57,12 @@ class TensorBoardRenderer(Subscriber):
         snap = metrics.snapshot()
         for key in ("eval/return_mean", "eval/return_std", "eval/length_mean", "eval/best_return"):
             writer.add_scalar(key, snap[key], event.env_steps)
+
+    @override
+    def on_checkpoint(self, event: Checkpoint, metrics: Metrics) -> None:
+        if self._writer is not None:
+            self._writer.add_scalar("checkpoint/size_mb", event.size_bytes / 1e6, event.env_steps)
+            self._writer.add_scalar("checkpoint/seconds", event.seconds, event.env_steps)
 
     @override
     def on_end(self, event: End, metrics: Metrics) -> None:
