@@ -95,7 +95,9 @@ class EpisodicStrategy(RLStrategy):
             optim = Optimization(agent.configure_optimizers(), progress=progress,
                                  accumulate_grad_batches=components.grad_accumulation,
                                  gradient_clip_val=components.gradient_clip_val,
-                                 gradient_clip_algorithm=components.gradient_clip_algorithm)
+                                 gradient_clip_algorithm=components.gradient_clip_algorithm,
+                                 on_nan_loss=components.on_nan_loss,
+                                 interrupter=components.interrupter)
             policy = agent.policy(components.inference_device)
             runner = Runner(envs, device=components.inference_device, progress=progress)
             runner.reset(seed=cfg.seed, policy=policy)

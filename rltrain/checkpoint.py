@@ -296,6 +296,9 @@ def resume(components: RLComponents, agent: LearningAgent,
             part.load_state_dict(state[name])
         except pickle.UnpicklingError as error:
             raise ValueError(f"{path}: refusing to load its {name} state: {error}") from error
+        except (RuntimeError, KeyError, ValueError) as error:
+            raise ValueError(f"{path}: its {name} state does not fit this run (saved with other "
+                             f"settings or on another environment?): {error}") from error
 
 
 class _HashingWriter:

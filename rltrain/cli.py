@@ -17,7 +17,13 @@ from rltrain.checkpoint import load_agent
 from rltrain.config import RunConfig, load_run_config, save_run_config
 from rltrain.envs import check_env_id
 from rltrain.strategies.off_policy import OffPolicyStrategy
-from rltrain.trainer import RENDERERS, Trainer, check_spaces, default_run_dir
+from rltrain.trainer import (
+    RENDERERS,
+    Trainer,
+    check_spaces,
+    default_run_dir,
+    prepare_run_dir,
+)
 
 EXAMPLES = """\
 examples:
@@ -60,6 +66,8 @@ def build_parser() -> argparse.ArgumentParser:
     fit.add_argument("--target-return", type=float, default=None,
                      help="stop once the mean evaluation return reaches this (default: the "
                           "env's registered reward_threshold, 475 for CartPole-v1)")
+    fit.add_argument("--overwrite", action="store_true",
+                     help="replace the run already in --run-dir (its checkpoints and logs)")
     fit.add_argument("--no-early-stop", action="store_true",
                      help="train all --steps even after the target return is reached")
     for name in RENDERERS:
@@ -85,7 +93,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command == "fit":
             return fit(args)
         return evaluate(args)
-    except (ValueError, FileNotFoundError) as error:
+    except (ValueError, OSError) as error:
         print(f"rltrain: error: {error}", file=sys.stderr)
         return 2
 
@@ -115,7 +123,7 @@ def fit(args: argparse.Namespace) -> int:
     torch.set_num_threads(config.threads)
     agent = DQN(config.dqn)
     check_spaces(config.env, agent)
-    run_dir.mkdir(parents=True, exist_ok=True)
+    prepare_run_dir(run_dir, resuming=args.resume is not None, overwrite=args.overwrite)
     save_run_config(config, run_dir / "config.yaml")
     trainer = Trainer(
         num_steps=config.num_steps,
@@ -125,6 +133,7 @@ def fit(args: argparse.Namespace) -> int:
         renderers=[name for name in RENDERERS if not getattr(args, f"no_{name}")],
         return_threshold=config.return_threshold,
         gradient_clip_val=config.gradient_clip_val,
+        overwrite=args.overwrite,
     )
     result = trainer.fit(config.env, agent, ckpt_path=args.resume)
     summary = result.summary

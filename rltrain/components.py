@@ -62,6 +62,8 @@ class RLComponents:
             (Lightning's ``accumulate_grad_batches``). Default 1.
         gradient_clip_val: Clip gradients to this norm (or value); None does not clip.
         gradient_clip_algorithm: ``"norm"`` (total 2-norm, as ``clip_grad_norm_``) or ``"value"``.
+        on_nan_loss: ``"stop"`` (default), ``"skip"`` or ``"raise"``; see
+            :class:`~rltrain.optim.Optimization`.
         interrupter: The run's stop request, shared with callbacks and other threads.
         event_processor: Receives every event; holds the metrics and renderers.
         summary: What the end-of-run summary measures.
@@ -76,6 +78,7 @@ class RLComponents:
     grad_accumulation: int = 1
     gradient_clip_val: float | None = None
     gradient_clip_algorithm: Literal["norm", "value"] = "norm"
+    on_nan_loss: Literal["stop", "skip", "raise"] = "stop"
     interrupter: Interrupter = field(default_factory=Interrupter)
     event_processor: EventProcessor = field(default_factory=EventProcessor)
     summary: SummarySettings = field(default_factory=SummarySettings)
@@ -100,6 +103,9 @@ class RLComponents:
                 "gradient_clip_algorithm must be 'norm' or 'value'; got "
                 f"{self.gradient_clip_algorithm!r}."
             )
+        if self.on_nan_loss not in ("stop", "skip", "raise"):
+            raise ValueError(
+                f"on_nan_loss must be 'stop', 'skip' or 'raise'; got {self.on_nan_loss!r}.")
         self.device = torch.device(self.device)
         self.inference_device = torch.device(self.inference_device)
 

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any, Literal
 
 import torch
 
 from rltrain.components import Progress
+from rltrain.interrupt import Interrupter
 
 if TYPE_CHECKING:
     from rltrain.agents.base import LearningAgent
@@ -43,6 +45,13 @@ class Optimization:
         gradient_clip_val: Maximum gradient norm (or absolute value); None does not clip.
         gradient_clip_algorithm: ``"norm"`` (total 2-norm over the optimizer's parameters) or
             ``"value"`` (each element clamped). Default ``"norm"``.
+        on_nan_loss: What a NaN or infinite loss does. ``"stop"`` (what strategies pass by
+            default, from ``RLComponents``): the update is skipped, the run is asked to stop
+            (through ``interrupter``) and no checkpoint is written after it, so ``last`` stays
+            the last good one. ``"skip"``: the update is skipped with a warning and training
+            goes on. ``"raise"`` (the default here, with no run to stop):
+            ``FloatingPointError``.
+        interrupter: The run's stop request (needed for ``on_nan_loss="stop"``).
     """
 
     def __init__(
@@ -53,6 +62,8 @@ class Optimization:
         accumulate_grad_batches: int = 1,
         gradient_clip_val: float | None = None,
         gradient_clip_algorithm: Literal["norm", "value"] = "norm",
+        on_nan_loss: Literal["stop", "skip", "raise"] = "raise",
+        interrupter: Interrupter | None = None,
     ) -> None:
         if not optimizers:
             raise ValueError("configure_optimizers() returned no optimizer; return at least one.")
@@ -60,6 +71,15 @@ class Optimization:
             raise ValueError(
                 f"accumulate_grad_batches must be >= 1; got {accumulate_grad_batches}."
             )
+        if on_nan_loss not in ("stop", "skip", "raise"):
+            raise ValueError(
+                f"on_nan_loss must be 'stop', 'skip' or 'raise'; got {on_nan_loss!r}.")
+        if on_nan_loss == "stop" and interrupter is None:
+            raise ValueError("on_nan_loss='stop' needs the run's interrupter.")
+        self.on_nan_loss = on_nan_loss
+        self.interrupter = interrupter
+        #: Why the last non-finite loss was refused (None while every loss was finite).
+        self.non_finite_loss: str | None = None
         self.optimizers = dict(optimizers)
         self.progress = progress
         self.accumulate_grad_batches = accumulate_grad_batches
@@ -88,6 +108,9 @@ class Optimization:
                 f"No optimizer named {name!r}; configure_optimizers() returned "
                 f"{sorted(self.optimizers)}."
             )
+        if not bool(torch.isfinite(loss).all()):
+            self._refuse(name, loss)
+            return False
         k = self.accumulate_grad_batches
         (loss / k if k > 1 else loss).backward()  # type: ignore[no-untyped-call]
         self._pending[name] += 1
@@ -103,6 +126,22 @@ class Optimization:
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
         return True
+
+    def _refuse(self, name: str, loss: torch.Tensor) -> None:
+        step = self.progress.gradient_steps + 1
+        reason = (f"the {name!r} loss is {loss.detach().float().cpu().flatten()[0].item()} at "
+                  f"gradient step {step:,}")
+        self.non_finite_loss = reason
+        advice = ("Lower the learning rate, clip gradients (gradient_clip_val), check the "
+                  "rewards' scale, or set on_nan_loss='skip' to drop such updates.")
+        if self.on_nan_loss == "raise":
+            raise FloatingPointError(f"Non-finite loss: {reason}. {advice}")
+        if self.on_nan_loss == "stop":
+            assert self.interrupter is not None
+            self.interrupter.stop(f"non-finite loss: {reason}; the update was skipped and the "
+                                  "last good checkpoint kept. " + advice)
+        else:
+            warnings.warn(f"Skipped an update: {reason}.", stacklevel=3)
 
     def state_dict(self) -> dict[str, Any]:
         """Every optimizer's state, and the batches (with their summed gradients) accumulated

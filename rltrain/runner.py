@@ -97,6 +97,8 @@ class Runner:
         """
         obs = self.observations
         next_obs, rewards, terminated, truncated, infos = self.envs.step(actions)
+        if not (np.isfinite(rewards).all() and np.isfinite(next_obs).all()):
+            self._raise_non_finite(next_obs, rewards)
         self.observations = next_obs
         progress = self.progress
         progress.vector_steps += 1
@@ -126,6 +128,23 @@ class Runner:
         transitions = Transitions(obs, actions, rewards, next_obs, terminated, truncated)
         return transitions, episodes
 
+    def _spaces(self) -> dict[str, str]:
+        return {"observation": str(self.envs.single_observation_space),
+                "action": str(self.envs.single_action_space),
+                "num_envs": str(self.num_envs)}
+
+    def _raise_non_finite(self, observations: np.ndarray, rewards: np.ndarray) -> None:
+        what = "reward" if not np.isfinite(rewards).all() else "observation"
+        values = rewards if what == "reward" else observations
+        env_index = int(np.flatnonzero(~np.isfinite(values.reshape(self.num_envs, -1)).all(1))[0])
+        raise FloatingPointError(
+            f"Sub-env {env_index} returned a non-finite {what} ({values[env_index]}) at env "
+            f"step {self.progress.env_steps + self.num_envs:,} (vector step "
+            f"{self.progress.vector_steps + 1:,}). Training on it would corrupt the networks; "
+            "fix the environment, or clip/normalise with a wrapper (e.g. "
+            "gymnasium.wrappers.ClipReward, NormalizeObservation)."
+        )
+
     def state_dict(self) -> dict[str, Any]:
         """Current observations, episode statistics, policy state and, for a
         ``SyncVectorEnv``, the sub-environments themselves (pickled) and the action space's
@@ -136,6 +155,7 @@ class Runner:
             "episode_starts": torch.from_numpy(self.episode_starts.copy()),
             "policy_state": self.policy_state,
             "action_space_rng": self.envs.action_space.np_random.bit_generator.state,
+            "spaces": self._spaces(),
             "envs": None,
         }
         if isinstance(self.envs, SyncVectorEnv):
@@ -151,6 +171,10 @@ class Runner:
         """Restore :meth:`state_dict`'s output. Environments that could not be saved (async
         workers, unpicklable envs) are reset instead, seeded from the reset seed and the vector
         step, with a warning."""
+        if state["spaces"] != self._spaces():
+            raise ValueError(
+                f"The checkpoint was saved on an environment with spaces {state['spaces']}; "
+                f"this one has {self._spaces()}. Resume on the environment it was trained on.")
         saved_envs = state["envs"]
         if saved_envs is not None and isinstance(self.envs, SyncVectorEnv):
             allowed = env_classes(self.envs.envs)

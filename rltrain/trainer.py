@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import shutil
+import tempfile
 import time
 import warnings
 from collections.abc import Sequence
@@ -68,6 +70,10 @@ class Trainer:
         gradient_clip_val: Clip gradients to this norm (or value); None does not clip.
         gradient_clip_algorithm: ``"norm"`` or ``"value"``. Default ``"norm"``.
         accumulate_grad_batches: Batches per optimizer step. Default 1.
+        on_nan_loss: What a NaN or infinite loss does: ``"stop"`` (skip the update, stop the
+            run, keep the last good checkpoint), ``"skip"`` or ``"raise"``. Default ``"stop"``.
+        overwrite: Replace a run already in ``run_dir`` (its checkpoints, logs and summary).
+            Default False: a ``run_dir`` holding a run is refused unless resuming.
         interrupter: The stop request shared with your callbacks and threads. Default: a new
             one, at ``trainer.interrupter``.
     """
@@ -91,6 +97,8 @@ class Trainer:
         gradient_clip_val: float | None = None,
         gradient_clip_algorithm: Literal["norm", "value"] = "norm",
         accumulate_grad_batches: int = 1,
+        on_nan_loss: Literal["stop", "skip", "raise"] = "stop",
+        overwrite: bool = False,
         interrupter: Interrupter | None = None,
     ) -> None:
         if strategy is not None and seed is not None:
@@ -124,11 +132,13 @@ class Trainer:
         self.gradient_clip_val = gradient_clip_val
         self.gradient_clip_algorithm = gradient_clip_algorithm
         self.accumulate_grad_batches = accumulate_grad_batches
+        self.on_nan_loss = on_nan_loss
+        self.overwrite = overwrite
         self.interrupter = interrupter if interrupter is not None else Interrupter()
         # Validate every setting now, before any run directory exists.
         RLComponents(num_steps=num_steps, grad_accumulation=accumulate_grad_batches,
                      gradient_clip_val=gradient_clip_val,
-                     gradient_clip_algorithm=gradient_clip_algorithm)
+                     gradient_clip_algorithm=gradient_clip_algorithm, on_nan_loss=on_nan_loss)
         LogSchedule(log_interval)
         Checkpointer(".", interval=checkpoint_interval, keep_last=keep_last_checkpoints)
         if console_interval < 0:
@@ -156,7 +166,7 @@ class Trainer:
         if ckpt_path is not None:
             checkpoint = self.checkpoint_path(ckpt_path, run_dir)
             check_resume_settings(checkpoint, {**self.strategy.hparams(), **agent.hparams()})
-        run_dir.mkdir(parents=True, exist_ok=True)
+        prepare_run_dir(run_dir, resuming=checkpoint is not None, overwrite=self.overwrite)
         self.interrupter.reset()
         events = EventProcessor(self._subscribers(run_dir))
         components = RLComponents(
@@ -167,6 +177,7 @@ class Trainer:
             grad_accumulation=self.accumulate_grad_batches,
             gradient_clip_val=self.gradient_clip_val,
             gradient_clip_algorithm=self.gradient_clip_algorithm,
+            on_nan_loss=self.on_nan_loss,
             interrupter=self.interrupter,
             event_processor=events,
             summary=SummarySettings(return_threshold=self.return_threshold),
@@ -275,6 +286,38 @@ def check_resume_settings(checkpoint: Path, hparams: dict[str, Any]) -> None:
     for key in changed:
         warnings.warn(f"Resuming with {key} = {hparams.get(key)!r} "
                       f"(the checkpoint had {saved.get(key)!r}).", stacklevel=3)
+
+
+#: What a run leaves in its directory (config.yaml is the command line's, written before fit).
+RUN_ARTEFACTS = ("checkpoints", "metrics.jsonl", "summary.json")
+
+
+def prepare_run_dir(run_dir: Path, *, resuming: bool, overwrite: bool) -> None:
+    """Create ``run_dir`` and check it is writable; refuse one holding another run unless
+    resuming it or told to overwrite it (then its checkpoints, logs and summary are removed)."""
+    existing = [name for name in RUN_ARTEFACTS if (run_dir / name).exists()]
+    if existing and not resuming:
+        if not overwrite:
+            raise FileExistsError(
+                f"{run_dir} already holds a run ({', '.join(existing)}). Resume it with "
+                "ckpt_path='last' (rltrain fit --resume last), replace it with overwrite=True "
+                "(--overwrite), or choose another run directory.")
+        for name in existing:
+            target = run_dir / name
+            if target.is_dir():
+                shutil.rmtree(target)
+            else:
+                target.unlink()
+        for events_file in run_dir.glob("events.out.tfevents.*"):
+            events_file.unlink()
+    try:
+        run_dir.mkdir(parents=True, exist_ok=True)
+        probe = tempfile.NamedTemporaryFile(dir=run_dir, prefix=".write-test-")
+        probe.close()
+    except OSError as error:
+        raise PermissionError(
+            f"Cannot write to the run directory {run_dir}: {error}. Choose a run_dir you can "
+            "write to (run_dir=... or --run-dir).") from error
 
 
 def check_spaces(env: EnvInit, agent: LearningAgent) -> None:

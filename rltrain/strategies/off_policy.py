@@ -134,7 +134,9 @@ class OffPolicyStrategy(RLStrategy):
         optim = Optimization(agent.configure_optimizers(), progress=progress,
                              accumulate_grad_batches=components.grad_accumulation,
                              gradient_clip_val=components.gradient_clip_val,
-                             gradient_clip_algorithm=components.gradient_clip_algorithm)
+                             gradient_clip_algorithm=components.gradient_clip_algorithm,
+                             on_nan_loss=components.on_nan_loss,
+                             interrupter=components.interrupter)
         policy = agent.policy(components.inference_device)
         syncs_policy = components.inference_device != components.device
         runner = Runner(envs, device=components.inference_device, progress=progress)
@@ -143,7 +145,8 @@ class OffPolicyStrategy(RLStrategy):
         checkpointer = components.checkpointer
         # Everything with state, saved and restored as one (the checkpoint is their union).
         parts: dict[str, Stateful] = {
-            "agent": agent, "optimization": optim, "buffer": buffer, "runner": runner,
+            "runner": runner,  # first: it checks the environment matches the checkpoint's
+            "agent": agent, "optimization": optim, "buffer": buffer,
             "random": GlobalRandomState(), "metrics": events.metrics}
         hparams = {**self.hparams(), **agent.hparams()}
         if components.checkpoint is not None:
@@ -223,6 +226,7 @@ class OffPolicyStrategy(RLStrategy):
         # The final policy is always evaluated and saved, unless that just happened.
         if evaluator is not None and evaluated_at != end and not interrupter.should_stop():
             evaluate()
-        if checkpointer is not None and saved_at != end:
+        # After a refused non-finite loss, "last" stays the last checkpoint written before it.
+        if checkpointer is not None and saved_at != end and optim.non_finite_loss is None:
             save()
         return policy
