@@ -7,6 +7,7 @@ import hashlib
 import json
 import os
 import pickle
+import re
 import shutil
 import tempfile
 import time
@@ -183,9 +184,12 @@ class Checkpointer:
         try:
             state: dict[str, Any] = torch.load(path, map_location="cpu", weights_only=True)
         except pickle.UnpicklingError as error:
+            found = re.search(r"Unsupported global: GLOBAL (\S+)", str(error))
+            what = f"it names {found.group(1)}" if found else str(error).splitlines()[-1]
             raise ValueError(
-                f"{path} holds objects a checkpoint must not contain (only tensors and plain "
-                f"data load); it was not written by rltrain or was tampered with: {error}"
+                f"{path} holds objects a checkpoint must not contain ({what}; only tensors and "
+                "plain data are loaded, so nothing in it ran). It was not written by rltrain, "
+                "or it was altered."
             ) from error
         except (RuntimeError, EOFError, OSError) as error:
             raise ValueError(f"{path} is not a readable checkpoint (truncated or corrupt?): "
@@ -296,7 +300,9 @@ def resume(components: RLComponents, agent: LearningAgent,
             part.load_state_dict(state[name])
         except pickle.UnpicklingError as error:
             raise ValueError(f"{path}: refusing to load its {name} state: {error}") from error
-        except (RuntimeError, KeyError, ValueError) as error:
+        except ValueError as error:  # the part's own message says what does not match
+            raise ValueError(f"{path}: {error}") from error
+        except (RuntimeError, KeyError) as error:
             raise ValueError(f"{path}: its {name} state does not fit this run (saved with other "
                              f"settings or on another environment?): {error}") from error
 

@@ -226,9 +226,8 @@ class Trainer:
                 return Checkpointer(run_dir / "checkpoints").resolve(str(ckpt_path))
             except FileNotFoundError as error:
                 raise FileNotFoundError(
-                    f"No checkpoint to resume from in {run_dir / 'checkpoints'} ({error}) Pass "
-                    "the run_dir of the run to resume, or the path of a checkpoint file."
-                ) from error
+                    f"Nothing to resume: {error} Pass the run_dir of the run to resume, or the "
+                    "path of a checkpoint file.") from error
         path = Path(ckpt_path)
         if not path.is_file():
             raise FileNotFoundError(

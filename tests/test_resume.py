@@ -137,7 +137,7 @@ def test_resume_with_a_changed_learning_setting_names_the_key(tmp_path: Path) ->
 
 
 def test_missing_checkpoint_is_a_clear_error(tmp_path: Path) -> None:
-    with pytest.raises(FileNotFoundError, match="No checkpoint to resume from"):
+    with pytest.raises(FileNotFoundError, match="Nothing to resume"):
         fit(tmp_path, 400, ckpt_path="last")
 
 

@@ -1,0 +1,60 @@
+"""Print docs/bad_input.md's table: every bad input in tests/test_bad_input.py, and its error.
+
+    python scripts/bad_input_table.py > docs/bad_input.md
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+import tempfile
+import warnings
+from pathlib import Path
+
+import torch
+
+TESTS = Path(__file__).resolve().parent.parent / "tests" / "test_bad_input.py"
+
+HEADER = """# Bad input and the errors it gets
+
+Every row was produced by running the case in `tests/test_bad_input.py` (the test suite checks
+each message, and that this table lists every case). Regenerate with
+`python scripts/bad_input_table.py > docs/bad_input.md`. Paths are shown as `<run_dir>`.
+
+Errors found before training (spaces, ids, settings, checkpoints, run directories) are raised
+before any file is written. Errors found while training (non-finite observations, rewards or
+losses) name the env step or gradient step.
+
+Non-finite losses have a setting, `Trainer(on_nan_loss=...)`: `"stop"` (default) skips the
+update, stops the run and keeps the last good checkpoint as `last` (no checkpoint is written
+after the bad loss); `"skip"` drops such updates with a warning and trains on; `"raise"` raises
+the error in the table.
+
+| bad input | error | message |
+|---|---|---|"""
+
+
+def main() -> None:
+    torch.set_num_threads(1)
+    spec = importlib.util.spec_from_file_location("test_bad_input", TESTS)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up while being defined
+    spec.loader.exec_module(module)
+    print(HEADER)
+    for case in module.CASES:
+        with tempfile.TemporaryDirectory() as tmp, warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            run_dir = Path(tmp) / "run"
+            try:
+                case.run(run_dir)
+            except case.error as error:
+                message = str(error).replace(str(run_dir), "<run_dir>").replace("|", "\\|")
+                print(f"| {case.name} | `{type(error).__name__}` | {message} |")
+                continue
+            print(f"{case.name}: no error raised", file=sys.stderr)
+            raise SystemExit(1)
+
+
+if __name__ == "__main__":
+    main()

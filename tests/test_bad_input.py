@@ -1,0 +1,234 @@
+"""Every bad input gets an error that names the problem and the fix, before training if it can.
+
+The cases here are the table in docs/bad_input.md; ``test_the_docs_table_lists_every_case``
+keeps the two in step (regenerate the table with ``python scripts/bad_input_table.py``).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+import pytest
+import torch
+
+from rltrain import DQN, DQNConfig, OffPolicyConfig, OffPolicyStrategy, Trainer
+from rltrain.checkpoint import Checkpointer, atomic_save
+from rltrain.envs import EnvSpec
+
+DOCS = Path(__file__).resolve().parent.parent / "docs" / "bad_input.md"
+
+
+def small(**overrides: Any) -> OffPolicyStrategy:
+    settings: dict[str, Any] = dict(warmup_steps=50, train_interval=25, train_steps=2,
+                                    batch_size=16, buffer_size=1000, eval_interval=None)
+    settings.update(overrides)
+    return OffPolicyStrategy(OffPolicyConfig(**settings))
+
+
+def trainer(run_dir: Path, num_steps: int = 200, **kwargs: Any) -> Trainer:
+    return Trainer(num_steps=num_steps, strategy=kwargs.pop("strategy", small()),
+                   run_dir=run_dir, renderers=(), **kwargs)
+
+
+def dqn() -> DQN:
+    return DQN(DQNConfig(hidden_sizes=[16]))
+
+
+class Poisoned(gym.Wrapper[Any, Any, Any, Any]):
+    """CartPole whose observation (or reward) turns NaN at a given step."""
+
+    def __init__(self, env: gym.Env[Any, Any], at: int, what: str) -> None:
+        super().__init__(env)
+        self.at, self.what, self.steps = at, what, 0
+
+    def step(self, action: Any) -> Any:
+        obs, reward, terminated, truncated, info = self.env.step(action)
+        self.steps += 1
+        if self.steps == self.at:
+            if self.what == "observation":
+                obs = np.full_like(obs, np.nan)
+            else:
+                reward = math.inf
+        return obs, reward, terminated, truncated, info
+
+
+def poisoned(what: str) -> Callable[[], gym.Env[Any, Any]]:
+    def make() -> gym.Env[Any, Any]:
+        return Poisoned(gym.make("CartPole-v1"), at=30, what=what)
+    return make
+
+
+class NanLossDQN(DQN):
+    """A DQN whose loss is NaN from the 3rd gradient step on."""
+
+    def training_step(self, batch: Any, optim: Any) -> Any:
+        if self.progress.gradient_steps >= 2:
+            loss = self.q_network(batch.observations).sum() * torch.tensor(float("nan"))
+            optim.step("q", loss)
+            return {"loss": loss.detach()}
+        return super().training_step(batch, optim)
+
+
+def fitted(run_dir: Path, **kwargs: Any) -> Path:
+    trainer(run_dir, **kwargs).fit("CartPole-v1", dqn())
+    return run_dir
+
+
+# Each case: (what is wrong, a function that does it, the exception, a regex of the message).
+@dataclass(frozen=True)
+class Case:
+    name: str
+    run: Callable[[Path], object]
+    error: type[BaseException]
+    message: str
+
+
+CASES = [
+    Case("unknown env id", lambda d: trainer(d).fit("CartPol-v1", dqn()), ValueError,
+         r"Unknown Gymnasium environment id 'CartPol-v1'\. Did you mean 'CartPole-v1'"),
+    Case("action space the agent cannot handle",
+         lambda d: trainer(d).fit("Pendulum-v1", dqn()), ValueError,
+         r"DQN needs a Discrete action space; got Box.*Use an agent for continuous actions"),
+    Case("num_steps < 1", lambda d: Trainer(num_steps=0), ValueError,
+         r"num_steps must be >= 1 env step; got 0"),
+    Case("batch size larger than the buffer",
+         lambda d: OffPolicyConfig(batch_size=512, buffer_size=256), ValueError,
+         r"batch_size \(512\) is larger than buffer_size \(256\); raise buffer_size"),
+    Case("eval_episodes < 1", lambda d: OffPolicyConfig(eval_episodes=0), ValueError,
+         r"eval_episodes must be >= 1; got 0"),
+    Case("negative warmup_steps", lambda d: OffPolicyConfig(warmup_steps=-1), ValueError,
+         r"warmup_steps must be >= 0; got -1"),
+    Case("learning rate <= 0", lambda d: DQNConfig(lr=0.0), ValueError,
+         r"DQNConfig: lr must be > 0; got 0\.0"),
+    Case("unknown renderer", lambda d: Trainer(renderers=("tensorbord",)), ValueError,
+         r"Unknown renderer 'tensorbord'; choose from"),
+    Case("NaN observation from the environment",
+         lambda d: trainer(d).fit(poisoned("observation"), dqn()), FloatingPointError,
+         r"Sub-env 0 returned a non-finite observation .* at env step 30 "),
+    Case("infinite reward from the environment",
+         lambda d: trainer(d).fit(poisoned("reward"), dqn()), FloatingPointError,
+         r"Sub-env 0 returned a non-finite reward \(inf\) at env step 30 "),
+    Case("NaN loss with on_nan_loss='raise'",
+         lambda d: trainer(d, on_nan_loss="raise").fit("CartPole-v1", NanLossDQN(
+             DQNConfig(hidden_sizes=[16]))), FloatingPointError,
+         r"Non-finite loss: the 'q' loss is nan at gradient step 3\. Lower the learning rate"),
+    Case("missing checkpoint", lambda d: trainer(d).fit("CartPole-v1", dqn(), ckpt_path="last"),
+         FileNotFoundError, r"Nothing to resume: No intact last checkpoint in .*checkpoints"),
+    Case("checkpoint of another agent type",
+         lambda d: _other_agent(d), ValueError,
+         r"holds a SAC checkpoint; it cannot be loaded into a DQN"),
+    Case("checkpoint with mismatched network shapes",
+         lambda d: trainer(fitted(d), 400).fit("CartPole-v1", DQN(DQNConfig(hidden_sizes=[8])),
+                                             ckpt_path="last"), ValueError,
+         r"settings differ from the checkpoint's \(agent/hidden_sizes: '\[16\]' in the "
+         r"checkpoint, '\[8\]' now\)"),
+    Case("observation space differs from the checkpoint's",
+         lambda d: trainer(fitted(d), 400).fit(EnvSpec("CartPole-v1", wrappers=(_extra_feature,)),
+                                             dqn(), ckpt_path="last"), ValueError,
+         r"saved on an environment with spaces .*Resume on the environment it was trained on"),
+    Case("corrupt checkpoint file", lambda d: _corrupt(d), ValueError,
+         r"checkpoint-200\.pt is corrupt: its SHA-256 checksum does not match"),
+    Case("checkpoint that is not a checkpoint", lambda d: _foreign(d), ValueError,
+         r"foreign\.pt holds objects a checkpoint must not contain \(it names "
+         r"gymnasium\.spaces\.discrete\.Discrete; only tensors and plain data are loaded"),
+    Case("run directory already holding a run",
+         lambda d: trainer(fitted(d)).fit("CartPole-v1", dqn()), FileExistsError,
+         r"already holds a run \(checkpoints, metrics.jsonl, summary.json\)|already holds a run"
+         r" \(checkpoints, summary.json\)"),
+    Case("unwritable run directory", lambda d: _unwritable(d), PermissionError,
+         r"Cannot write to the run directory .*Choose a run_dir you can write to"),
+]
+
+
+def _other_agent(run_dir: Path) -> object:
+    fitted(run_dir)
+    path = run_dir / "checkpoints" / "last.pt"
+    state = Checkpointer.load(path)
+    state["agent_class"] = "SAC"
+    foreign = run_dir / "sac.pt"
+    atomic_save(state, foreign)
+    from rltrain.checkpoint import load_agent
+    return load_agent(dqn(), foreign, "CartPole-v1")
+
+
+def _extra_feature(env: gym.Env[Any, Any]) -> gym.Env[Any, Any]:
+    low = np.append(env.observation_space.low, 0.0).astype(np.float32)  # type: ignore[attr-defined]
+    high = np.append(env.observation_space.high, 1.0).astype(np.float32)  # type: ignore[attr-defined]
+    space = gym.spaces.Box(low, high, dtype=np.float32)
+    return gym.wrappers.TransformObservation(env, lambda o: np.append(o, 0.0).astype(np.float32),
+                                             space)
+
+
+def _corrupt(run_dir: Path) -> object:
+    fitted(run_dir)
+    path = run_dir / "checkpoints" / "checkpoint-200.pt"
+    data = bytearray(path.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    (run_dir / "checkpoints" / "last.pt").unlink()
+    path.write_bytes(bytes(data))
+    return Checkpointer.load(path)
+
+
+def _foreign(run_dir: Path) -> object:
+    run_dir.mkdir(parents=True, exist_ok=True)
+    path = run_dir / "foreign.pt"
+    torch.save({"model": gym.spaces.Discrete(3)}, path)
+    return Checkpointer.load(path)
+
+
+def _unwritable(run_dir: Path) -> object:
+    run_dir.mkdir(parents=True, exist_ok=True)
+    blocker = run_dir / "a-file"
+    blocker.write_text("not a directory")
+    return trainer(blocker / "run").fit("CartPole-v1", dqn())
+
+
+def raised(case: Case, run_dir: Path) -> BaseException:
+    with pytest.raises(case.error) as info:
+        case.run(run_dir)
+    return info.value
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
+def test_bad_input_gets_a_clear_error(case: Case, tmp_path: Path) -> None:
+    error = raised(case, tmp_path / "run")
+    assert re.search(case.message, str(error)), str(error)
+
+
+def test_a_bad_input_found_before_training_writes_no_run(tmp_path: Path) -> None:
+    for case in CASES[:2]:
+        raised(case, tmp_path / "run")
+    assert not (tmp_path / "run").exists()
+
+
+def test_nan_loss_stops_the_run_and_keeps_the_last_good_checkpoint(tmp_path: Path) -> None:
+    run = Trainer(num_steps=400, strategy=small(), run_dir=tmp_path, renderers=(),
+                  checkpoint_interval=50)
+    result = run.fit("CartPole-v1", NanLossDQN(DQNConfig(hidden_sizes=[16])))
+    assert result.summary.stop_reason is not None
+    assert "non-finite loss: the 'q' loss is nan at gradient step 3" in result.summary.stop_reason
+    last = Checkpointer.load(Checkpointer(tmp_path / "checkpoints").resolve("last"))
+    assert last["progress"]["gradient_steps"] <= 2
+    assert all(torch.isfinite(t).all() for t in last["agent"].values())
+
+
+def test_nan_loss_with_skip_warns_and_trains_on(tmp_path: Path) -> None:
+    run = Trainer(num_steps=200, strategy=small(), run_dir=tmp_path, renderers=(),
+                  on_nan_loss="skip")
+    with pytest.warns(UserWarning, match="Skipped an update: the 'q' loss is nan"):
+        result = run.fit("CartPole-v1", NanLossDQN(DQNConfig(hidden_sizes=[16])))
+    assert result.summary.env_steps == 200
+    assert result.summary.stop_reason is None
+
+
+def test_the_docs_table_lists_every_case(tmp_path: Path) -> None:
+    table = DOCS.read_text()
+    for case in CASES:
+        assert f"| {case.name} |" in table, f"docs/bad_input.md lacks {case.name!r}"
