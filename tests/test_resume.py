@@ -213,3 +213,13 @@ def test_checkpoint_events_report_size_and_seconds(tmp_path: Path) -> None:
     for event in saves:
         assert event.size_bytes == Path(event.path).stat().st_size
         assert event.seconds > 0
+
+
+def test_async_envs_resume_with_a_warning_and_fresh_episodes(tmp_path: Path) -> None:
+    fit(tmp_path, 400, vectorization="async", num_envs=2, eval_interval=None)
+    state = Checkpointer.load(tmp_path / "checkpoints" / "last.pt")
+    assert state["runner"]["envs"] is None  # async workers' envs cannot be saved
+    with pytest.warns(UserWarning, match="environments' state is not in this checkpoint"):
+        fit(tmp_path, 600, ckpt_path="last", vectorization="async", num_envs=2,
+            eval_interval=None)
+    assert Checkpointer.load(tmp_path / "checkpoints" / "last.pt")["progress"]["env_steps"] == 600
