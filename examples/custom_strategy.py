@@ -92,12 +92,7 @@ class EpisodicStrategy(RLStrategy):
             buffer = ReplayBuffer(cfg.buffer_size, observation_space=envs.single_observation_space,
                                   action_space=envs.single_action_space, seed=cfg.seed,
                                   device=components.device)
-            optim = Optimization(agent.configure_optimizers(), progress=progress,
-                                 accumulate_grad_batches=components.grad_accumulation,
-                                 gradient_clip_val=components.gradient_clip_val,
-                                 gradient_clip_algorithm=components.gradient_clip_algorithm,
-                                 on_nan_loss=components.on_nan_loss,
-                                 interrupter=components.interrupter)
+            optim = Optimization.for_run(agent.configure_optimizers(), components)
             policy = agent.policy(components.inference_device)
             runner = Runner(envs, device=components.inference_device, progress=progress)
             runner.reset(seed=cfg.seed, policy=policy)

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import torch
 
-from rltrain.components import Progress
+from rltrain.components import Progress, RLComponents
 from rltrain.interrupt import Interrupter
 
 if TYPE_CHECKING:
@@ -90,6 +90,16 @@ class Optimization:
             name: [p for group in opt.param_groups for p in group["params"]]
             for name, opt in self.optimizers.items()
         }
+
+    @classmethod
+    def for_run(cls, optimizers: Mapping[str, torch.optim.Optimizer],
+                components: RLComponents) -> Optimization:
+        """An ``Optimization`` with the run's settings (accumulation, clipping, NaN policy)."""
+        return cls(optimizers, progress=components.progress,
+                   accumulate_grad_batches=components.grad_accumulation,
+                   gradient_clip_val=components.gradient_clip_val,
+                   gradient_clip_algorithm=components.gradient_clip_algorithm,
+                   on_nan_loss=components.on_nan_loss, interrupter=components.interrupter)
 
     def training_step(self, agent: LearningAgent, batch: Any) -> dict[str, MetricValue]:
         """Run ``agent.training_step(batch, self)`` and count it as one gradient step."""

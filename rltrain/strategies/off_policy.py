@@ -131,12 +131,7 @@ class OffPolicyStrategy(RLStrategy):
                     device=components.device, progress=progress)
         buffer = ReplayBuffer(cfg.buffer_size, observation_space=obs_space,
                               action_space=act_space, seed=cfg.seed, device=components.device)
-        optim = Optimization(agent.configure_optimizers(), progress=progress,
-                             accumulate_grad_batches=components.grad_accumulation,
-                             gradient_clip_val=components.gradient_clip_val,
-                             gradient_clip_algorithm=components.gradient_clip_algorithm,
-                             on_nan_loss=components.on_nan_loss,
-                             interrupter=components.interrupter)
+        optim = Optimization.for_run(agent.configure_optimizers(), components)
         policy = agent.policy(components.inference_device)
         syncs_policy = components.inference_device != components.device
         runner = Runner(envs, device=components.inference_device, progress=progress)
