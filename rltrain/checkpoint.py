@@ -100,14 +100,18 @@ class Checkpointer:
         start = time.perf_counter()
         self.directory.mkdir(parents=True, exist_ok=True)
         path = self.path(env_steps)
-        entry = {"file": path.name, "env_steps": env_steps, **atomic_save(state, path)}
         manifest = self.manifest()
-        kept = sorted([e for e in manifest["checkpoints"] if e["file"] != path.name] + [entry],
-                      key=lambda e: int(e["env_steps"]))
+        # Order by writing, not by env steps: a run resumed from an older checkpoint (best)
+        # starts a new timeline whose checkpoints are the newest, whatever their step counts.
+        sequence = 1 + max((int(e.get("sequence", 0)) for e in manifest["checkpoints"]),
+                           default=0)
+        entry = {"file": path.name, "env_steps": env_steps, "sequence": sequence,
+                 **atomic_save(state, path)}
+        kept = [e for e in manifest["checkpoints"] if e["file"] != path.name] + [entry]
         manifest["checkpoints"], dropped = kept[-self.keep_last:], kept[:-self.keep_last]
         manifest["last"] = path.name
         self._write_manifest(manifest)
-        self._link_last(path)
+        self._link(path, "last.pt")
         for old in dropped:
             (self.directory / old["file"]).unlink(missing_ok=True)
         return SavedCheckpoint(path, env_steps, int(entry["bytes"]),
@@ -115,15 +119,20 @@ class Checkpointer:
 
     def save_best(self, state: dict[str, Any], *, env_steps: int,
                   eval_return: float) -> SavedCheckpoint:
-        """Write ``state`` as ``best.pt`` (an evaluation just beat the best so far)."""
+        """Write ``state`` as ``best-<env_steps>.pt``, make it ``best`` (and ``best.pt``), then
+        delete the previous best: the manifest always names an intact best."""
         start = time.perf_counter()
         self.directory.mkdir(parents=True, exist_ok=True)
-        path = self.directory / "best.pt"
+        path = self.directory / f"best-{env_steps}.pt"
         entry = {"file": path.name, "env_steps": env_steps, "eval_return": eval_return,
                  **atomic_save(state, path)}
         manifest = self.manifest()
+        previous = manifest.get("best")
         manifest["best"] = entry
         self._write_manifest(manifest)
+        self._link(path, "best.pt")
+        if previous and previous["file"] != path.name:
+            (self.directory / str(previous["file"])).unlink(missing_ok=True)
         return SavedCheckpoint(path, env_steps, int(entry["bytes"]),
                                time.perf_counter() - start)
 
@@ -147,7 +156,7 @@ class Checkpointer:
         if which == "best":
             candidates = [manifest["best"]] if manifest.get("best") else []
         else:
-            candidates = sorted(manifest["checkpoints"], key=lambda e: -int(e["env_steps"]))
+            candidates = list(reversed(manifest["checkpoints"]))  # newest written first
         if not manifest["checkpoints"] and which == "last":
             candidates = [{"file": p.name} for p in sorted(
                 self.directory.glob("checkpoint-*.pt"),
@@ -175,9 +184,10 @@ class Checkpointer:
             raise FileNotFoundError(
                 f"No checkpoint at {path}. Checkpoints are written to <run_dir>/checkpoints/ "
                 "(last.pt, best.pt, checkpoint-<env_steps>.pt).")
-        entry = Checkpointer(path.parent).listed(path.name)
-        if entry is not None:
-            problem = _check(path, entry)
+        entries = Checkpointer(path.parent).listed(path.name)
+        if entries:
+            problems = [_check(path, entry) for entry in entries]
+            problem = None if None in problems else problems[0]
             if problem is not None:
                 raise ValueError(f"{path} is corrupt: {problem}. Resume from another "
                                  "checkpoint (ckpt_path='last' picks the newest intact one).")
@@ -196,30 +206,33 @@ class Checkpointer:
                              f"{error}") from error
         return state
 
-    def listed(self, name: str) -> dict[str, Any] | None:
-        """The manifest entry of file ``name`` (``last.pt`` is the last checkpoint's), if any."""
+    def listed(self, name: str) -> list[dict[str, Any]]:
+        """The manifest entries file ``name`` may match. ``last.pt`` and ``best.pt`` are links
+        that a crash can leave one save behind, so they match any listed checkpoint."""
         manifest = self.manifest()
-        if name == "last.pt":
-            name = manifest.get("last") or ""
-        best = manifest.get("best")
-        if best and best["file"] == name:
-            return dict(best)
-        return next((dict(e) for e in manifest["checkpoints"] if e["file"] == name), None)
+        entries = [dict(e) for e in manifest["checkpoints"]]
+        if manifest.get("best"):
+            entries.append(dict(manifest["best"]))
+        if name in ("last.pt", "best.pt"):
+            return entries
+        return [e for e in entries if e["file"] == name]
 
     def _write_manifest(self, manifest: dict[str, Any]) -> None:
         data = (json.dumps(manifest, indent=2) + "\n").encode()
         _atomic_write(self.directory / MANIFEST, lambda file: file.write(data))
 
-    def _link_last(self, path: Path) -> None:
-        last = self.directory / "last.pt"
-        link = last.with_name(f".last.pt.{os.getpid()}.tmp")
+    def _link(self, path: Path, name: str) -> None:
+        """Point ``name`` (``last.pt``, ``best.pt``) at ``path``: a hard link swapped in
+        atomically, or an atomic copy where the filesystem has no hard links."""
+        alias = self.directory / name
+        link = alias.with_name(f".{name}.{os.getpid()}.tmp")
         link.unlink(missing_ok=True)
         try:
             os.link(path, link)
-            os.replace(link, last)
-        except OSError:  # a filesystem without hard links: copy
+            os.replace(link, alias)
+        except OSError:
             link.unlink(missing_ok=True)
-            shutil.copyfile(path, last)
+            _atomic_write(alias, lambda file: shutil.copyfileobj(path.open("rb"), file))
 
 
 def _check(path: Path, entry: dict[str, Any]) -> str | None:

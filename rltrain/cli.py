@@ -47,8 +47,9 @@ def build_parser() -> argparse.ArgumentParser:
         epilog=EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter)
     defaults = RunConfig()
     fit.add_argument("--env", default=None, help=f"Gymnasium id (default: {defaults.env})")
-    fit.add_argument("--steps", type=int, default=defaults.num_steps,
-                     help="env steps to train for (default: %(default)s)")
+    fit.add_argument("--steps", type=int, default=None,
+                     help=f"total env steps to train for (default: {defaults.num_steps:,}; "
+                          "with --resume, the run's own)")
     fit.add_argument("--seed", type=int, default=None,
                      help=f"seed of every random stream (default: {defaults.off_policy.seed})")
     fit.add_argument("--num-envs", type=int, default=None,
@@ -110,7 +111,7 @@ def fit(args: argparse.Namespace) -> int:
         run_dir, config = resumed_config(args)
     else:
         config = RunConfig(
-            env=env, num_steps=args.steps,
+            env=env, num_steps=args.steps or defaults.num_steps,
             device=args.device or defaults.device, threads=args.threads,
             return_threshold=None if args.no_early_stop else threshold,
             off_policy=dataclasses.replace(
@@ -162,7 +163,8 @@ def resumed_config(args: argparse.Namespace) -> tuple[Path, RunConfig]:
             raise ValueError(
                 f"{flag} {value} differs from the run being resumed ({saved}); a resumed run "
                 "keeps its settings. Start a new run (another --run-dir) to change it.")
-    config.num_steps = args.steps
+    if args.steps is not None:
+        config.num_steps = args.steps
     return run_dir, config
 
 

@@ -86,6 +86,12 @@ class RLComponents:
     inference_device: torch.device = field(default_factory=lambda: torch.device("cpu"))
     progress: Progress = field(default_factory=Progress)
 
+    def optimization_hparams(self) -> dict[str, float | int | str | bool]:
+        """The settings that change what a gradient step computes, for the run's hparams."""
+        return {"optim/accumulate_grad_batches": self.grad_accumulation,
+                "optim/gradient_clip_val": str(self.gradient_clip_val),
+                "optim/gradient_clip_algorithm": self.gradient_clip_algorithm}
+
     def __post_init__(self) -> None:
         if self.num_steps < 1:
             raise ValueError(f"num_steps must be >= 1 env step; got {self.num_steps}.")

@@ -8,6 +8,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 import torch
+from gymnasium.utils import EzPickle
 from gymnasium.vector import SyncVectorEnv, VectorEnv
 
 from rltrain import safe_pickle
@@ -178,7 +179,16 @@ class Runner:
         saved_envs = state["envs"]
         if saved_envs is not None and isinstance(self.envs, SyncVectorEnv):
             allowed = env_classes(self.envs.envs)
-            self.envs.envs = safe_pickle.loads(saved_envs.numpy().tobytes(), allowed)
+            restored = safe_pickle.loads(saved_envs.numpy().tobytes(), allowed)
+            if any(isinstance(env.unwrapped, EzPickle) for env in restored):
+                warnings.warn(
+                    "These environments pickle only their constructor arguments (EzPickle, as "
+                    "Box2D and MuJoCo envs do): they were rebuilt fresh, so the episodes running "
+                    "at the checkpoint restart and the resumed run is not an exact "
+                    "continuation.", stacklevel=2)
+            for env in self.envs.envs:
+                env.close()
+            self.envs.envs = restored
             self.observations = state["observations"].numpy().copy()
             self.episode_returns[:] = state["episode_returns"].numpy()
             self.episode_starts[:] = state["episode_starts"].numpy()

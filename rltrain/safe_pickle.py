@@ -46,23 +46,32 @@ class _AllowListUnpickler(pickle.Unpickler):
     def find_class(self, module: str, name: str) -> Any:
         if (module, name) not in self.allowed:
             raise ForbiddenGlobal(
-                f"the pickle names {module}.{name}, which is not a class of the environment "
-                "being restored; refusing to load it"
+                f"the pickle names {module}.{name}, which a pickle of the environment being "
+                "restored does not; refusing to load it"
             )
         return super().find_class(module, name)
 
 
+class _GlobalsRecorder(pickle.Unpickler):
+    def __init__(self, data: bytes) -> None:
+        super().__init__(io.BytesIO(data))
+        self.names: set[tuple[str, str]] = set()
+
+    def find_class(self, module: str, name: str) -> Any:
+        self.names.add((module, name))
+        return super().find_class(module, name)
+
+
 def env_classes(envs: Iterable[gym.Env[Any, Any]]) -> frozenset[tuple[str, str]]:
-    """Every class in the wrapper chains of ``envs``, with their spaces' classes."""
-    classes: set[type] = set()
-    for env in envs:
-        layer: Any = env
-        while layer is not None:
-            classes.add(type(layer))
-            for space in (layer.observation_space, layer.action_space):
-                classes.add(type(space))
-            layer = getattr(layer, "env", None)
-    return frozenset((c.__module__, c.__qualname__) for c in classes)
+    """The globals a pickle of ``envs`` names: the classes of their wrappers, spaces and state.
+
+    ``envs`` are freshly made by the program itself, so pickling and reading them back here runs
+    only their own classes; a checkpoint's pickle may then name nothing else (a wrapper's
+    ``deque`` or running statistics are allowed because the live wrapper has them too).
+    """
+    recorder = _GlobalsRecorder(pickle.dumps(list(envs)))
+    recorder.load()
+    return frozenset(recorder.names)
 
 
 def loads(data: bytes, allowed: frozenset[tuple[str, str]]) -> Any:

@@ -17,7 +17,7 @@ import torch
 from rltrain.agents.base import LearningAgent
 from rltrain.callbacks import EarlyStopping
 from rltrain.checkpoint import Checkpointer
-from rltrain.components import Progress, RLComponents, SummarySettings
+from rltrain.components import RLComponents, SummarySettings
 from rltrain.envs import EnvInit, env_factory, env_name
 from rltrain.evaluation import Evaluator
 from rltrain.events.events import EvaluationEnd
@@ -162,29 +162,16 @@ class Trainer:
         """
         check_spaces(env, agent)
         run_dir = self.resolve_run_dir(env, agent)
-        checkpoint = None
+        components = self._components(run_dir)
         if ckpt_path is not None:
-            checkpoint = self.checkpoint_path(ckpt_path, run_dir)
-            check_resume_settings(checkpoint, {**self.strategy.hparams(), **agent.hparams()})
-        prepare_run_dir(run_dir, resuming=checkpoint is not None, overwrite=self.overwrite)
+            components.checkpoint = self.checkpoint_path(ckpt_path, run_dir)
+            check_resume_settings(components.checkpoint, {
+                **self.strategy.hparams(), **agent.hparams(),
+                **components.optimization_hparams()})
+        prepare_run_dir(run_dir, resuming=components.checkpoint is not None,
+                        overwrite=self.overwrite)
         self.interrupter.reset()
-        events = EventProcessor(self._subscribers(run_dir))
-        components = RLComponents(
-            num_steps=self.num_steps,
-            checkpoint=checkpoint,
-            checkpointer=Checkpointer(run_dir / "checkpoints", interval=self.checkpoint_interval,
-                                      keep_last=self.keep_last_checkpoints),
-            grad_accumulation=self.accumulate_grad_batches,
-            gradient_clip_val=self.gradient_clip_val,
-            gradient_clip_algorithm=self.gradient_clip_algorithm,
-            on_nan_loss=self.on_nan_loss,
-            interrupter=self.interrupter,
-            event_processor=events,
-            summary=SummarySettings(return_threshold=self.return_threshold),
-            device=self.device,
-            inference_device=self.inference_device,
-            progress=Progress(),
-        )
+        components.event_processor = events = EventProcessor(self._subscribers(run_dir))
         try:
             with stop_on_signals(self.interrupter):
                 result = self.strategy.train(agent, components, env)
@@ -218,6 +205,21 @@ class Trainer:
         finally:
             evaluator.close()
         return evaluation_metrics(result)
+
+    def _components(self, run_dir: Path) -> RLComponents:
+        return RLComponents(
+            num_steps=self.num_steps,
+            checkpointer=Checkpointer(run_dir / "checkpoints", interval=self.checkpoint_interval,
+                                      keep_last=self.keep_last_checkpoints),
+            grad_accumulation=self.accumulate_grad_batches,
+            gradient_clip_val=self.gradient_clip_val,
+            gradient_clip_algorithm=self.gradient_clip_algorithm,
+            on_nan_loss=self.on_nan_loss,
+            interrupter=self.interrupter,
+            summary=SummarySettings(return_threshold=self.return_threshold),
+            device=self.device,
+            inference_device=self.inference_device,
+        )
 
     def checkpoint_path(self, ckpt_path: str | Path, run_dir: Path) -> Path:
         """``"last"`` / ``"best"`` in ``run_dir/checkpoints``, or the file given; must exist."""
@@ -280,8 +282,9 @@ def check_resume_settings(checkpoint: Path, hparams: dict[str, Any]) -> None:
                             for k in unsafe)
         raise ValueError(
             f"Cannot resume from {checkpoint}: settings differ from the checkpoint's ({details}). "
-            f"Use the checkpoint's settings; only {sorted(SAFE_RESUME_OVERRIDES)}, num_steps, "
-            "the run directory and the renderers may change on resume.")
+            f"Use the checkpoint's settings. On resume these may change: "
+            f"{sorted(SAFE_RESUME_OVERRIDES)}, num_steps, the run directory, the renderers, the "
+            "devices and on_nan_loss.")
     for key in changed:
         warnings.warn(f"Resuming with {key} = {hparams.get(key)!r} "
                       f"(the checkpoint had {saved.get(key)!r}).", stacklevel=3)

@@ -185,7 +185,7 @@ def test_a_planted_pickle_never_runs_and_the_error_names_the_file(tmp_path: Path
 
 def test_a_corrupt_last_checkpoint_is_reported_and_resume_falls_back(tmp_path: Path) -> None:
     trainer = Trainer(num_steps=600, strategy=strategy(), run_dir=tmp_path, renderers=(),
-                      checkpoint_interval=200, keep_last_checkpoints=2)
+                      checkpoint_interval=200, keep_last_checkpoints=2, gradient_clip_val=10.0)
     trainer.fit(ENV, agent())
     folder = tmp_path / "checkpoints"
     assert sorted(p.name for p in folder.glob("checkpoint-*.pt")) == [
@@ -223,3 +223,23 @@ def test_async_envs_resume_with_a_warning_and_fresh_episodes(tmp_path: Path) -> 
         fit(tmp_path, 600, ckpt_path="last", vectorization="async", num_envs=2,
             eval_interval=None)
     assert Checkpointer.load(tmp_path / "checkpoints" / "last.pt")["progress"]["env_steps"] == 600
+
+
+def test_resume_with_another_gradient_clip_is_refused(tmp_path: Path) -> None:
+    fit(tmp_path, 400)  # gradient_clip_val=10.0
+    trainer = Trainer(num_steps=800, strategy=strategy(), run_dir=tmp_path, renderers=())
+    with pytest.raises(ValueError, match=r"optim/gradient_clip_val: '10\.0' in the checkpoint"):
+        trainer.fit(ENV, agent(), ckpt_path="last")
+
+
+def test_a_run_resumed_from_best_starts_a_new_timeline_for_last(tmp_path: Path) -> None:
+    trainer = Trainer(num_steps=N, strategy=strategy(), run_dir=tmp_path, renderers=(),
+                      checkpoint_interval=600, gradient_clip_val=10.0)
+    trainer.fit(ENV, agent())
+    folder = tmp_path / "checkpoints"
+    best_steps = Checkpointer.load(folder / "best.pt")["progress"]["env_steps"]
+    resumed = Trainer(num_steps=best_steps + 100, strategy=strategy(), run_dir=tmp_path,
+                      renderers=(), gradient_clip_val=10.0)
+    resumed.fit(ENV, agent(), ckpt_path="best")
+    last = Checkpointer(folder).resolve("last")
+    assert Checkpointer.load(last)["progress"]["env_steps"] == best_steps + 100

@@ -143,7 +143,7 @@ class OffPolicyStrategy(RLStrategy):
             "runner": runner,  # first: it checks the environment matches the checkpoint's
             "agent": agent, "optimization": optim, "buffer": buffer,
             "random": GlobalRandomState(), "metrics": events.metrics}
-        hparams = {**self.hparams(), **agent.hparams()}
+        hparams = {**self.hparams(), **agent.hparams(), **components.optimization_hparams()}
         if components.checkpoint is not None:
             resume(components, agent, parts)
             if syncs_policy:
@@ -183,6 +183,11 @@ class OffPolicyStrategy(RLStrategy):
                                    size_bytes=saved.size_bytes, seconds=saved.seconds,
                                    best=best))
 
+        def refused() -> bool:
+            # on_nan_loss="stop": nothing is saved after a non-finite loss, so "last" stays the
+            # last checkpoint written before it.
+            return components.on_nan_loss == "stop" and optim.non_finite_loss is not None
+
         def crossed(interval: int, before: int, after: int) -> bool:
             return after // interval > before // interval
 
@@ -213,7 +218,7 @@ class OffPolicyStrategy(RLStrategy):
                 evaluate()
                 evaluated_at = after
 
-            if checkpointer is not None and checkpointer.due(before, after):
+            if checkpointer is not None and checkpointer.due(before, after) and not refused():
                 save()
                 saved_at = after
 
@@ -221,7 +226,6 @@ class OffPolicyStrategy(RLStrategy):
         # The final policy is always evaluated and saved, unless that just happened.
         if evaluator is not None and evaluated_at != end and not interrupter.should_stop():
             evaluate()
-        # After a refused non-finite loss, "last" stays the last checkpoint written before it.
-        if checkpointer is not None and saved_at != end and optim.non_finite_loss is None:
+        if checkpointer is not None and saved_at != end and not refused():
             save()
         return policy

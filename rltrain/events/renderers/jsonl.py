@@ -21,7 +21,8 @@ class JsonlRenderer(Subscriber):
 
     Each row has an ``event`` field: ``"metrics"`` (every ``log_interval`` env steps and at the
     end, with every metric of :class:`~rltrain.events.metrics.Metrics`), ``"evaluation"`` (with
-    the episode returns and lengths), ``"interrupted"`` and ``"end"`` (with the summary).
+    the episode returns and lengths), ``"checkpoint"`` (path, size, seconds), ``"interrupted"``
+    and ``"end"`` (with the summary).
     Non-finite floats are written as ``null`` so that every line is strict JSON.
 
     Args:
