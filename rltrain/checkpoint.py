@@ -84,6 +84,7 @@ class Checkpointer:
         self.directory = Path(directory)
         self.interval = interval
         self.keep_last = keep_last
+        self._swept = False
 
     def due(self, previous_env_steps: int, env_steps: int) -> bool:
         """True when an interval boundary lies in ``(previous_env_steps, env_steps]``."""
@@ -98,7 +99,7 @@ class Checkpointer:
     def save(self, state: dict[str, Any], *, env_steps: int) -> SavedCheckpoint:
         """Write ``state`` as ``checkpoint-<env_steps>.pt``, make it ``last``, apply retention."""
         start = time.perf_counter()
-        self.directory.mkdir(parents=True, exist_ok=True)
+        self._prepare()
         path = self.path(env_steps)
         manifest = self.manifest()
         # Order by writing, not by env steps: a run resumed from an older checkpoint (best)
@@ -122,7 +123,7 @@ class Checkpointer:
         """Write ``state`` as ``best-<env_steps>.pt``, make it ``best`` (and ``best.pt``), then
         delete the previous best: the manifest always names an intact best."""
         start = time.perf_counter()
-        self.directory.mkdir(parents=True, exist_ok=True)
+        self._prepare()
         path = self.directory / f"best-{env_steps}.pt"
         entry = {"file": path.name, "env_steps": env_steps, "eval_return": eval_return,
                  **atomic_save(state, path)}
@@ -180,6 +181,13 @@ class Checkpointer:
         When the file is listed in its folder's manifest, its checksum is verified first.
         """
         path = Path(path)
+        if path.name in ("last.pt", "best.pt"):
+            # The links can lag a save behind after a crash: read what the manifest names.
+            named = Checkpointer(path.parent).manifest().get(path.stem)
+            if isinstance(named, dict):
+                named = named.get("file")
+            if named and (path.parent / str(named)).is_file():
+                path = path.parent / str(named)
         if not path.is_file():
             raise FileNotFoundError(
                 f"No checkpoint at {path}. Checkpoints are written to <run_dir>/checkpoints/ "
@@ -207,15 +215,32 @@ class Checkpointer:
         return state
 
     def listed(self, name: str) -> list[dict[str, Any]]:
-        """The manifest entries file ``name`` may match. ``last.pt`` and ``best.pt`` are links
-        that a crash can leave one save behind, so they match any listed checkpoint."""
+        """The manifest entries of file ``name`` (empty when it is not listed)."""
         manifest = self.manifest()
         entries = [dict(e) for e in manifest["checkpoints"]]
         if manifest.get("best"):
             entries.append(dict(manifest["best"]))
-        if name in ("last.pt", "best.pt"):
-            return entries
         return [e for e in entries if e["file"] == name]
+
+    def sweep(self) -> None:
+        """Delete what a crash can leave behind: temporary files, and checkpoint files the
+        manifest does not list (written but never recorded). Called before a run's first save;
+        one run writes to a checkpoint folder at a time."""
+        manifest = self.manifest()
+        listed = {str(e["file"]) for e in manifest["checkpoints"]}
+        if manifest.get("best"):
+            listed.add(str(manifest["best"]["file"]))
+        for path in self.directory.glob(".*.tmp"):
+            path.unlink(missing_ok=True)
+        for path in [*self.directory.glob("checkpoint-*.pt"), *self.directory.glob("best-*.pt")]:
+            if path.name not in listed:
+                path.unlink(missing_ok=True)
+
+    def _prepare(self) -> None:
+        if not self._swept:
+            self.directory.mkdir(parents=True, exist_ok=True)
+            self.sweep()
+            self._swept = True
 
     def _write_manifest(self, manifest: dict[str, Any]) -> None:
         data = (json.dumps(manifest, indent=2) + "\n").encode()
