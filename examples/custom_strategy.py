@@ -131,7 +131,7 @@ class EpisodicStrategy(RLStrategy):
                                   interrupter=components.interrupter)
             if components.checkpointer is not None:
                 state = training_state(agent, parts, progress,
-                                       {**self.hparams(), **agent.hparams()})
+                                       self.run_hparams(agent, components))
                 components.checkpointer.save(state,
                                              env_steps=progress.env_steps)
             return policy

@@ -61,7 +61,8 @@ class Checkpointer:
     Each save writes ``checkpoint-<env_steps>.pt`` beside its final name, syncs it to disk and
     renames it into place, then rewrites ``manifest.json`` the same way. The manifest lists every
     kept checkpoint with its SHA-256 and size, names the ``last`` one and the ``best`` one
-    (``best.pt``, rewritten when an evaluation beats the best so far). ``last.pt`` is a hard link
+    (``best-<env_steps>.pt``, written when an evaluation beats the best so far, with
+    ``best.pt`` linked to it). ``last.pt`` is a hard link
     to the newest checkpoint, for convenience; :meth:`resolve` reads the manifest. A crash at any
     moment leaves the previous checkpoints and manifest intact, and a file whose checksum does not
     match is reported and skipped in favour of the newest good one.
@@ -172,7 +173,7 @@ class Checkpointer:
         raise FileNotFoundError(
             f"No intact {which} checkpoint in {self.directory}. Checkpoints are written to "
             "<run_dir>/checkpoints/ while training (last: checkpoint-<env_steps>.pt, best: "
-            "best.pt).")
+            "best-<env_steps>.pt).")
 
     @staticmethod
     def load(path: str | Path) -> dict[str, Any]:
@@ -226,6 +227,8 @@ class Checkpointer:
         """Delete what a crash can leave behind: temporary files, and checkpoint files the
         manifest does not list (written but never recorded). Called before a run's first save;
         one run writes to a checkpoint folder at a time."""
+        if not (self.directory / MANIFEST).is_file():
+            return  # without a manifest nothing says which files are garbage: keep them all
         manifest = self.manifest()
         listed = {str(e["file"]) for e in manifest["checkpoints"]}
         if manifest.get("best"):

@@ -111,7 +111,7 @@ def fit(args: argparse.Namespace) -> int:
         run_dir, config = resumed_config(args)
     else:
         config = RunConfig(
-            env=env, num_steps=args.steps or defaults.num_steps,
+            env=env, num_steps=defaults.num_steps if args.steps is None else args.steps,
             device=args.device or defaults.device, threads=args.threads,
             return_threshold=None if args.no_early_stop else threshold,
             off_policy=dataclasses.replace(

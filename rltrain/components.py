@@ -89,7 +89,8 @@ class RLComponents:
     def optimization_hparams(self) -> dict[str, float | int | str | bool]:
         """The settings that change what a gradient step computes, for the run's hparams."""
         return {"optim/accumulate_grad_batches": self.grad_accumulation,
-                "optim/gradient_clip_val": str(self.gradient_clip_val),
+                "optim/gradient_clip_val": ("none" if self.gradient_clip_val is None
+                                            else float(self.gradient_clip_val)),
                 "optim/gradient_clip_algorithm": self.gradient_clip_algorithm}
 
     def __post_init__(self) -> None:

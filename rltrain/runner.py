@@ -177,15 +177,12 @@ class Runner:
                 f"The checkpoint was saved on an environment with spaces {state['spaces']}; "
                 f"this one has {self._spaces()}. Resume on the environment it was trained on.")
         saved_envs = state["envs"]
+        restored = None
         if saved_envs is not None and isinstance(self.envs, SyncVectorEnv):
             allowed = env_classes(self.envs.envs)
             restored = safe_pickle.loads(saved_envs.numpy().tobytes(), allowed)
-            if any(isinstance(env.unwrapped, EzPickle) for env in restored):
-                warnings.warn(
-                    "These environments pickle only their constructor arguments (EzPickle, as "
-                    "Box2D and MuJoCo envs do): they were rebuilt fresh, so the episodes running "
-                    "at the checkpoint restart and the resumed run is not an exact "
-                    "continuation.", stacklevel=2)
+        if (isinstance(self.envs, SyncVectorEnv) and restored is not None
+                and not any(isinstance(e.unwrapped, EzPickle) for e in restored)):
             for env in self.envs.envs:
                 env.close()
             self.envs.envs = restored
@@ -194,11 +191,13 @@ class Runner:
             self.episode_starts[:] = state["episode_starts"].numpy()
             self.policy_state = state["policy_state"]
         else:
+            # EzPickle envs (Box2D, MuJoCo) pickle only their constructor arguments: what comes
+            # back is a new env, as good as none.
             warnings.warn(
-                "The environments' state is not in this checkpoint (async vector envs and "
-                "unpicklable envs cannot be saved): they were reset with a new seed, so the "
-                "episodes running at the checkpoint restart and the resumed run is not an "
-                "exact continuation.", stacklevel=2)
+                "The environments' state is not in this checkpoint (async vector envs, "
+                "unpicklable envs and EzPickle envs such as Box2D and MuJoCo cannot be saved): "
+                "they were reset with a new seed, so the episodes running at the checkpoint "
+                "restart and the resumed run is not an exact continuation.", stacklevel=2)
             self.observations, _ = self.envs.reset(seed=self.seed + self.progress.vector_steps)
             self.episode_returns[:] = 0.0
             self.episode_starts[:] = self.progress.vector_steps

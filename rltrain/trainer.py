@@ -165,9 +165,8 @@ class Trainer:
         components = self._components(run_dir)
         if ckpt_path is not None:
             components.checkpoint = self.checkpoint_path(ckpt_path, run_dir)
-            check_resume_settings(components.checkpoint, {
-                **self.strategy.hparams(), **agent.hparams(),
-                **components.optimization_hparams()})
+            check_resume_settings(components.checkpoint,
+                                  self.strategy.run_hparams(agent, components))
         prepare_run_dir(run_dir, resuming=components.checkpoint is not None,
                         overwrite=self.overwrite)
         self.interrupter.reset()

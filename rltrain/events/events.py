@@ -141,7 +141,7 @@ class Checkpoint:
         path: The file written.
         size_bytes: Its size on disk.
         seconds: Wall-clock seconds the save took.
-        best: True for ``best.pt`` (an evaluation beat the best so far).
+        best: True for ``best-<env_steps>.pt`` (an evaluation beat the best so far).
     """
 
     env_steps: int

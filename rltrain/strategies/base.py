@@ -69,9 +69,9 @@ class RLStrategy(ABC):
         progress = components.progress
         if components.checkpoint is not None:
             restore_progress(components)
-        hparams = {**self.hparams(), **agent.hparams()}
         events.emit(Start(total_env_steps=components.num_steps,
-                          start_env_steps=progress.env_steps, hparams=hparams))
+                          start_env_steps=progress.env_steps,
+                          hparams=self.run_hparams(agent, components)))
         policy = self.train_loop(agent, components, env_init)
         interrupter = components.interrupter
         stopped_early = interrupter.should_stop() and progress.env_steps < components.num_steps
@@ -102,3 +102,10 @@ class RLStrategy(ABC):
     def hparams(self) -> dict[str, float | int | str | bool]:
         """The strategy's settings for TensorBoard's hyperparameters. Default: none."""
         return {}
+
+    def run_hparams(self, agent: LearningAgent,
+                    components: RLComponents) -> dict[str, float | int | str | bool]:
+        """Every setting that shapes what the run computes: the strategy's, the agent's and the
+        optimisation's. Shown as TensorBoard hyperparameters, saved in checkpoints, and
+        compared when a run is resumed."""
+        return {**self.hparams(), **agent.hparams(), **components.optimization_hparams()}

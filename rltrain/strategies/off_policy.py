@@ -143,7 +143,7 @@ class OffPolicyStrategy(RLStrategy):
             "runner": runner,  # first: it checks the environment matches the checkpoint's
             "agent": agent, "optimization": optim, "buffer": buffer,
             "random": GlobalRandomState(), "metrics": events.metrics}
-        hparams = {**self.hparams(), **agent.hparams(), **components.optimization_hparams()}
+        hparams = self.run_hparams(agent, components)
         if components.checkpoint is not None:
             resume(components, agent, parts)
             if syncs_policy:
