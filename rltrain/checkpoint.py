@@ -227,9 +227,10 @@ class Checkpointer:
         """Delete what a crash can leave behind: temporary files, and checkpoint files the
         manifest does not list (written but never recorded). Called before a run's first save;
         one run writes to a checkpoint folder at a time."""
-        if not (self.directory / MANIFEST).is_file():
-            return  # without a manifest nothing says which files are garbage: keep them all
-        manifest = self.manifest()
+        try:
+            manifest = json.loads((self.directory / MANIFEST).read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            return  # without a readable manifest nothing says which files are garbage
         listed = {str(e["file"]) for e in manifest["checkpoints"]}
         if manifest.get("best"):
             listed.add(str(manifest["best"]["file"]))
