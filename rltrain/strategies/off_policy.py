@@ -124,108 +124,137 @@ class OffPolicyStrategy(RLStrategy):
 
     def _run(self, agent: LearningAgent, components: RLComponents,
              envs: gym.vector.VectorEnv[Any, Any, Any], evaluator: Evaluator | None) -> Policy:
-        cfg = self.config
-        progress = components.progress
+        return _OffPolicyRun(self, agent, components, envs, evaluator).run()
+
+
+class _OffPolicyRun:
+    """One run of :class:`OffPolicyStrategy`: its parts, and the loop over them."""
+
+    def __init__(self, strategy: OffPolicyStrategy, agent: LearningAgent,
+                 components: RLComponents, envs: gym.vector.VectorEnv[Any, Any, Any],
+                 evaluator: Evaluator | None) -> None:
+        cfg = self.cfg = strategy.config
+        self.agent, self.components, self.evaluator = agent, components, evaluator
+        self.progress = progress = components.progress
+        self.events, self.interrupter = components.event_processor, components.interrupter
+        self.checkpointer = components.checkpointer
         obs_space, act_space = envs.single_observation_space, envs.single_action_space
         agent.setup(observation_space=obs_space, action_space=act_space,
                     device=components.device, progress=progress)
-        buffer = ReplayBuffer(cfg.buffer_size, observation_space=obs_space,
-                              action_space=act_space, seed=cfg.seed, device=components.device)
-        optim = Optimization.for_run(agent.configure_optimizers(), components)
-        policy = agent.policy(components.inference_device)
-        syncs_policy = components.inference_device != components.device
-        runner = Runner(envs, device=components.inference_device, progress=progress)
-        runner.reset(seed=cfg.seed, policy=policy)
-        events, interrupter = components.event_processor, components.interrupter
-        checkpointer = components.checkpointer
+        self.buffer = ReplayBuffer(cfg.buffer_size, observation_space=obs_space,
+                                   action_space=act_space, seed=cfg.seed,
+                                   device=components.device)
+        self.optim = Optimization.for_run(agent.configure_optimizers(), components)
+        self.policy = agent.policy(components.inference_device)
+        self.syncs_policy = components.inference_device != components.device
+        self.runner = Runner(envs, device=components.inference_device, progress=progress)
+        self.runner.reset(seed=cfg.seed, policy=self.policy)
         # Everything with state, saved and restored as one (the checkpoint is their union).
-        parts: dict[str, Stateful] = {
-            "runner": runner,  # first: it checks the environment matches the checkpoint's
-            "agent": agent, "optimization": optim, "buffer": buffer,
-            "random": GlobalRandomState(), "metrics": events.metrics}
-        hparams = self.run_hparams(agent, components)
+        self.parts: dict[str, Stateful] = {
+            "runner": self.runner,  # first: it checks the environment matches the checkpoint's
+            "agent": agent, "optimization": self.optim, "buffer": self.buffer,
+            "random": GlobalRandomState(), "metrics": self.events.metrics}
+        self.hparams = strategy.run_hparams(agent, components)
         if components.checkpoint is not None:
-            resume(components, agent, parts)
-            if syncs_policy:
-                agent.sync_policy(policy)
+            resume(components, agent, self.parts)
+            self.sync_policy()
+
+    def run(self) -> Policy:
+        """Collect, train, evaluate and save until ``num_steps`` or a stop request."""
+        cfg, progress, interrupter = self.cfg, self.progress, self.interrupter
         evaluated_at = saved_at = -1
-
-        def train_pending() -> None:
-            # Gradient steps owed by the current round; a stop leaves the rest in progress, so
-            # a resumed run does exactly the steps an uninterrupted run would have.
-            if not progress.pending_gradient_steps:
-                return
-            while progress.pending_gradient_steps and not interrupter.should_stop():
-                metrics = optim.training_step(agent, buffer.sample(cfg.batch_size))
-                progress.pending_gradient_steps -= 1
-                events.emit(TrainStep(env_steps=progress.env_steps,
-                                      gradient_steps=progress.gradient_steps, metrics=metrics))
-            if syncs_policy:
-                agent.sync_policy(policy)
-
-        def evaluate() -> None:
-            assert evaluator is not None
-            best = events.metrics.best_eval_return
-            evaluator.run(policy, env_steps=progress.env_steps, events=events,
-                          interrupter=interrupter)
-            new_best = events.metrics.best_eval_return
-            if checkpointer is not None and new_best > best:
-                save(checkpointer.save_best(training_state(agent, parts, progress, hparams),
-                                            env_steps=progress.env_steps, eval_return=new_best),
-                     best=True)
-
-        def save(saved: SavedCheckpoint | None = None, best: bool = False) -> None:
-            assert checkpointer is not None
-            if saved is None:
-                saved = checkpointer.save(training_state(agent, parts, progress, hparams),
-                                          env_steps=progress.env_steps)
-            events.emit(Checkpoint(env_steps=saved.env_steps, path=str(saved.path),
-                                   size_bytes=saved.size_bytes, seconds=saved.seconds,
-                                   best=best))
-
-        def refused() -> bool:
-            # on_nan_loss="stop": nothing is saved after a non-finite loss, so "last" stays the
-            # last checkpoint written before it.
-            return components.on_nan_loss == "stop" and optim.non_finite_loss is not None
-
-        def crossed(interval: int, before: int, after: int) -> bool:
-            return after // interval > before // interval
-
-        train_pending()
-        while progress.env_steps < components.num_steps and not interrupter.should_stop():
+        self.train_pending()  # a round a stop cut short, when resuming
+        while progress.env_steps < self.components.num_steps and not interrupter.should_stop():
             before = progress.env_steps
-            if before < cfg.warmup_steps:
-                actions = runner.random_actions()
-            else:
-                actions = runner.act(policy)
-            transitions, episodes = runner.step(actions, policy)
-            buffer.add(transitions)
-            events.emit(EnvStep(env_steps=progress.env_steps, vector_steps=progress.vector_steps))
-            for episode in episodes:
-                events.emit(episode)
+            self.collect_step(warmup=before < cfg.warmup_steps)
             after = progress.env_steps
 
             # Learn once the buffer holds warmup_steps transitions (after a resume, too), one
             # round per train_interval boundary crossed (several when num_envs > train_interval).
             rounds = after // cfg.train_interval - before // cfg.train_interval
-            if rounds and len(buffer) >= min(cfg.warmup_steps, cfg.buffer_size):
+            if rounds and len(self.buffer) >= min(cfg.warmup_steps, cfg.buffer_size):
                 progress.pending_gradient_steps += rounds * cfg.train_steps
-                train_pending()
+                self.train_pending()
 
-            if (evaluator is not None and cfg.eval_interval is not None
-                    and crossed(cfg.eval_interval, before, after)
+            if (cfg.eval_interval is not None and _crossed(cfg.eval_interval, before, after)
                     and not interrupter.should_stop()):
-                evaluate()
+                self.evaluate()
                 evaluated_at = after
 
-            if checkpointer is not None and checkpointer.due(before, after) and not refused():
-                save()
+            if (self.checkpointer is not None and self.checkpointer.due(before, after)
+                    and not self.refused()):
+                self.save()
                 saved_at = after
 
         end = progress.env_steps
         # The final policy is always evaluated and saved, unless that just happened.
-        if evaluator is not None and evaluated_at != end and not interrupter.should_stop():
-            evaluate()
-        if checkpointer is not None and saved_at != end and not refused():
-            save()
-        return policy
+        if evaluated_at != end and not interrupter.should_stop():
+            self.evaluate()
+        if self.checkpointer is not None and saved_at != end and not self.refused():
+            self.save()
+        return self.policy
+
+    def collect_step(self, *, warmup: bool) -> None:
+        """One vector step (uniform random actions during warm-up) into the buffer."""
+        runner, progress, events = self.runner, self.progress, self.events
+        actions = runner.random_actions() if warmup else runner.act(self.policy)
+        transitions, episodes = runner.step(actions, self.policy)
+        self.buffer.add(transitions)
+        events.emit(EnvStep(env_steps=progress.env_steps, vector_steps=progress.vector_steps))
+        for episode in episodes:
+            events.emit(episode)
+
+    def train_pending(self) -> None:
+        """The gradient steps owed by the current round. A stop leaves the rest in progress,
+        so a resumed run does exactly the steps an uninterrupted run would have."""
+        progress = self.progress
+        if not progress.pending_gradient_steps:
+            return
+        while progress.pending_gradient_steps and not self.interrupter.should_stop():
+            metrics = self.optim.training_step(self.agent, self.buffer.sample(self.cfg.batch_size))
+            progress.pending_gradient_steps -= 1
+            self.events.emit(TrainStep(env_steps=progress.env_steps,
+                                       gradient_steps=progress.gradient_steps, metrics=metrics))
+        self.sync_policy()
+
+    def sync_policy(self) -> None:
+        """Refresh the acting policy's copy of the weights when it lives on another device."""
+        if self.syncs_policy:
+            self.agent.sync_policy(self.policy)
+
+    def evaluate(self) -> None:
+        """Greedy evaluation; a new best evaluation return is saved as ``best``."""
+        if self.evaluator is None:
+            return
+        metrics = self.events.metrics
+        best = metrics.best_eval_return
+        self.evaluator.run(self.policy, env_steps=self.progress.env_steps, events=self.events,
+                           interrupter=self.interrupter)
+        if self.checkpointer is not None and metrics.best_eval_return > best:
+            self.announce(self.checkpointer.save_best(
+                self.state(), env_steps=self.progress.env_steps,
+                eval_return=metrics.best_eval_return), best=True)
+
+    def save(self) -> None:
+        """Write a checkpoint of every part and make it ``last``."""
+        assert self.checkpointer is not None
+        self.announce(self.checkpointer.save(self.state(), env_steps=self.progress.env_steps))
+
+    def state(self) -> dict[str, Any]:
+        return training_state(self.agent, self.parts, self.progress, self.hparams)
+
+    def announce(self, saved: SavedCheckpoint, *, best: bool = False) -> None:
+        self.events.emit(Checkpoint(env_steps=saved.env_steps, path=str(saved.path),
+                                    size_bytes=saved.size_bytes, seconds=saved.seconds,
+                                    best=best))
+
+    def refused(self) -> bool:
+        """True after a refused non-finite loss with ``on_nan_loss="stop"``: nothing is saved
+        after it, so ``last`` stays the last checkpoint written before it."""
+        return (self.components.on_nan_loss == "stop"
+                and self.optim.non_finite_loss is not None)
+
+
+def _crossed(interval: int, before: int, after: int) -> bool:
+    """True when a multiple of ``interval`` lies in ``(before, after]``."""
+    return after // interval > before // interval
