@@ -182,9 +182,10 @@ class Checkpointer:
         When the file is listed in its folder's manifest, its checksum is verified first.
         """
         path = Path(path)
+        folder = Checkpointer(path.parent)
         if path.name in ("last.pt", "best.pt"):
             # The links can lag a save behind after a crash: read what the manifest names.
-            named = Checkpointer(path.parent).manifest().get(path.stem)
+            named = folder.manifest().get(path.stem)
             if isinstance(named, dict):
                 named = named.get("file")
             if named and (path.parent / str(named)).is_file():
@@ -193,7 +194,7 @@ class Checkpointer:
             raise FileNotFoundError(
                 f"No checkpoint at {path}. Checkpoints are written to <run_dir>/checkpoints/ "
                 "(last.pt, best.pt, checkpoint-<env_steps>.pt).")
-        entries = Checkpointer(path.parent).listed(path.name)
+        entries = folder.listed(path.name)
         if entries:
             problems = [_check(path, entry) for entry in entries]
             problem = None if None in problems else problems[0]
@@ -261,7 +262,11 @@ class Checkpointer:
             os.replace(link, alias)
         except OSError:
             link.unlink(missing_ok=True)
-            _atomic_write(alias, lambda file: shutil.copyfileobj(path.open("rb"), file))
+            def copy(file: BinaryIO) -> None:
+                with path.open("rb") as source:
+                    shutil.copyfileobj(source, file)
+
+            _atomic_write(alias, copy)
 
 
 def _check(path: Path, entry: dict[str, Any]) -> str | None:
@@ -273,12 +278,13 @@ def _check(path: Path, entry: dict[str, Any]) -> str | None:
     size = path.stat().st_size
     if size != int(entry["bytes"]):
         return f"it has {size:,} bytes where the manifest says {int(entry['bytes']):,} (truncated?)"
-    if _sha256(path) != entry["sha256"]:
+    if file_sha256(path) != entry["sha256"]:
         return "its SHA-256 checksum does not match the manifest's"
     return None
 
 
-def _sha256(path: Path) -> str:
+def file_sha256(path: Path) -> str:
+    """The SHA-256 of a file's bytes, as hex (what the manifest records)."""
     digest = hashlib.sha256()
     with path.open("rb") as file:
         for block in iter(lambda: file.read(1 << 20), b""):

@@ -39,7 +39,6 @@ exits with status 1 on any failure.
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import os
 import random
@@ -60,7 +59,7 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from benchmarks._util import table, write_results  # noqa: E402
-from rltrain.checkpoint import MANIFEST, Checkpointer  # noqa: E402
+from rltrain.checkpoint import MANIFEST, Checkpointer, file_sha256  # noqa: E402
 
 #: Env steps between checkpoints in the child run.
 CHECKPOINT_INTERVAL = 100
@@ -209,14 +208,6 @@ def plan_kills(kills: int, rng: random.Random, *, quick: bool = False) -> list[K
     return plans
 
 
-def sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as file:
-        for block in iter(lambda: file.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
-
-
 def verify(checkpoints: Path) -> dict[str, Any]:
     """Check the checkpoint folder after a kill; returns the problems and where a resume starts.
 
@@ -244,7 +235,7 @@ def verify(checkpoints: Path) -> dict[str, Any]:
         if not path.is_file():
             problems.append(f"{name} ({role}) is listed but missing")
             continue
-        if path.stat().st_size != int(entry["bytes"]) or sha256(path) != entry["sha256"]:
+        if path.stat().st_size != int(entry["bytes"]) or file_sha256(path) != entry["sha256"]:
             problems.append(f"{name} ({role}) does not match its manifest size/SHA-256")
         try:
             state = Checkpointer.load(path)
