@@ -72,10 +72,14 @@ class Checkpointer:
         interval: Env steps between saves; None saves only at the end (and on a stop).
         keep_last: How many ``checkpoint-*.pt`` files to keep (older ones are deleted; ``best.pt``
             is kept apart). Default 3.
+        keep_best: Save the best evaluation's agent as ``best``. Default True.
+        config: The run's configuration (plain dicts), stored in every checkpoint as
+            ``"config"``. Default None.
     """
 
     def __init__(self, directory: str | Path, *, interval: int | None = None,
-                 keep_last: int = 3) -> None:
+                 keep_last: int = 3, keep_best: bool = True,
+                 config: Mapping[str, Any] | None = None) -> None:
         if interval is not None and interval < 1:
             raise ValueError(
                 f"checkpoint interval must be >= 1 env step (or None); got {interval}."
@@ -85,6 +89,8 @@ class Checkpointer:
         self.directory = Path(directory)
         self.interval = interval
         self.keep_last = keep_last
+        self.keep_best = keep_best
+        self.config = config
         self._swept = False
 
     def due(self, previous_env_steps: int, env_steps: int) -> bool:
@@ -108,7 +114,7 @@ class Checkpointer:
         sequence = 1 + max((int(e.get("sequence", 0)) for e in manifest["checkpoints"]),
                            default=0)
         entry = {"file": path.name, "env_steps": env_steps, "sequence": sequence,
-                 **atomic_save(state, path)}
+                 **atomic_save(self._with_config(state), path)}
         kept = [e for e in manifest["checkpoints"] if e["file"] != path.name] + [entry]
         manifest["checkpoints"], dropped = kept[-self.keep_last:], kept[:-self.keep_last]
         manifest["last"] = path.name
@@ -127,7 +133,7 @@ class Checkpointer:
         self._prepare()
         path = self.directory / f"best-{env_steps}.pt"
         entry = {"file": path.name, "env_steps": env_steps, "eval_return": eval_return,
-                 **atomic_save(state, path)}
+                 **atomic_save(self._with_config(state), path)}
         manifest = self.manifest()
         previous = manifest.get("best")
         manifest["best"] = entry
@@ -137,6 +143,9 @@ class Checkpointer:
             (self.directory / str(previous["file"])).unlink(missing_ok=True)
         return SavedCheckpoint(path, env_steps, int(entry["bytes"]),
                                time.perf_counter() - start)
+
+    def _with_config(self, state: dict[str, Any]) -> dict[str, Any]:
+        return state if self.config is None else {**state, "config": dict(self.config)}
 
     def manifest(self) -> dict[str, Any]:
         """The manifest (an empty one when there is none or it cannot be read)."""

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 import torch
 
@@ -51,6 +51,43 @@ class SummarySettings:
 
 
 @dataclass
+class EvaluationSettings:
+    """When and how long a strategy evaluates its greedy policy.
+
+    Attributes:
+        interval: Env steps between evaluations (and one at the end); None never evaluates.
+            Default 10,000.
+        episodes: Greedy episodes per evaluation. Default 10.
+    """
+
+    interval: int | None = 10_000
+    episodes: int = 10
+
+    def __post_init__(self) -> None:
+        if self.interval is not None and self.interval < 1:
+            raise ValueError(f"eval_interval must be >= 1 env step, or None to never evaluate; "
+                             f"got {self.interval}.")
+        if self.episodes < 1:
+            raise ValueError(f"eval_episodes must be >= 1; got {self.episodes}.")
+
+
+#: Training precisions: float32, or autocast to bfloat16 / float16 (weights stay float32).
+DTYPES: dict[str, torch.dtype] = {"float32": torch.float32, "bfloat16": torch.bfloat16,
+                                  "float16": torch.float16}
+
+
+def resolve_dtype(dtype: str | torch.dtype) -> torch.dtype:
+    """``"float32"``, ``"bfloat16"``, ``"float16"`` (or the torch dtype) as a torch dtype."""
+    if isinstance(dtype, torch.dtype):
+        if dtype in DTYPES.values():
+            return dtype
+    elif dtype in DTYPES:
+        return DTYPES[dtype]
+    raise ValueError(f"dtype must be one of {list(DTYPES)}; got {dtype!r}. bfloat16 and float16 "
+                     "train with autocast (mixed precision); the weights stay float32.")
+
+
+@dataclass
 class RLComponents:
     """Everything a strategy's ``train_loop`` uses besides the agent and the environment.
 
@@ -67,9 +104,14 @@ class RLComponents:
         interrupter: The run's stop request, shared with callbacks and other threads.
         event_processor: Receives every event; holds the metrics and renderers.
         summary: What the end-of-run summary measures.
+        evaluation: When and how long to evaluate (interval and episodes).
+        dtype: The precision of training forward passes: ``torch.float32``, or
+            ``torch.bfloat16`` / ``torch.float16`` under autocast. Default float32.
         device: Where the agent learns. Default CPU.
         inference_device: Where the policy acts while collecting. Default CPU.
         progress: The run's counters (fresh for a new run).
+        config: The run's whole configuration as plain nested dicts (shown in the Start
+            event's ``config``); empty when the run has none. Default empty.
     """
 
     num_steps: int
@@ -82,16 +124,20 @@ class RLComponents:
     interrupter: Interrupter = field(default_factory=Interrupter)
     event_processor: EventProcessor = field(default_factory=EventProcessor)
     summary: SummarySettings = field(default_factory=SummarySettings)
+    evaluation: EvaluationSettings = field(default_factory=EvaluationSettings)
+    dtype: torch.dtype = torch.float32
     device: torch.device = field(default_factory=lambda: torch.device("cpu"))
     inference_device: torch.device = field(default_factory=lambda: torch.device("cpu"))
     progress: Progress = field(default_factory=Progress)
+    config: dict[str, Any] = field(default_factory=dict)
 
     def optimization_hparams(self) -> dict[str, float | int | str | bool]:
         """The settings that change what a gradient step computes, for the run's hparams."""
         return {"optim/accumulate_grad_batches": self.grad_accumulation,
                 "optim/gradient_clip_val": ("none" if self.gradient_clip_val is None
                                             else float(self.gradient_clip_val)),
-                "optim/gradient_clip_algorithm": self.gradient_clip_algorithm}
+                "optim/gradient_clip_algorithm": self.gradient_clip_algorithm,
+                "optim/dtype": str(self.dtype).removeprefix("torch.")}
 
     def __post_init__(self) -> None:
         if self.num_steps < 1:
@@ -113,8 +159,6 @@ class RLComponents:
         if self.on_nan_loss not in ("stop", "skip", "raise"):
             raise ValueError(
                 f"on_nan_loss must be 'stop', 'skip' or 'raise'; got {self.on_nan_loss!r}.")
+        self.dtype = resolve_dtype(self.dtype)
         self.device = torch.device(self.device)
         self.inference_device = torch.device(self.inference_device)
-
-
-

@@ -1,60 +1,309 @@
-"""The configuration of a command-line run, saved as ``config.yaml`` in its run directory."""
+"""Structured configs: one typed, validated omegaconf config for a whole run.
+
+A run's config has four sections, each a dataclass with defaults that work::
+
+    trainer:   TrainerConfig   (the Trainer's arguments: steps, devices, logging, checkpoints)
+    env:       EnvConfig       (a Gymnasium id and its keyword arguments)
+    strategy:  name + the strategy's config   (off_policy: OffPolicyConfig)
+    agent:     name + the agent's config      (dqn: DQNConfig)
+
+``name`` picks the registered class (:data:`AGENTS`, :data:`STRATEGIES`); the rest of the
+section is type-checked against that class's config. An unknown key or a value of the wrong type
+is a :class:`ConfigError` naming the key and suggesting the closest valid one.
+
+    cfg = compose(["configs/dqn_cartpole.yaml"], ["trainer.num_steps=20000", "agent.lr=1e-3"])
+    run = build(cfg)          # rltrain.trainer.build: trainer, agent and env
+    run.fit()
+"""
 
 from __future__ import annotations
 
+import dataclasses
+import difflib
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
-from omegaconf import OmegaConf
+from omegaconf import DictConfig, OmegaConf
+from omegaconf.errors import ConfigKeyError, OmegaConfBaseException, ValidationError
 
-from rltrain.agents.dqn import DQNConfig
-from rltrain.strategies.off_policy import OffPolicyConfig
+from rltrain.agents.base import LearningAgent
+from rltrain.agents.dqn import DQN, DQNConfig
+from rltrain.components import EvaluationSettings, RLComponents
+from rltrain.envs import EnvInit, EnvSpec, check_env_id
+from rltrain.strategies.base import RLStrategy
+from rltrain.strategies.off_policy import OffPolicyConfig, OffPolicyStrategy
+
+#: Where the shipped YAML configs live (``configs/`` in the repository links here).
+SHIPPED_CONFIGS = Path(__file__).parent / "configs"
 
 
-def _cartpole_strategy() -> OffPolicyConfig:
-    # Evaluate often and over 20 episodes: "solved" is a mean greedy return >= 475 over 20.
-    return OffPolicyConfig(eval_interval=2_500, eval_episodes=20)
+class ConfigError(ValueError):
+    """A config key or value is wrong; the message names the key and what would be right."""
+
+
+@dataclass
+class TrainerConfig:
+    """The ``trainer:`` section: :class:`~rltrain.Trainer`'s arguments of the same names (see
+    its docstring for units), with the same defaults.
+
+    ``logger`` is ``true`` (TensorBoard in the run directory), ``false``, or a log directory.
+    ``num_threads`` sets ``torch.set_num_threads`` for the run (null leaves it; 1 is fastest
+    for small MLPs).
+    """
+
+    num_steps: int = 50_000
+    eval_interval: int | None = 10_000
+    eval_episodes: int = 10
+    return_threshold: float | None = None
+    device: str = "cpu"
+    inference_device: str | None = None
+    dtype: str = "float32"
+    num_threads: int | None = None
+    gradient_clip_val: float | None = None
+    gradient_clip_algorithm: str = "norm"
+    accumulate_grad_batches: int = 1
+    on_nan_loss: str = "stop"
+    run_dir: str | None = None
+    logger: Any = True
+    enable_progress_bar: bool = True
+    enable_console: bool = True
+    enable_metrics_file: bool = True
+    log_interval: int = 1_000
+    console_interval: float = 10.0
+    checkpoint_dir: str | None = None
+    checkpoint_interval: int | None = None
+    keep_last_checkpoints: int = 3
+    keep_best: bool = True
+    overwrite: bool = False
+
+    def __post_init__(self) -> None:
+        # The components check these settings (with the messages a Trainer would give).
+        RLComponents(num_steps=self.num_steps, grad_accumulation=self.accumulate_grad_batches,
+                     gradient_clip_val=self.gradient_clip_val,
+                     gradient_clip_algorithm=self.gradient_clip_algorithm,  # type: ignore[arg-type]
+                     on_nan_loss=self.on_nan_loss,  # type: ignore[arg-type]
+                     evaluation=EvaluationSettings(self.eval_interval, self.eval_episodes),
+                     dtype=self.dtype)  # type: ignore[arg-type]
+
+
+@dataclass
+class EnvConfig:
+    """The ``env:`` section.
+
+    Attributes:
+        id: A registered Gymnasium id. Default ``"CartPole-v1"``.
+        kwargs: Keyword arguments for ``gymnasium.make`` (e.g. ``{max_episode_steps: 200}``).
+    """
+
+    id: str = "CartPole-v1"
+    kwargs: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Registered:
+    """A class the config can name: an agent or a strategy built as ``cls(config)``.
+
+    Attributes:
+        name: The ``name:`` value in its section (``"dqn"``).
+        cls: The agent or strategy class.
+        config: Its config dataclass.
+        section: The section's schema: ``config`` plus the ``name`` field.
+        summary: One line for ``rltrain list``.
+    """
+
+    name: str
+    cls: type
+    config: type
+    section: type
+    summary: str
+
+
+def _register(name: str, cls: type, config: type, summary: str) -> Registered:
+    section = dataclasses.make_dataclass(
+        f"{config.__name__}Section", [("name", str, field(default=name))], bases=(config,),
+        namespace={"__module__": __name__,
+                   "__doc__": f"{config.__name__} with the ``name`` that selects it."})
+    return Registered(name, cls, config, section, summary)
+
+
+#: Agents by the ``agent.name`` that selects them.
+AGENTS: dict[str, Registered] = {
+    "dqn": _register("dqn", DQN, DQNConfig,
+                     "Deep Q-Network (double Q, dueling option); discrete actions"),
+}
+
+#: Strategies by the ``strategy.name`` that selects them.
+STRATEGIES: dict[str, Registered] = {
+    "off_policy": _register("off_policy", OffPolicyStrategy, OffPolicyConfig,
+                            "collect into a replay buffer, train every few env steps"),
+}
 
 
 @dataclass
 class RunConfig:
-    """Everything ``rltrain fit`` needs; defaults train DQN on CartPole-v1 until solved.
+    """The schema of a whole run (the default agent and strategy; :func:`schema` swaps in the
+    sections of the ones a config names)."""
 
-    Attributes:
-        env: Gymnasium environment id. Default ``"CartPole-v1"``.
-        num_steps: Env steps to train for. Default 50,000.
-        device: Where the agent learns. Default ``"cpu"``.
-        threads: ``torch.set_num_threads`` for the run; small MLPs are fastest with 1. Default 1.
-        return_threshold: Stop once the mean evaluation return reaches it; None runs every
-            step. Default: the environment's registered ``reward_threshold`` (475 for CartPole-v1),
-            filled in by the command line.
-        gradient_clip_val: Gradient norm clip. Default 10 (SB3 DQN's ``max_grad_norm``).
-        dqn: The agent's hyperparameters.
-        off_policy: The loop's settings (evaluation every 2,500 env steps over 20 episodes).
+    trainer: TrainerConfig = field(default_factory=TrainerConfig)
+    env: EnvConfig = field(default_factory=EnvConfig)
+    strategy: Any = field(default_factory=STRATEGIES["off_policy"].section)
+    agent: Any = field(default_factory=AGENTS["dqn"].section)
+
+
+def schema(agent: str = "dqn", strategy: str = "off_policy") -> DictConfig:
+    """The typed, default config for ``agent`` trained by ``strategy``."""
+    return OmegaConf.structured(RunConfig(
+        strategy=_lookup(STRATEGIES, strategy, "strategy").section(),
+        agent=_lookup(AGENTS, agent, "agent").section()))
+
+
+def compose(files: Sequence[str | Path] = (), overrides: Sequence[str] = ()) -> DictConfig:
+    """Merge YAML ``files`` (later ones win) and ``key=value`` ``overrides`` onto the defaults,
+    type-checked. A file name without a folder or suffix (``dqn_cartpole``) is a shipped config.
     """
-
-    env: str = "CartPole-v1"
-    num_steps: int = 50_000
-    device: str = "cpu"
-    threads: int = 1
-    return_threshold: float | None = None
-    gradient_clip_val: float | None = 10.0
-    dqn: DQNConfig = field(default_factory=DQNConfig)
-    off_policy: OffPolicyConfig = field(default_factory=_cartpole_strategy)
+    layers = [load_yaml(path) for path in files]
+    return validate(OmegaConf.merge(*layers, parse_overrides(overrides)) if layers or overrides
+                    else OmegaConf.create())
 
 
-def save_run_config(config: RunConfig, path: str | Path) -> None:
+def validate(config: Mapping[str, Any] | DictConfig) -> DictConfig:
+    """``config`` merged onto the schema of the agent and strategy it names, type-checked, and
+    checked by each section's dataclass (its ``__post_init__``). Raises :class:`ConfigError`."""
+    raw = config if isinstance(config, DictConfig) else OmegaConf.create(dict(config))
+    base = schema(str(OmegaConf.select(raw, "agent.name", default="dqn")),
+                  str(OmegaConf.select(raw, "strategy.name", default="off_policy")))
+    try:
+        merged = OmegaConf.merge(base, raw)
+    except ConfigKeyError as error:
+        raise ConfigError(_unknown_key_message(base, error)) from None
+    except (ValidationError, OmegaConfBaseException) as error:
+        message = str(error.msg).splitlines()[0] if error.msg else str(error)
+        raise ConfigError(f"{error.full_key or 'config'}: {message}") from None
+    assert isinstance(merged, DictConfig)
+    for section in ("trainer", "env", "strategy", "agent"):
+        try:
+            OmegaConf.to_object(merged[section])  # runs the dataclass's own checks
+        except ValueError as error:
+            raise ConfigError(f"{section}: {error}") from None
+    try:
+        check_env_id(str(merged.env.id))
+    except ValueError as error:
+        raise ConfigError(f"env.id: {error}") from None
+    return merged
+
+
+def parse_overrides(overrides: Iterable[str]) -> DictConfig:
+    """``["agent.lr=1e-3", "trainer.num_steps=20000"]`` as a config (values parsed as YAML)."""
+    items = list(overrides)
+    for item in items:
+        key, sep, _ = item.partition("=")
+        if not sep or not key or key.startswith(("+", "~", "-")):
+            raise ConfigError(
+                f"Cannot read the override {item!r}: write key=value with a dotted key, e.g. "
+                "agent.lr=1e-3 or trainer.num_steps=20000.")
+    return OmegaConf.from_dotlist(items)
+
+
+def load_yaml(path: str | Path) -> DictConfig:
+    """A YAML config file as an (unvalidated) config; a bare name finds a shipped config."""
+    path = Path(path)
+    if not path.exists() and path.parent == Path(".") and not path.suffix:
+        path = SHIPPED_CONFIGS / f"{path}.yaml"
+    if not path.is_file():
+        shipped = ", ".join(shipped_configs())
+        raise FileNotFoundError(f"No config file at {path}. Shipped configs: {shipped}.")
+    loaded = OmegaConf.load(path)
+    if not isinstance(loaded, DictConfig):
+        raise ConfigError(f"{path} holds a YAML list; a config is a mapping of sections.")
+    return loaded
+
+
+def shipped_configs() -> list[str]:
+    """The names of the YAML configs that ship with rltrain (``dqn_cartpole``, ...)."""
+    return sorted(p.stem for p in SHIPPED_CONFIGS.glob("*.yaml"))
+
+
+def save_config(config: DictConfig | Mapping[str, Any], path: str | Path) -> None:
     """Write ``config`` as YAML."""
-    Path(path).write_text(OmegaConf.to_yaml(OmegaConf.structured(config)), encoding="utf-8")
+    Path(path).write_text(OmegaConf.to_yaml(config), encoding="utf-8")
 
 
-def load_run_config(path: str | Path) -> RunConfig:
-    """Read a ``config.yaml`` written by :func:`save_run_config`, type-checked and validated."""
+def load_config(path: str | Path) -> DictConfig:
+    """A saved ``config.yaml``, validated."""
     path = Path(path)
     if not path.is_file():
-        raise FileNotFoundError(
-            f"No run configuration at {path}; is this an rltrain run directory?")
-    merged = OmegaConf.merge(OmegaConf.structured(RunConfig), OmegaConf.load(path))
-    config = OmegaConf.to_object(merged)
-    assert isinstance(config, RunConfig)
-    return config
+        raise FileNotFoundError(f"No run configuration at {path}; is this an rltrain run "
+                                "directory?")
+    return validate(load_yaml(path))
+
+
+def to_container(config: DictConfig | Mapping[str, Any]) -> dict[str, Any]:
+    """``config`` as plain dicts, lists and scalars (for checkpoints and JSON)."""
+    if isinstance(config, DictConfig):
+        container = OmegaConf.to_container(config, resolve=True)
+        assert isinstance(container, dict)
+        return {str(k): v for k, v in container.items()}
+    return {str(k): (to_container(v) if isinstance(v, Mapping) else v)
+            for k, v in config.items()}
+
+
+def make_agent(section: DictConfig) -> LearningAgent:
+    """The agent an ``agent:`` section names, with its hyperparameters."""
+    entry = _lookup(AGENTS, str(section.name), "agent")
+    agent = entry.cls(_plain(entry, section))
+    assert isinstance(agent, LearningAgent)
+    return agent
+
+
+def make_strategy(section: DictConfig) -> RLStrategy:
+    """The strategy a ``strategy:`` section names, with its settings."""
+    entry = _lookup(STRATEGIES, str(section.name), "strategy")
+    strategy = entry.cls(_plain(entry, section))
+    assert isinstance(strategy, RLStrategy)
+    return strategy
+
+
+def make_env(section: DictConfig) -> EnvInit:
+    """The environment an ``env:`` section describes: its id, or an :class:`EnvSpec` with
+    keyword arguments."""
+    kwargs = to_container(section.kwargs) if section.kwargs else {}
+    return EnvSpec(str(section.id), kwargs) if kwargs else str(section.id)
+
+
+def section_of(obj: object, registry: Mapping[str, Registered]) -> dict[str, Any] | None:
+    """The config section describing a registered agent or strategy instance (None for
+    unregistered classes)."""
+    for entry in registry.values():
+        if type(obj) is entry.cls:
+            config = getattr(obj, "config", None)
+            if dataclasses.is_dataclass(config) and not isinstance(config, type):
+                return {"name": entry.name, **dataclasses.asdict(config)}
+    return None
+
+
+def _plain(entry: Registered, section: DictConfig) -> Any:
+    values = {k: v for k, v in to_container(section).items() if k != "name"}
+    return entry.config(**values)
+
+
+def _lookup(registry: Mapping[str, Registered], name: str, kind: str) -> Registered:
+    entry = registry.get(name)
+    if entry is None:
+        close = difflib.get_close_matches(name, list(registry), n=1, cutoff=0.5)
+        hint = f" Did you mean {close[0]!r}?" if close else ""
+        raise ConfigError(f"{kind}.name: unknown {kind} {name!r}.{hint} Registered: "
+                          f"{sorted(registry)} (rltrain list shows them).")
+    return entry
+
+
+def _unknown_key_message(base: DictConfig, error: ConfigKeyError) -> str:
+    full_key = str(error.full_key or error.key)
+    parent, _, key = full_key.rpartition(".")
+    node = OmegaConf.select(base, parent) if parent else base
+    valid = [str(k) for k in node.keys()] if isinstance(node, DictConfig) else []
+    close = difflib.get_close_matches(key, valid, n=1, cutoff=0.5)
+    hint = f" Did you mean {(parent + '.' if parent else '') + close[0]!r}?" if close else ""
+    where = f"under {parent!r}" if parent else "at the top level"
+    return f"Unknown config key {full_key!r}.{hint} Valid keys {where}: {', '.join(valid)}."

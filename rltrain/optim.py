@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import warnings
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any, Literal
@@ -38,6 +39,12 @@ class Optimization:
     just before its step. Several optimizers can be stepped in sequence in one ``training_step``
     (world model, then actor, then critic); each accumulates on its own.
 
+    With ``dtype=torch.bfloat16`` or ``torch.float16`` the agent's ``training_step`` runs under
+    ``torch.autocast`` (mixed precision: matrix products in the low precision, weights and
+    optimizer states in float32); backward passes and optimizer steps run outside it. float16
+    also scales each optimizer's loss with its own ``GradScaler`` (unscaled before clipping), as
+    its narrow range would otherwise flush small gradients to zero.
+
     Args:
         optimizers: The agent's optimizers by name (from ``configure_optimizers``).
         progress: The run's counters; :meth:`training_step` advances ``gradient_steps``.
@@ -52,6 +59,7 @@ class Optimization:
             goes on. ``"raise"`` (the default here, with no run to stop):
             ``FloatingPointError``.
         interrupter: The run's stop request (needed for ``on_nan_loss="stop"``).
+        dtype: ``torch.float32`` (default), or ``torch.bfloat16`` / ``torch.float16`` autocast.
     """
 
     def __init__(
@@ -64,6 +72,7 @@ class Optimization:
         gradient_clip_algorithm: Literal["norm", "value"] = "norm",
         on_nan_loss: Literal["stop", "skip", "raise"] = "raise",
         interrupter: Interrupter | None = None,
+        dtype: torch.dtype = torch.float32,
     ) -> None:
         if not optimizers:
             raise ValueError("configure_optimizers() returned no optimizer; return at least one.")
@@ -90,6 +99,12 @@ class Optimization:
             name: [p for group in opt.param_groups for p in group["params"]]
             for name, opt in self.optimizers.items()
         }
+        self.dtype = dtype
+        first = next((p for params in self._params.values() for p in params), None)
+        self.device_type = first.device.type if first is not None else "cpu"
+        check_autocast(self.device_type, dtype)
+        self._scalers = ({name: torch.amp.GradScaler(self.device_type)
+                          for name in self.optimizers} if dtype == torch.float16 else {})
 
     @classmethod
     def for_run(cls, optimizers: Mapping[str, torch.optim.Optimizer],
@@ -99,13 +114,24 @@ class Optimization:
                    accumulate_grad_batches=components.grad_accumulation,
                    gradient_clip_val=components.gradient_clip_val,
                    gradient_clip_algorithm=components.gradient_clip_algorithm,
-                   on_nan_loss=components.on_nan_loss, interrupter=components.interrupter)
+                   on_nan_loss=components.on_nan_loss, interrupter=components.interrupter,
+                   dtype=components.dtype)
 
     def training_step(self, agent: LearningAgent, batch: Any) -> dict[str, MetricValue]:
-        """Run ``agent.training_step(batch, self)`` and count it as one gradient step."""
-        metrics = agent.training_step(batch, self)
+        """Run ``agent.training_step(batch, self)`` (under autocast when the dtype asks for it)
+        and count it as one gradient step. Values the agent passed to ``log()`` join the
+        returned metrics."""
+        with self.autocast():
+            metrics = agent.training_step(batch, self)
         self.progress.gradient_steps += 1
-        return metrics
+        logged = agent.pop_logged()
+        return {**metrics, **logged} if logged else metrics
+
+    def autocast(self, enabled: bool = True) -> contextlib.AbstractContextManager[Any]:
+        """``torch.autocast`` to this run's dtype (a no-op context for float32)."""
+        if self.dtype == torch.float32:
+            return contextlib.nullcontext()
+        return torch.autocast(self.device_type, dtype=self.dtype, enabled=enabled)
 
     def step(self, name: str, loss: torch.Tensor) -> bool:
         """Backpropagate ``loss`` for optimizer ``name``; step it when its batches are complete.
@@ -121,19 +147,32 @@ class Optimization:
         if not bool(torch.isfinite(loss).all()):
             self._refuse(name, loss)
             return False
+        with self.autocast(enabled=False):
+            return self._backward_and_step(name, optimizer, loss)
+
+    def _backward_and_step(self, name: str, optimizer: torch.optim.Optimizer,
+                           loss: torch.Tensor) -> bool:
         k = self.accumulate_grad_batches
-        (loss / k if k > 1 else loss).backward()  # type: ignore[no-untyped-call]
+        scaler = self._scalers.get(name)
+        loss = loss / k if k > 1 else loss
+        (scaler.scale(loss) if scaler is not None else loss).backward()  # type: ignore[no-untyped-call]
         self._pending[name] += 1
         if self._pending[name] < k:
             return False
         self._pending[name] = 0
+        if scaler is not None:
+            scaler.unscale_(optimizer)  # clip the true gradients, not the scaled ones
         if self.gradient_clip_val is not None:
             params = self._params[name]
             if self.gradient_clip_algorithm == "norm":
                 torch.nn.utils.clip_grad_norm_(params, self.gradient_clip_val, foreach=True)
             else:
                 torch.nn.utils.clip_grad_value_(params, self.gradient_clip_val, foreach=True)
-        optimizer.step()
+        if scaler is not None:
+            scaler.step(optimizer)  # skipped when a gradient overflowed; the scale then drops
+            scaler.update()
+        else:
+            optimizer.step()
         optimizer.zero_grad(set_to_none=True)
         return True
 
@@ -159,6 +198,7 @@ class Optimization:
         return {
             "optimizers": {name: opt.state_dict() for name, opt in self.optimizers.items()},
             "pending": dict(self._pending),
+            "scalers": {name: scaler.state_dict() for name, scaler in self._scalers.items()},
             "pending_grads": {
                 name: [None if p.grad is None else p.grad.detach().clone() for p in params]
                 for name, params in self._params.items() if self._pending[name]
@@ -176,7 +216,24 @@ class Optimization:
         for name, opt in self.optimizers.items():
             opt.load_state_dict(saved[name])
         self._pending = {name: int(state["pending"][name]) for name in self.optimizers}
+        for name, scaler in self._scalers.items():
+            saved_scaler = state.get("scalers", {}).get(name)
+            if saved_scaler:
+                scaler.load_state_dict(saved_scaler)
         for name, params in self._params.items():
             grads = state.get("pending_grads", {}).get(name)
             for param, grad in zip(params, grads or [None] * len(params), strict=True):
                 param.grad = None if grad is None else grad.to(param.device).clone()
+
+
+def check_autocast(device_type: str, dtype: torch.dtype) -> None:
+    """Raise ``ValueError`` when ``device_type`` cannot train in ``dtype``."""
+    if dtype == torch.float32:
+        return
+    if dtype not in (torch.bfloat16, torch.float16):
+        raise ValueError(f"dtype must be float32, bfloat16 or float16; got {dtype}.")
+    if not torch.amp.is_autocast_available(device_type):
+        raise ValueError(f"{device_type} has no autocast; train with dtype='float32' there.")
+    if device_type == "cuda" and dtype == torch.bfloat16 and not torch.cuda.is_bf16_supported():
+        raise ValueError("This GPU does not support bfloat16; use dtype='float16' (with loss "
+                         "scaling) or 'float32'.")

@@ -2,40 +2,58 @@
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import shutil
 import tempfile
 import time
-import warnings
-from collections.abc import Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, Union
 
 import torch
+from omegaconf import DictConfig, OmegaConf
+from torch.utils.tensorboard import SummaryWriter
 
 from rltrain.agents.base import LearningAgent
 from rltrain.callbacks import EarlyStopping
-from rltrain.checkpoint import Checkpointer
-from rltrain.components import RLComponents, SummarySettings
-from rltrain.envs import EnvInit, env_factory, env_name
+from rltrain.checkpoint import Checkpointer, atomic_save, load_agent, training_state
+from rltrain.components import EvaluationSettings, RLComponents, SummarySettings, resolve_dtype
+from rltrain.config import (
+    AGENTS,
+    STRATEGIES,
+    make_agent,
+    make_env,
+    make_strategy,
+    save_config,
+    section_of,
+    to_container,
+    validate,
+)
+from rltrain.envs import EnvInit, EnvSpec, env_factory, env_name
 from rltrain.evaluation import Evaluator
 from rltrain.events.events import EvaluationEnd
 from rltrain.events.processor import EventProcessor, Subscriber
 from rltrain.events.renderers import (
     ConsoleRenderer,
     JsonlRenderer,
+    LoggerRenderer,
+    MetricsLogger,
     TensorBoardRenderer,
     TqdmRenderer,
 )
 from rltrain.events.renderers.jsonl import json_safe
 from rltrain.events.renderers.schedule import LogSchedule
 from rltrain.interrupt import Interrupter, stop_on_signals
+from rltrain.model_summary import format_summary, summarize
+from rltrain.optim import check_autocast
 from rltrain.strategies.base import RLResult, RLStrategy
 from rltrain.strategies.off_policy import EVAL_SEED_OFFSET, OffPolicyConfig, OffPolicyStrategy
 
-#: Renderer names accepted by ``Trainer(renderers=...)``.
-RENDERERS = ("tqdm", "console", "tensorboard", "jsonl")
+#: What ``Trainer(logger=...)`` accepts: True (TensorBoard in the run directory), False, a
+#: TensorBoard log directory, your ``SummaryWriter``, or a Lightning-style logger object.
+Logger = Union[bool, str, Path, SummaryWriter, MetricsLogger]
 
 
 class Trainer:
@@ -43,35 +61,59 @@ class Trainer:
 
     Example::
 
-        trainer = Trainer(num_steps=50_000, return_threshold=475)
+        trainer = Trainer(num_steps=50_000, return_threshold=475, eval_episodes=20)
         agent = DQN()
-        result = trainer.fit("CartPole-v1", agent)
-        trainer.evaluate("CartPole-v1", agent, episodes=20)
+        trainer.fit("CartPole-v1", agent)
+        trainer.evaluate("CartPole-v1", agent, ckpt_path="best", episodes=20)
 
-    The run directory receives TensorBoard event files, ``metrics.jsonl``, ``summary.json`` and
-    ``checkpoints/`` (``last.pt`` holds the trained agent).
+    Or from one config (see :mod:`rltrain.config`): ``build(compose(["dqn_cartpole"])).fit()``.
+
+    The run directory receives ``config.yaml`` (the whole run's config), ``model_summary.txt``,
+    TensorBoard event files, ``metrics.jsonl``, ``summary.json`` and ``checkpoints/``
+    (``last.pt`` and ``best.pt``). Before training, the agent receives its ``device``,
+    ``dtype``, ``logger``, ``trainer`` (this object) and the live ``progress`` counters.
 
     Args:
         num_steps: Env steps to train for (transitions summed over sub-envs). Default 50,000.
         strategy: The loop. Default: :class:`OffPolicyStrategy` with its default config.
-        device: Where the agent learns (``"cpu"``, ``"cuda"``). Default ``"cpu"``.
-        inference_device: Where the policy acts while collecting. Default: ``device``.
-        run_dir: The run's folder. Default: ``runs/<date>-<time>-<agent>-<env>``.
         seed: Seed of the default strategy (to seed your own strategy, set it in its config).
-        renderers: Names from :data:`RENDERERS` or :class:`Subscriber` objects. Default: all four.
-        callbacks: More subscribers (they receive every event after the renderers).
+        eval_interval: Env steps between greedy evaluations (and one at the end); None never
+            evaluates. Default 10,000.
+        eval_episodes: Episodes per evaluation (and the default of :meth:`evaluate`). Default 10.
         return_threshold: Stop when the mean evaluation return reaches it, and report the env
             steps and seconds it took. Default None: run all ``num_steps``.
-        log_interval: Env steps between TensorBoard and JSONL rows. Default 1,000.
-        console_interval: Seconds between console lines. Default 10.
-        checkpoint_interval: Env steps between checkpoints; None saves only at the end.
-        keep_last_checkpoints: ``checkpoint-*.pt`` files kept (``best.pt`` is kept apart).
-            Default 3.
-        gradient_clip_val: Clip gradients to this norm (or value); None does not clip.
+        device: Where the agent learns (``"cpu"``, ``"cuda"``). Default ``"cpu"``.
+        inference_device: Where the policy acts while collecting. Default: ``device``.
+        dtype: ``"float32"`` (default), or ``"bfloat16"`` / ``"float16"``: training forward
+            passes run under ``torch.autocast`` (mixed precision; weights stay float32; float16
+            adds loss scaling). Refused where the device has no such autocast.
+        num_threads: ``torch.set_num_threads`` while ``fit`` and ``evaluate`` run (restored
+            after). Default None: leave it. Small MLPs are fastest with 1.
+        gradient_clip_val: Clip each optimizer's gradients to this norm (or value); None does
+            not clip. Default None.
         gradient_clip_algorithm: ``"norm"`` or ``"value"``. Default ``"norm"``.
         accumulate_grad_batches: Batches per optimizer step. Default 1.
         on_nan_loss: What a NaN or infinite loss does: ``"stop"`` (skip the update, stop the
             run, keep the last good checkpoint), ``"skip"`` or ``"raise"``. Default ``"stop"``.
+        run_dir: The run's folder. Default: ``runs/<date>-<time>-<agent>-<env>``.
+        logger: True (default): TensorBoard files in ``run_dir``; False: none; a directory:
+            TensorBoard files there; a ``SummaryWriter``: yours (flushed, not closed); or any
+            object with ``log_metrics(metrics, step)`` (Lightning's loggers).
+        enable_progress_bar: A tqdm bar on stderr. Default True.
+        enable_console: Console lines on stdout (and the model summary). Default True.
+        enable_metrics_file: ``metrics.jsonl`` in ``run_dir``. Default True.
+        log_interval: Env steps between logger and ``metrics.jsonl`` rows. Default 1,000.
+        console_interval: Seconds between console lines. Default 10.
+        callbacks: Subscribers that receive every event (after the built-in renderers); each
+            can end the run with ``request_stop(reason)``.
+        checkpoint_dir: Where checkpoints go. Default: ``run_dir/checkpoints``.
+        checkpoint_interval: Env steps between checkpoints; None saves only at the end.
+        keep_last_checkpoints: ``checkpoint-*.pt`` files kept. Default 3.
+        keep_best: Keep the best evaluation's agent as ``best.pt``. Default True.
+        config: The run's configuration (an omegaconf ``DictConfig`` or a mapping): saved as
+            ``run_dir/config.yaml``, in every checkpoint and as TensorBoard hyperparameters,
+            with the ``trainer``, ``env``, ``strategy`` and ``agent`` sections refreshed from
+            what the run really uses. Default None: those four sections only.
         overwrite: Replace a run already in ``run_dir`` (its checkpoints, logs and summary).
             Default False: a ``run_dir`` holding a run is refused unless resuming.
         interrupter: The stop request shared with your callbacks and threads. Default: a new
@@ -83,21 +125,31 @@ class Trainer:
         *,
         num_steps: int = 50_000,
         strategy: RLStrategy | None = None,
+        seed: int | None = None,
+        eval_interval: int | None = 10_000,
+        eval_episodes: int = 10,
+        return_threshold: float | None = None,
         device: str | torch.device = "cpu",
         inference_device: str | torch.device | None = None,
-        run_dir: str | Path | None = None,
-        seed: int | None = None,
-        renderers: Sequence[str | Subscriber] = RENDERERS,
-        callbacks: Sequence[Subscriber] = (),
-        return_threshold: float | None = None,
-        log_interval: int = 1_000,
-        console_interval: float = 10.0,
-        checkpoint_interval: int | None = None,
-        keep_last_checkpoints: int = 3,
+        dtype: str | torch.dtype = "float32",
+        num_threads: int | None = None,
         gradient_clip_val: float | None = None,
         gradient_clip_algorithm: Literal["norm", "value"] = "norm",
         accumulate_grad_batches: int = 1,
         on_nan_loss: Literal["stop", "skip", "raise"] = "stop",
+        run_dir: str | Path | None = None,
+        logger: Logger = True,
+        enable_progress_bar: bool = True,
+        enable_console: bool = True,
+        enable_metrics_file: bool = True,
+        log_interval: int = 1_000,
+        console_interval: float = 10.0,
+        callbacks: Sequence[Subscriber] = (),
+        checkpoint_dir: str | Path | None = None,
+        checkpoint_interval: int | None = None,
+        keep_last_checkpoints: int = 3,
+        keep_best: bool = True,
+        config: DictConfig | Mapping[str, Any] | None = None,
         overwrite: bool = False,
         interrupter: Interrupter | None = None,
     ) -> None:
@@ -108,31 +160,44 @@ class Trainer:
             )
         if strategy is None:
             strategy = OffPolicyStrategy(OffPolicyConfig(seed=0 if seed is None else seed))
-        for renderer in renderers:
-            if isinstance(renderer, str) and renderer not in RENDERERS:
-                raise ValueError(f"Unknown renderer {renderer!r}; choose from {list(RENDERERS)}.")
-            if not isinstance(renderer, (str, Subscriber)):
-                raise TypeError(
-                    f"A renderer must be one of {list(RENDERERS)} or a Subscriber; got "
-                    f"{type(renderer).__name__}."
-                )
+        if not (isinstance(logger, (bool, str, Path, SummaryWriter, MetricsLogger))):
+            raise TypeError(
+                "logger must be True, False, a log directory, a SummaryWriter or an object with "
+                f"log_metrics(metrics, step); got {type(logger).__name__}.")
+        for callback in callbacks:
+            if not isinstance(callback, Subscriber):
+                raise TypeError(f"A callback must be a Subscriber; got {type(callback).__name__}.")
+        if num_threads is not None and num_threads < 1:
+            raise ValueError(f"num_threads must be >= 1 (or None); got {num_threads}.")
+        if console_interval < 0:
+            raise ValueError(f"console_interval must be >= 0 seconds; got {console_interval}.")
         self.num_steps = num_steps
         self.strategy = strategy
+        self.evaluation = EvaluationSettings(interval=eval_interval, episodes=eval_episodes)
+        self.return_threshold = return_threshold
         self.device = torch.device(device)
         self.inference_device = torch.device(
             inference_device if inference_device is not None else device)
-        self.run_dir = Path(run_dir) if run_dir is not None else None
-        self.renderers = list(renderers)
-        self.callbacks = list(callbacks)
-        self.return_threshold = return_threshold
-        self.log_interval = log_interval
-        self.console_interval = console_interval
-        self.checkpoint_interval = checkpoint_interval
-        self.keep_last_checkpoints = keep_last_checkpoints
+        self.dtype = resolve_dtype(dtype)
+        check_autocast(self.device.type, self.dtype)
+        self.num_threads = num_threads
         self.gradient_clip_val = gradient_clip_val
         self.gradient_clip_algorithm = gradient_clip_algorithm
         self.accumulate_grad_batches = accumulate_grad_batches
         self.on_nan_loss = on_nan_loss
+        self.run_dir = Path(run_dir) if run_dir is not None else None
+        self.logger = logger
+        self.enable_progress_bar = enable_progress_bar
+        self.enable_console = enable_console
+        self.enable_metrics_file = enable_metrics_file
+        self.log_interval = log_interval
+        self.console_interval = console_interval
+        self.callbacks = list(callbacks)
+        self.checkpoint_dir = Path(checkpoint_dir) if checkpoint_dir is not None else None
+        self.checkpoint_interval = checkpoint_interval
+        self.keep_last_checkpoints = keep_last_checkpoints
+        self.keep_best = keep_best
+        self.config = config
         self.overwrite = overwrite
         self.interrupter = interrupter if interrupter is not None else Interrupter()
         # Validate every setting now, before any run directory exists.
@@ -141,8 +206,19 @@ class Trainer:
                      gradient_clip_algorithm=gradient_clip_algorithm, on_nan_loss=on_nan_loss)
         LogSchedule(log_interval)
         Checkpointer(".", interval=checkpoint_interval, keep_last=keep_last_checkpoints)
-        if console_interval < 0:
-            raise ValueError(f"console_interval must be >= 0 seconds; got {console_interval}.")
+        self._fitted: tuple[LearningAgent, EnvInit, RLComponents] | None = None
+        self._last_run_dir: Path | None = None
+
+    @classmethod
+    def from_config(cls, config: DictConfig | Mapping[str, Any], **overrides: Any) -> Trainer:
+        """The Trainer and strategy a run config describes (its ``trainer`` and ``strategy``
+        sections; validated first). ``overrides`` are further Trainer arguments, e.g.
+        ``callbacks=[...]`` or ``interrupter=...``. See :func:`build` for agent and env too."""
+        cfg = validate(config)
+        settings = OmegaConf.to_object(cfg.trainer)
+        assert dataclasses.is_dataclass(settings) and not isinstance(settings, type)
+        kwargs = {**dataclasses.asdict(settings), **overrides}
+        return cls(strategy=make_strategy(cfg.strategy), config=cfg, **kwargs)
 
     def fit(self, env: EnvInit, agent: LearningAgent,
             ckpt_path: str | Path | None = None) -> RLResult:
@@ -152,88 +228,193 @@ class Trainer:
         or a checkpoint file. With sync vector envs whose state can be pickled (CartPole,
         Pendulum) on CPU, the resumed run continues exactly as if it had not stopped: same
         networks, optimizer states, replay buffer, random streams and metrics. ``num_steps``
-        is the total, counted from the start of the original run. The strategy's and agent's
-        settings must match the checkpoint's, except the evaluation settings (a difference is
-        printed); any other difference is an error naming the setting.
+        is the total, counted from the start of the original run. The strategy's, agent's and
+        optimisation settings must match the checkpoint's; a difference is an error naming the
+        setting (evaluation, logging and checkpoint settings may change).
 
-        The spaces are checked before anything starts. A stop request (``trainer.interrupter``,
-        or Ctrl-C / SIGTERM while ``fit`` runs in the main thread) ends the run after the
-        current step, with the agent saved; a second Ctrl-C aborts at once.
+        The spaces are checked and the agent built before anything starts. A stop request
+        (``trainer.interrupter``, a callback's ``request_stop``, or Ctrl-C / SIGTERM while
+        ``fit`` runs in the main thread) ends the run after the current step, with the agent
+        saved; a second Ctrl-C aborts at once.
         """
-        check_spaces(env, agent)
         run_dir = self.resolve_run_dir(env, agent)
         components = self._components(run_dir)
+        setup_agent(env, agent, components)
         if ckpt_path is not None:
             components.checkpoint = self.checkpoint_path(ckpt_path, run_dir)
             check_resume_settings(components.checkpoint,
                                   self.strategy.run_hparams(agent, components))
         prepare_run_dir(run_dir, resuming=components.checkpoint is not None,
                         overwrite=self.overwrite)
+        components.config = self.run_config(env, agent, run_dir)
+        assert components.checkpointer is not None
+        components.checkpointer.config = components.config
+        save_config(components.config, run_dir / "config.yaml")
         self.interrupter.reset()
-        components.event_processor = events = EventProcessor(self._subscribers(run_dir))
+        agent.trainer = self
+        self._fitted, self._last_run_dir = (agent, env, components), run_dir
+        components.event_processor = events = EventProcessor(self._subscribers(run_dir, agent))
         try:
-            with stop_on_signals(self.interrupter):
+            self._write_model_summary(agent, run_dir)
+            with stop_on_signals(self.interrupter), self._threads():
                 result = self.strategy.train(agent, components, env)
         finally:
             events.close()
+            agent.logger = None
         summary_path = run_dir / "summary.json"
         summary_path.write_text(
             json.dumps(json_safe(dataclasses.asdict(result.summary)), indent=2) + "\n")
         return result
 
-    def evaluate(self, env: EnvInit, agent: LearningAgent, *, episodes: int = 10,
+    def evaluate(self, env: EnvInit, agent: LearningAgent, *,
+                 ckpt_path: str | Path | None = None, episodes: int | None = None,
                  seed: int | None = None) -> dict[str, float]:
-        """Run ``episodes`` greedy episodes of ``agent``'s policy; returns the ``eval/`` metrics.
+        """Run greedy episodes of ``agent``'s policy; returns the ``eval/`` metrics.
 
-        With the default ``seed``, the episodes start where the training run's evaluations
-        started, so a trained agent reproduces its last evaluation return.
+        ``ckpt_path`` loads trained weights first: ``"best"`` or ``"last"`` (of this trainer's
+        run directory, or of its last ``fit``) or a checkpoint file; None evaluates the agent as
+        it is. ``episodes`` defaults to ``eval_episodes``. With the default ``seed`` the episodes
+        start where the training run's evaluations started, so the last checkpoint reproduces
+        the run's final evaluation return.
         """
+        if ckpt_path is not None:
+            run_dir = self.run_dir or self._last_run_dir
+            load_agent(agent, self.checkpoint_path(ckpt_path, run_dir), env)
         check_spaces(env, agent)
         if not agent.built:
             raise ValueError(
                 f"This {type(agent).__name__} has no trained networks yet: call fit() first, or "
-                "load a checkpoint with load_agent()."
+                "pass ckpt_path='best', 'last' or a checkpoint file."
             )
         eval_seed = evaluation_seed(self.strategy) if seed is None else seed
-        evaluator = Evaluator(env, episodes=episodes, seed=eval_seed,
-                              device=self.inference_device)
-        events = EventProcessor()
+        evaluator = Evaluator(env, episodes=self.evaluation.episodes if episodes is None
+                              else episodes, seed=eval_seed, device=self.inference_device)
         try:
-            result = evaluator.run(agent.policy(self.inference_device), env_steps=0,
-                                   events=events)
+            with self._threads():
+                result = evaluator.run(agent.policy(self.inference_device), env_steps=0,
+                                       events=EventProcessor())
         finally:
             evaluator.close()
         return evaluation_metrics(result)
 
+    def save_checkpoint(self, path: str | Path) -> Path:
+        """Write the agent of the last :meth:`fit` to ``path`` (atomically): its networks,
+        counters, settings and the run's config. Load it with :meth:`load_checkpoint` or
+        ``evaluate(ckpt_path=path)``. It holds no optimizer, replay or environment state: to
+        continue training exactly, resume from the run's own checkpoints (``"last"``)."""
+        if self._fitted is None:
+            raise RuntimeError("save_checkpoint() saves the agent of the last fit(); call fit() "
+                               "first.")
+        agent, _, components = self._fitted
+        state = training_state(agent, {"agent": agent}, components.progress,
+                               self.strategy.run_hparams(agent, components))
+        path = Path(path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        atomic_save({**state, "config": components.config}, path)
+        return path
+
+    def load_checkpoint(self, path: str | Path, agent: LearningAgent | None = None,
+                        env: EnvInit | None = None) -> dict[str, Any]:
+        """Load a checkpoint's networks into ``agent`` (default: the last ``fit``'s agent),
+        built for ``env`` (default: the last ``fit``'s env); returns the whole checkpoint.
+        ``path`` may be ``"best"`` or ``"last"``, as for :meth:`evaluate`."""
+        if agent is None or env is None:
+            if self._fitted is None:
+                raise ValueError("load_checkpoint() needs agent= and env= before any fit().")
+            agent = agent if agent is not None else self._fitted[0]
+            env = env if env is not None else self._fitted[1]
+        return load_agent(agent, self.checkpoint_path(path, self.run_dir or self._last_run_dir),
+                          env)
+
+    def settings(self) -> dict[str, Any]:
+        """This trainer's settings as the ``trainer`` section of a run config
+        (:class:`~rltrain.config.TrainerConfig`'s fields). ``overwrite`` is always saved as
+        False: a saved config never replaces a run."""
+        logger = self.logger if isinstance(self.logger, bool) else (
+            str(self.logger) if isinstance(self.logger, (str, Path)) else True)
+        return {
+            "num_steps": self.num_steps,
+            "eval_interval": self.evaluation.interval,
+            "eval_episodes": self.evaluation.episodes,
+            "return_threshold": self.return_threshold,
+            "device": str(self.device),
+            "inference_device": str(self.inference_device),
+            "dtype": str(self.dtype).removeprefix("torch."),
+            "num_threads": self.num_threads,
+            "gradient_clip_val": self.gradient_clip_val,
+            "gradient_clip_algorithm": self.gradient_clip_algorithm,
+            "accumulate_grad_batches": self.accumulate_grad_batches,
+            "on_nan_loss": self.on_nan_loss,
+            "run_dir": None if self.run_dir is None else str(self.run_dir),
+            "logger": logger,
+            "enable_progress_bar": self.enable_progress_bar,
+            "enable_console": self.enable_console,
+            "enable_metrics_file": self.enable_metrics_file,
+            "log_interval": self.log_interval,
+            "console_interval": self.console_interval,
+            "checkpoint_dir": None if self.checkpoint_dir is None else str(self.checkpoint_dir),
+            "checkpoint_interval": self.checkpoint_interval,
+            "keep_last_checkpoints": self.keep_last_checkpoints,
+            "keep_best": self.keep_best,
+            "overwrite": False,
+        }
+
+    def run_config(self, env: EnvInit, agent: LearningAgent,
+                   run_dir: Path | None = None) -> dict[str, Any]:
+        """The run's config as plain dicts: the ``config`` given, with the ``trainer`` section
+        from :meth:`settings` (``run_dir`` filled in), and ``env``, ``strategy`` and ``agent``
+        described from the objects when they are registered (their sections as given
+        otherwise)."""
+        described: dict[str, Any] = {"trainer": self.settings()}
+        if run_dir is not None:
+            described["trainer"]["run_dir"] = str(run_dir)
+        if isinstance(env, str):
+            described["env"] = {"id": env, "kwargs": {}}
+        elif isinstance(env, EnvSpec) and not env.wrappers:
+            described["env"] = {"id": env.id, "kwargs": dict(env.kwargs)}
+        for name, section in (("strategy", section_of(self.strategy, STRATEGIES)),
+                              ("agent", section_of(agent, AGENTS))):
+            if section is not None:
+                described[name] = section
+        given = to_container(self.config) if self.config is not None else {}
+        return {**given, **described}
+
     def _components(self, run_dir: Path) -> RLComponents:
         return RLComponents(
             num_steps=self.num_steps,
-            checkpointer=Checkpointer(run_dir / "checkpoints", interval=self.checkpoint_interval,
-                                      keep_last=self.keep_last_checkpoints),
+            checkpointer=Checkpointer(
+                self.checkpoint_dir or run_dir / "checkpoints", interval=self.checkpoint_interval,
+                keep_last=self.keep_last_checkpoints, keep_best=self.keep_best),
             grad_accumulation=self.accumulate_grad_batches,
             gradient_clip_val=self.gradient_clip_val,
             gradient_clip_algorithm=self.gradient_clip_algorithm,
             on_nan_loss=self.on_nan_loss,
             interrupter=self.interrupter,
             summary=SummarySettings(return_threshold=self.return_threshold),
+            evaluation=self.evaluation,
+            dtype=self.dtype,
             device=self.device,
             inference_device=self.inference_device,
         )
 
-    def checkpoint_path(self, ckpt_path: str | Path, run_dir: Path) -> Path:
-        """``"last"`` / ``"best"`` in ``run_dir/checkpoints``, or the file given; must exist."""
+    def checkpoint_path(self, ckpt_path: str | Path, run_dir: Path | None) -> Path:
+        """``"last"`` / ``"best"`` among the run's checkpoints, or the file given; must exist."""
         if ckpt_path in ("last", "best"):
+            if run_dir is None:
+                raise ValueError(f"ckpt_path={ckpt_path!r} needs a run: give the Trainer its "
+                                 "run_dir, or pass the path of a checkpoint file.")
+            directory = self.checkpoint_dir or run_dir / "checkpoints"
             try:
-                return Checkpointer(run_dir / "checkpoints").resolve(str(ckpt_path))
+                return Checkpointer(directory).resolve(str(ckpt_path))
             except FileNotFoundError as error:
                 raise FileNotFoundError(
-                    f"Nothing to resume: {error} Pass the run_dir of the run to resume, or the "
-                    "path of a checkpoint file.") from error
+                    f"No checkpoint: {error} Pass the run_dir of the run, or the path of a "
+                    "checkpoint file.") from error
         path = Path(ckpt_path)
         if not path.is_file():
             raise FileNotFoundError(
-                f"No checkpoint to resume from at {path}. Pass ckpt_path='last' or 'best' with "
-                "the run_dir of the run to resume, or the path of a checkpoint file.")
+                f"No checkpoint at {path}. Pass ckpt_path='last' or 'best' with the run_dir of "
+                "the run, or the path of a checkpoint file.")
         return path
 
     def resolve_run_dir(self, env: EnvInit, agent: LearningAgent) -> Path:
@@ -242,24 +423,83 @@ class Trainer:
             return self.run_dir
         return default_run_dir(type(agent).__name__, env_name(env))
 
-    def _subscribers(self, run_dir: Path) -> list[Subscriber]:
+    @contextlib.contextmanager
+    def _threads(self) -> Iterator[None]:
+        if self.num_threads is None:
+            yield
+            return
+        previous = torch.get_num_threads()
+        torch.set_num_threads(self.num_threads)
+        try:
+            yield
+        finally:
+            torch.set_num_threads(previous)
+
+    def _write_model_summary(self, agent: LearningAgent, run_dir: Path) -> None:
+        table = format_summary(summarize(agent))
+        (run_dir / "model_summary.txt").write_text(table + "\n", encoding="utf-8")
+        if self.enable_console:
+            print(f"{type(agent).__name__}\n{table}", flush=True)
+
+    def _logger_renderer(self, run_dir: Path) -> Subscriber | None:
+        logger, interval = self.logger, self.log_interval
+        if logger is False:
+            return None
+        if logger is True:
+            return TensorBoardRenderer(run_dir, log_interval=interval)
+        if isinstance(logger, (str, Path)):
+            return TensorBoardRenderer(logger, log_interval=interval)
+        if isinstance(logger, SummaryWriter):
+            return TensorBoardRenderer(writer=logger, log_interval=interval)
+        return LoggerRenderer(logger, log_interval=interval)
+
+    def _subscribers(self, run_dir: Path, agent: LearningAgent) -> list[Subscriber]:
         subscribers: list[Subscriber] = []
-        for renderer in self.renderers:
-            if renderer == "tqdm":
-                subscribers.append(TqdmRenderer())
-            elif renderer == "console":
-                subscribers.append(ConsoleRenderer(interval_seconds=self.console_interval))
-            elif renderer == "tensorboard":
-                subscribers.append(TensorBoardRenderer(run_dir, log_interval=self.log_interval))
-            elif renderer == "jsonl":
-                subscribers.append(JsonlRenderer(run_dir / "metrics.jsonl",
-                                                 log_interval=self.log_interval))
-            elif isinstance(renderer, Subscriber):
-                subscribers.append(renderer)
+        if self.enable_progress_bar:
+            subscribers.append(TqdmRenderer())
+        if self.enable_console:
+            subscribers.append(ConsoleRenderer(interval_seconds=self.console_interval))
+        logger = self._logger_renderer(run_dir)
+        if logger is not None:
+            subscribers.append(logger)
+            agent.logger = (logger.writer if isinstance(logger, TensorBoardRenderer)
+                            else self.logger)
+        if self.enable_metrics_file:
+            subscribers.append(JsonlRenderer(run_dir / "metrics.jsonl",
+                                             log_interval=self.log_interval))
         subscribers += self.callbacks
         if self.return_threshold is not None:
-            subscribers.append(EarlyStopping(self.return_threshold, interrupter=self.interrupter))
+            subscribers.append(EarlyStopping(self.return_threshold))
+        for subscriber in subscribers:
+            subscriber.interrupter = self.interrupter
         return subscribers
+
+
+@dataclasses.dataclass
+class BuiltRun:
+    """What :func:`build` makes from a config: the trainer, the agent and the environment."""
+
+    trainer: Trainer
+    agent: LearningAgent
+    env: EnvInit
+
+    def fit(self, ckpt_path: str | Path | None = None) -> RLResult:
+        """``trainer.fit(env, agent, ckpt_path)``."""
+        return self.trainer.fit(self.env, self.agent, ckpt_path=ckpt_path)
+
+    def evaluate(self, ckpt_path: str | Path | None = None,
+                 episodes: int | None = None) -> dict[str, float]:
+        """``trainer.evaluate(env, agent, ckpt_path=..., episodes=...)``."""
+        return self.trainer.evaluate(self.env, self.agent, ckpt_path=ckpt_path,
+                                     episodes=episodes)
+
+
+def build(config: DictConfig | Mapping[str, Any], **trainer_overrides: Any) -> BuiltRun:
+    """Trainer, strategy, agent and environment from one run config (validated first);
+    ``trainer_overrides`` are further Trainer arguments (``callbacks``, ``interrupter``)."""
+    cfg = validate(config)
+    return BuiltRun(trainer=Trainer.from_config(cfg, **trainer_overrides),
+                    agent=make_agent(cfg.agent), env=make_env(cfg.env))
 
 
 def default_run_dir(agent_name: str, env_name: str) -> Path:
@@ -267,29 +507,21 @@ def default_run_dir(agent_name: str, env_name: str) -> Path:
     return Path("runs") / f"{time.strftime('%Y%m%d-%H%M%S')}-{agent_name.lower()}-{env_name}"
 
 
-#: Settings that may differ between a checkpoint and the run resuming it.
-SAFE_RESUME_OVERRIDES = frozenset({"strategy/eval_interval", "strategy/eval_episodes"})
-
-
 def check_resume_settings(checkpoint: Path, hparams: dict[str, Any]) -> None:
-    """Refuse to resume when settings other than :data:`SAFE_RESUME_OVERRIDES` changed."""
+    """Refuse to resume when the strategy's, agent's or optimisation settings changed."""
     saved = Checkpointer.load(checkpoint).get("hparams", {})
     changed = sorted(k for k in set(saved) | set(hparams) if saved.get(k) != hparams.get(k))
-    unsafe = [k for k in changed if k not in SAFE_RESUME_OVERRIDES]
-    if unsafe:
+    if changed:
         details = "; ".join(f"{k}: {saved.get(k)!r} in the checkpoint, {hparams.get(k)!r} now"
-                            for k in unsafe)
+                            for k in changed)
         raise ValueError(
             f"Cannot resume from {checkpoint}: settings differ from the checkpoint's ({details}). "
-            f"Use the checkpoint's settings. On resume these may change: "
-            f"{sorted(SAFE_RESUME_OVERRIDES)}, num_steps, the run directory, the renderers, the "
-            "devices and on_nan_loss.")
-    for key in changed:
-        warnings.warn(f"Resuming with {key} = {hparams.get(key)!r} "
-                      f"(the checkpoint had {saved.get(key)!r}).", stacklevel=3)
+            "Use the checkpoint's settings. On resume these may change: num_steps, evaluation, "
+            "logging and checkpoint settings, the run directory, the devices and on_nan_loss.")
 
 
-#: What a run leaves in its directory (config.yaml is the command line's, written before fit).
+#: What marks a directory as holding a run (``config.yaml`` and ``model_summary.txt`` are
+#: rewritten by every fit).
 RUN_ARTEFACTS = ("checkpoints", "metrics.jsonl", "summary.json")
 
 
@@ -319,6 +551,18 @@ def prepare_run_dir(run_dir: Path, *, resuming: bool, overwrite: bool) -> None:
         raise PermissionError(
             f"Cannot write to the run directory {run_dir}: {error}. Choose a run_dir you can "
             "write to (run_dir=... or --run-dir).") from error
+
+
+def setup_agent(env: EnvInit, agent: LearningAgent, components: RLComponents) -> None:
+    """Make one environment to check its spaces and build ``agent`` for them on the run's
+    device and dtype, with the run's counters, before any training starts."""
+    probe = env_factory(env)()
+    try:
+        agent.setup(observation_space=probe.observation_space, action_space=probe.action_space,
+                    device=components.device, progress=components.progress,
+                    dtype=components.dtype)
+    finally:
+        probe.close()
 
 
 def check_spaces(env: EnvInit, agent: LearningAgent) -> None:

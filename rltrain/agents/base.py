@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import weakref
 from abc import ABC, abstractmethod
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any, NamedTuple, Union
@@ -16,6 +17,7 @@ if TYPE_CHECKING:
     from rltrain.buffers.replay import ReplayBatch
     from rltrain.events.events import MetricValue
     from rltrain.optim import Optimization
+    from rltrain.trainer import Trainer
 
 #: A policy's per-environment recurrent state: None for memoryless policies, else tensors whose
 #: first dimension is the sub-environment.
@@ -72,16 +74,53 @@ class LearningAgent(nn.Module, ABC):
 
     ``state_dict()`` (from ``nn.Module``) holds every network, target networks included.
     Schedules are functions of ``self.progress``, so the run's counters restore them.
+
+    What the run gives the agent (as Lightning gives a ``LightningModule``): ``device``,
+    ``dtype`` (the training precision; autocast is applied for you), ``progress`` (the live
+    counters: env steps, gradient steps, episodes), ``trainer`` (the :class:`~rltrain.Trainer`
+    running ``fit``, or None) and ``logger`` (the run's TensorBoard ``SummaryWriter``, for
+    histograms or images, while ``fit`` runs; None without TensorBoard). Scalars go through
+    :meth:`log`.
     """
 
     def __init__(self) -> None:
         super().__init__()
         self.progress = Progress()
         self.device = torch.device("cpu")
+        self.dtype = torch.float32
         self.built = False
+        self.logger: Any = None
+        self._trainer: weakref.ref[Trainer] | None = None
+        self._logged: dict[str, MetricValue] = {}
+
+    @property
+    def trainer(self) -> Trainer | None:
+        """The :class:`~rltrain.Trainer` that last ran ``fit`` with this agent (None before)."""
+        return self._trainer() if self._trainer is not None else None
+
+    @trainer.setter
+    def trainer(self, trainer: Trainer | None) -> None:
+        # A weak reference: the agent can be copied or kept without keeping the trainer alive.
+        self._trainer = weakref.ref(trainer) if trainer is not None else None
+
+    def log(self, name: str, value: float | torch.Tensor) -> None:
+        """Record a scalar (a float or a one-element tensor), as Lightning's ``self.log``.
+
+        Call it anywhere in the agent; the value joins the metrics of the current (or next)
+        gradient step, so every renderer shows it as ``train/<name>`` (averaged like the
+        losses over the last 100 gradient steps): TensorBoard, console, progress bar and
+        ``metrics.jsonl``. Tensors are read only when a renderer writes them.
+        """
+        self._logged[name] = value.detach() if isinstance(value, torch.Tensor) else float(value)
+
+    def pop_logged(self) -> dict[str, MetricValue]:
+        """The values :meth:`log` received since the last call (for the framework)."""
+        logged, self._logged = self._logged, {}
+        return logged
 
     def setup(self, *, observation_space: gym.Space[Any], action_space: gym.Space[Any],
-              device: torch.device, progress: Progress) -> None:
+              device: torch.device, progress: Progress,
+              dtype: torch.dtype = torch.float32) -> None:
         """Check the spaces, build the networks on first use and move them to ``device``."""
         self.check_spaces(observation_space, action_space)
         if not self.built:
@@ -89,6 +128,7 @@ class LearningAgent(nn.Module, ABC):
             self.built = True
         self.progress = progress
         self.device = torch.device(device)
+        self.dtype = dtype
         self.to(self.device)
 
     @abstractmethod

@@ -33,12 +33,17 @@ class Start:
     Attributes:
         total_env_steps: The number of env steps the run will take (the ``num_steps`` setting).
         start_env_steps: Env steps already done before this call (0 for a new run).
-        hparams: The run's hyperparameters, flattened to ``{"group/name": value}``.
+        hparams: The settings that shape what the run computes, flattened to
+            ``{"group/name": value}`` (compared when a run resumes).
+        config: The run's whole configuration (the ``DictConfig`` given to the Trainer, or
+            the one it describes itself), flattened to dotted keys as written on the command
+            line: ``{"agent.lr": 0.001, "trainer.num_steps": 20000}``.
     """
 
     total_env_steps: int
     start_env_steps: int = 0
     hparams: Mapping[str, float | int | str | bool] = field(default_factory=dict)
+    config: Mapping[str, float | int | str | bool] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
@@ -203,6 +208,20 @@ def flatten_hparams(prefix: str, config: Any) -> dict[str, float | int | str | b
         f"{prefix}/{name}": value if isinstance(value, (bool, int, float, str)) else str(value)
         for name, value in dataclasses.asdict(config).items()
     }
+
+
+def flatten_config(config: Mapping[str, Any],
+                   prefix: str = "") -> dict[str, float | int | str | bool]:
+    """A nested config as dotted keys (``{"agent.lr": 0.001}``) for :class:`Start`'s config;
+    lists and None become their ``str``."""
+    out: dict[str, float | int | str | bool] = {}
+    for key, value in config.items():
+        dotted = f"{prefix}{key}"
+        if isinstance(value, Mapping):
+            out.update(flatten_config(value, dotted + "."))
+        else:
+            out[dotted] = value if isinstance(value, (bool, int, float, str)) else str(value)
+    return out
 
 
 def hook_name(event_type: type) -> str:

@@ -19,6 +19,7 @@ from rltrain.events.events import (
     hook_name,
 )
 from rltrain.events.metrics import Metrics
+from rltrain.interrupt import Interrupter
 
 
 class Subscriber:
@@ -26,9 +27,20 @@ class Subscriber:
 
     Override the hooks you need; each receives the event and the run's live :class:`Metrics`.
     Hooks left as they are cost nothing: the processor only calls overridden ones. Renderers and
-    callbacks are subscribers. A subscriber cannot steer training; to stop it, call the run's
-    :class:`~rltrain.interrupt.Interrupter`.
+    callbacks are subscribers. A subscriber does not steer training, but it can end it:
+    :meth:`request_stop` asks the run to stop after the current step (the checkpoint is saved
+    and the summary names the reason).
     """
+
+    #: The run's stop request; the Trainer sets it before the run starts.
+    interrupter: Interrupter | None = None
+
+    def request_stop(self, reason: str) -> None:
+        """Ask the run to stop after the current step, with ``reason`` in its summary."""
+        if self.interrupter is None:
+            raise RuntimeError(f"{type(self).__name__} is not attached to a run: pass it to "
+                               "Trainer(callbacks=[...]) or set its interrupter.")
+        self.interrupter.stop(reason)
 
     def on_start(self, event: Start, metrics: Metrics) -> None:
         """Training starts."""

@@ -10,7 +10,7 @@ from rltrain.agents.base import LearningAgent, Policy
 from rltrain.checkpoint import restore_progress
 from rltrain.components import RLComponents
 from rltrain.envs import EnvInit
-from rltrain.events.events import End, Interrupted, Start
+from rltrain.events.events import End, Interrupted, Start, flatten_config
 
 
 @dataclass(frozen=True)
@@ -71,7 +71,8 @@ class RLStrategy(ABC):
             restore_progress(components)
         events.emit(Start(total_env_steps=components.num_steps,
                           start_env_steps=progress.env_steps,
-                          hparams=self.run_hparams(agent, components)))
+                          hparams=self.run_hparams(agent, components),
+                          config=flatten_config(components.config)))
         policy = self.train_loop(agent, components, env_init)
         interrupter = components.interrupter
         stopped_early = interrupter.should_stop() and progress.env_steps < components.num_steps

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import gymnasium as gym
 from typing_extensions import override
@@ -40,20 +40,16 @@ class OffPolicyConfig:
         train_interval: Env steps between training rounds (SB3's ``train_freq``); a vector step
             that crosses several boundaries runs as many rounds. Default 256.
         train_steps: Gradient steps per training round (SB3's ``gradient_steps``). Default 128.
-        eval_interval: Env steps between evaluations; None never evaluates. Default 10,000.
-        eval_episodes: Greedy episodes per evaluation. Default 10.
         seed: Seeds Python, NumPy, torch, the environments and the replay sampler. Default 0.
     """
 
     num_envs: int = 1
-    vectorization: Vectorization = "sync"
+    vectorization: str = "sync"  # str, not a Literal: omegaconf cannot type-check Literals
     buffer_size: int = 100_000
     batch_size: int = 64
     warmup_steps: int = 1_000
     train_interval: int = 256
     train_steps: int = 128
-    eval_interval: int | None = 10_000
-    eval_episodes: int = 10
     seed: int = 0
 
     def __post_init__(self) -> None:
@@ -70,10 +66,6 @@ class OffPolicyConfig:
             (self.train_interval >= 1,
              f"train_interval must be >= 1 env step; got {self.train_interval}."),
             (self.train_steps >= 0, f"train_steps must be >= 0; got {self.train_steps}."),
-            (self.eval_interval is None or self.eval_interval >= 1,
-             f"eval_interval must be >= 1 env step, or None to never evaluate; got "
-             f"{self.eval_interval}."),
-            (self.eval_episodes >= 1, f"eval_episodes must be >= 1; got {self.eval_episodes}."),
         ]
         for ok, message in checks:
             if not ok:
@@ -85,8 +77,8 @@ class OffPolicyStrategy(RLStrategy):
 
     Per vector step: act (uniform random during warm-up), step the envs, store the transitions,
     emit EnvStep and EpisodeEnd. Each time ``train_interval`` env steps have passed after warm-up:
-    ``train_steps`` gradient steps on batches of ``batch_size``. Each ``eval_interval`` env steps:
-    ``eval_episodes`` greedy episodes on a separate environment, and once more at the end. The
+    ``train_steps`` gradient steps on batches of ``batch_size``. Each ``components.evaluation``
+    interval: greedy episodes on a separate environment, and once more at the end. The
     ``components.checkpointer`` saves the agent at its interval and at the end (also when
     stopped). The interrupter is checked before every vector step, gradient step and evaluation
     step. With ``components.checkpoint`` set, the networks, optimizers and counters are loaded
@@ -109,11 +101,12 @@ class OffPolicyStrategy(RLStrategy):
         cfg = self.config
         seed_everything(cfg.seed)
         envs = make_vector_env(env_init, num_envs=cfg.num_envs,
-                               vectorization=cfg.vectorization, seed=cfg.seed)
+                               vectorization=cast(Vectorization, cfg.vectorization),
+                               seed=cfg.seed)
         evaluator: Evaluator | None = None
         try:
-            if cfg.eval_interval is not None:
-                evaluator = Evaluator(env_init, episodes=cfg.eval_episodes,
+            if components.evaluation.interval is not None:
+                evaluator = Evaluator(env_init, episodes=components.evaluation.episodes,
                                       seed=cfg.seed + EVAL_SEED_OFFSET,
                                       device=components.inference_device)
             return self._run(agent, components, envs, evaluator)
@@ -140,7 +133,7 @@ class _OffPolicyRun:
         self.checkpointer = components.checkpointer
         obs_space, act_space = envs.single_observation_space, envs.single_action_space
         agent.setup(observation_space=obs_space, action_space=act_space,
-                    device=components.device, progress=progress)
+                    device=components.device, progress=progress, dtype=components.dtype)
         self.buffer = ReplayBuffer(cfg.buffer_size, observation_space=obs_space,
                                    action_space=act_space, seed=cfg.seed,
                                    device=components.device)
@@ -162,6 +155,7 @@ class _OffPolicyRun:
     def run(self) -> Policy:
         """Collect, train, evaluate and save until ``num_steps`` or a stop request."""
         cfg, progress, interrupter = self.cfg, self.progress, self.interrupter
+        eval_interval = self.components.evaluation.interval
         evaluated_at = saved_at = -1
         self.train_pending()  # a round a stop cut short, when resuming
         while progress.env_steps < self.components.num_steps and not interrupter.should_stop():
@@ -176,7 +170,7 @@ class _OffPolicyRun:
                 progress.pending_gradient_steps += rounds * cfg.train_steps
                 self.train_pending()
 
-            if (cfg.eval_interval is not None and _crossed(cfg.eval_interval, before, after)
+            if (eval_interval is not None and _crossed(eval_interval, before, after)
                     and not interrupter.should_stop()):
                 self.evaluate()
                 evaluated_at = after
@@ -230,8 +224,9 @@ class _OffPolicyRun:
         best = metrics.best_eval_return
         self.evaluator.run(self.policy, env_steps=self.progress.env_steps, events=self.events,
                            interrupter=self.interrupter)
-        if self.checkpointer is not None and metrics.best_eval_return > best:
-            self.announce(self.checkpointer.save_best(
+        checkpointer = self.checkpointer
+        if checkpointer is not None and checkpointer.keep_best and metrics.best_eval_return > best:
+            self.announce(checkpointer.save_best(
                 self.state(), env_steps=self.progress.env_steps,
                 eval_return=metrics.best_eval_return), best=True)
 

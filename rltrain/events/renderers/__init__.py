@@ -2,7 +2,15 @@
 
 from rltrain.events.renderers.console import ConsoleRenderer
 from rltrain.events.renderers.jsonl import JsonlRenderer
+from rltrain.events.renderers.logger import LoggerRenderer, MetricsLogger
 from rltrain.events.renderers.progress_bar import TqdmRenderer
 from rltrain.events.renderers.tensorboard import TensorBoardRenderer
 
-__all__ = ["ConsoleRenderer", "JsonlRenderer", "TensorBoardRenderer", "TqdmRenderer"]
+__all__ = [
+    "ConsoleRenderer",
+    "JsonlRenderer",
+    "LoggerRenderer",
+    "MetricsLogger",
+    "TensorBoardRenderer",
+    "TqdmRenderer",
+]

@@ -41,7 +41,8 @@ class JsonlRenderer(Subscriber):
         self._file = self.path.open("a", encoding="utf-8")
         self.schedule.start(event.start_env_steps)
         self._write({"event": "start", "env_steps": event.start_env_steps,
-                     "total_env_steps": event.total_env_steps, "hparams": dict(event.hparams)})
+                     "total_env_steps": event.total_env_steps, "hparams": dict(event.hparams),
+                     "config": dict(event.config)})
 
     @override
     def on_env_step(self, event: EnvStep, metrics: Metrics) -> None:

@@ -19,29 +19,42 @@ class TensorBoardRenderer(Subscriber):
     """Writes every metric against the env step, and the run's hyperparameters.
 
     Scalars are written every ``log_interval`` env steps, at each evaluation and at the end
-    (unless that step was just written). The
-    hyperparameters from the Start event go to TensorBoard's HPARAMS tab, linked to
+    (unless that step was just written). The Start event's hyperparameters and configuration
+    (dotted keys, e.g. ``agent.lr``) go to TensorBoard's HPARAMS tab, linked to
     ``eval/return_mean`` and ``rollout/episode_return``.
 
     Args:
-        log_dir: The directory for the event files.
+        log_dir: The directory for the event files (ignored when ``writer`` is given).
+        writer: Your own ``SummaryWriter``; it is flushed, not closed, at the end. Default: one
+            made in ``log_dir`` when the run starts, closed at its end.
         log_interval: Env steps between scalar writes. Default 1,000.
     """
 
-    def __init__(self, log_dir: str | Path, *, log_interval: int = 1_000) -> None:
-        self.log_dir = Path(log_dir)
+    def __init__(self, log_dir: str | Path | None = None, *, writer: SummaryWriter | None = None,
+                 log_interval: int = 1_000) -> None:
+        if log_dir is None and writer is None:
+            raise ValueError("TensorBoardRenderer needs a log_dir or a SummaryWriter.")
+        self.log_dir = Path(writer.get_logdir() if writer is not None else str(log_dir))
         self.schedule = LogSchedule(log_interval)
-        self._writer: SummaryWriter | None = None
+        self._owns_writer = writer is None
+        self._writer: SummaryWriter | None = writer
+
+    @property
+    def writer(self) -> SummaryWriter:
+        """The ``SummaryWriter`` in use (made in ``log_dir`` on first use)."""
+        if self._writer is None:
+            self._writer = SummaryWriter(log_dir=str(self.log_dir))
+        return self._writer
 
     @override
     def on_start(self, event: Start, metrics: Metrics) -> None:
-        self._writer = SummaryWriter(log_dir=str(self.log_dir))
         self.schedule.start(event.start_env_steps)
-        if event.hparams:
+        shown = {**event.hparams, **event.config}
+        if shown:
             metric_tags = {"eval/return_mean": math.nan, "rollout/episode_return": math.nan}
-            file_writer = self._writer.file_writer
+            file_writer = self.writer.file_writer
             assert file_writer is not None
-            for summary in hparams(dict(event.hparams), metric_tags):
+            for summary in hparams(shown, metric_tags):
                 file_writer.add_summary(summary)
 
     @override
@@ -80,6 +93,10 @@ class TensorBoardRenderer(Subscriber):
 
     @override
     def close(self) -> None:
-        if self._writer is not None:
+        if self._writer is None:
+            return
+        if self._owns_writer:
             self._writer.close()
             self._writer = None
+        else:
+            self._writer.flush()

@@ -1,0 +1,72 @@
+"""Any experiment logger with Lightning's interface (``log_metrics``, ``log_hyperparams``)."""
+
+from __future__ import annotations
+
+from typing import Any, Protocol, runtime_checkable
+
+from typing_extensions import override
+
+from rltrain.events.events import End, EnvStep, EvaluationEnd, Start
+from rltrain.events.metrics import Metrics
+from rltrain.events.processor import Subscriber
+from rltrain.events.renderers.schedule import LogSchedule
+
+
+@runtime_checkable
+class MetricsLogger(Protocol):
+    """What ``Trainer(logger=...)`` accepts besides TensorBoard: an object with
+    ``log_metrics(metrics, step)``, as Lightning's ``CSVLogger``, ``WandbLogger`` or
+    ``MLFlowLogger`` (``log_hyperparams(params)`` and ``finalize(status)`` are called when
+    the object has them)."""
+
+    def log_metrics(self, metrics: dict[str, float], step: int | None = None) -> None:
+        """Record ``metrics`` at ``step`` (env steps)."""
+
+
+class LoggerRenderer(Subscriber):
+    """Passes the run's metrics to a :class:`MetricsLogger`, on TensorBoard's schedule.
+
+    Every ``log_interval`` env steps and at the end: every metric but the evaluation ones; after
+    each complete evaluation: the ``eval/`` metrics. At the start: the hyperparameters and the
+    dotted configuration, through ``log_hyperparams`` when the logger has it.
+
+    Args:
+        logger: The logger object.
+        log_interval: Env steps between metric rows. Default 1,000.
+    """
+
+    def __init__(self, logger: MetricsLogger, *, log_interval: int = 1_000) -> None:
+        self.logger = logger
+        self.schedule = LogSchedule(log_interval)
+
+    @override
+    def on_start(self, event: Start, metrics: Metrics) -> None:
+        self.schedule.start(event.start_env_steps)
+        log_hyperparams = getattr(self.logger, "log_hyperparams", None)
+        if log_hyperparams is not None:
+            log_hyperparams({**event.hparams, **event.config})
+
+    @override
+    def on_env_step(self, event: EnvStep, metrics: Metrics) -> None:
+        if self.schedule.due(event.env_steps):
+            self._write(metrics, event.env_steps)
+
+    @override
+    def on_evaluation_end(self, event: EvaluationEnd, metrics: Metrics) -> None:
+        if event.complete:
+            snapshot = metrics.snapshot()
+            self.logger.log_metrics({k: v for k, v in snapshot.items() if k.startswith("eval/")},
+                                    step=event.env_steps)
+
+    @override
+    def on_end(self, event: End, metrics: Metrics) -> None:
+        if self.schedule.final_due(metrics.env_steps):
+            self._write(metrics, metrics.env_steps)
+        finalize: Any = getattr(self.logger, "finalize", None)
+        if finalize is not None:
+            finalize("success" if event.summary.stop_reason is None else "interrupted")
+
+    def _write(self, metrics: Metrics, env_steps: int) -> None:
+        snapshot = metrics.snapshot()
+        self.logger.log_metrics({k: v for k, v in snapshot.items() if not k.startswith("eval/")},
+                                step=env_steps)
