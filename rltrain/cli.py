@@ -1,89 +1,83 @@
-"""The ``rltrain`` command: ``rltrain fit`` trains, ``rltrain evaluate`` replays a trained agent."""
+"""The ``rltrain`` command: ``fit`` trains from configs, ``evaluate`` replays a trained agent,
+``list`` shows what can be configured."""
 
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-import gymnasium as gym
-import torch
+from omegaconf import DictConfig, OmegaConf
 
-from rltrain.agents.dqn import DQN
-from rltrain.checkpoint import load_agent
-from rltrain.config import RunConfig, load_run_config, save_run_config
-from rltrain.envs import check_env_id
-from rltrain.strategies.off_policy import OffPolicyStrategy
-from rltrain.trainer import (
-    RENDERERS,
-    Trainer,
-    check_spaces,
-    default_run_dir,
-    prepare_run_dir,
+from rltrain.checkpoint import Checkpointer
+from rltrain.config import (
+    AGENTS,
+    SHIPPED_CONFIGS,
+    STRATEGIES,
+    compose,
+    load_yaml,
+    parse_overrides,
+    shipped_configs,
+    validate,
 )
+from rltrain.trainer import build
 
 EXAMPLES = """\
 examples:
-  rltrain fit                                   # DQN on CartPole-v1 until solved (return >= 475)
-  rltrain fit --steps 20000 --seed 3 --run-dir runs/cartpole-3
-  rltrain fit --no-tqdm --no-tensorboard        # console lines and metrics.jsonl only
+  rltrain fit                                    # DQN on CartPole-v1 until solved (configs/dqn_cartpole.yaml)
+  rltrain fit configs/dqn_cartpole.yaml trainer.num_steps=20000 agent.lr=1e-3
+  rltrain fit dqn_cartpole strategy.seed=3 trainer.run_dir=runs/cartpole-3
+  rltrain fit dqn_cartpole trainer.dtype=bfloat16 --print-config
+  rltrain fit --resume runs/cartpole-3 trainer.num_steps=80000   # continue a run exactly
   rltrain evaluate runs/cartpole-3 --episodes 20
+  rltrain list
   tensorboard --logdir runs
 """
 
 
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser of the ``rltrain`` command."""
+    formatter = argparse.RawDescriptionHelpFormatter
     parser = argparse.ArgumentParser(
         prog="rltrain", description="Train and evaluate reinforcement-learning agents.",
-        epilog=EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter)
+        epilog=EXAMPLES, formatter_class=formatter)
     commands = parser.add_subparsers(dest="command", required=True)
 
     fit = commands.add_parser(
-        "fit", help="train an agent (default: DQN on CartPole-v1 until solved)",
-        epilog=EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter)
-    defaults = RunConfig()
-    fit.add_argument("--env", default=None, help=f"Gymnasium id (default: {defaults.env})")
-    fit.add_argument("--steps", type=int, default=None,
-                     help=f"total env steps to train for (default: {defaults.num_steps:,}; "
-                          "with --resume, the run's own)")
-    fit.add_argument("--seed", type=int, default=None,
-                     help=f"seed of every random stream (default: {defaults.off_policy.seed})")
-    fit.add_argument("--num-envs", type=int, default=None,
-                     help="sub-environments stepped together (default: "
-                          f"{defaults.off_policy.num_envs})")
-    fit.add_argument("--device", default=None, help=f"default: {defaults.device}")
-    fit.add_argument("--resume", default=None, metavar="last|best|PATH",
-                     help="continue a run exactly from its last or best checkpoint (with "
-                          "--run-dir) or from a checkpoint file; the run's config.yaml applies, "
-                          "and only --steps and the output switches may change")
-    fit.add_argument("--threads", type=int, default=defaults.threads,
-                     help="torch threads (default: %(default)s; small MLPs are fastest with 1)")
-    fit.add_argument("--run-dir", type=Path, default=None,
-                     help="run directory (default: runs/<date>-<time>-dqn-<env>)")
-    fit.add_argument("--target-return", type=float, default=None,
-                     help="stop once the mean evaluation return reaches this (default: the "
-                          "env's registered reward_threshold, 475 for CartPole-v1)")
+        "fit", help="train an agent from YAML configs and key=value overrides",
+        description="Train an agent. Configs merge left to right onto the defaults, then the "
+                    "key=value overrides apply (dotted keys: trainer.*, env.*, strategy.*, "
+                    "agent.*). The whole config is saved as RUN_DIR/config.yaml, in every "
+                    "checkpoint and as TensorBoard hyperparameters.",
+        epilog=EXAMPLES, formatter_class=formatter)
+    fit.add_argument("args", nargs="*", metavar="CONFIG.yaml | key=value",
+                     help="config files (a shipped one by name, e.g. dqn_cartpole; default "
+                          "dqn_cartpole) and overrides such as agent.lr=1e-3")
+    fit.add_argument("--print-config", action="store_true",
+                     help="print the composed, validated config and exit")
+    fit.add_argument("--resume", default=None, metavar="RUN_DIR|CHECKPOINT|last|best",
+                     help="continue a run exactly: a run directory (its last checkpoint), a "
+                          "checkpoint file, or last/best of trainer.run_dir. The run's saved "
+                          "config applies; overrides may change num_steps, logging, evaluation "
+                          "and checkpoint settings")
     fit.add_argument("--overwrite", action="store_true",
-                     help="replace the run already in --run-dir (its checkpoints and logs)")
-    fit.add_argument("--no-early-stop", action="store_true",
-                     help="train all --steps even after the target return is reached")
-    for name in RENDERERS:
-        fit.add_argument(f"--no-{name}", action="store_true", help=f"turn the {name} output off")
+                     help="replace the run already in trainer.run_dir (its checkpoints and logs)")
 
     evaluate = commands.add_parser(
         "evaluate", help="run greedy episodes of a trained agent",
-        epilog=EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter)
-    evaluate.add_argument("path", type=Path,
-                          help="a run directory, or a checkpoint file inside one")
+        epilog=EXAMPLES, formatter_class=formatter)
+    evaluate.add_argument("path", type=Path, metavar="RUN_DIR|CHECKPOINT",
+                          help="a run directory (its last checkpoint) or a checkpoint file")
     evaluate.add_argument("--episodes", type=int, default=None,
                           help="episodes to run (default: the run's eval_episodes)")
     evaluate.add_argument("--seed", type=int, default=None,
                           help="reset seed (default: the run's evaluation seed, which "
                                "reproduces the run's evaluation returns)")
+
+    commands.add_parser("list", help="list agents, strategies and shipped configs",
+                        epilog=EXAMPLES, formatter_class=formatter)
     return parser
 
 
@@ -93,94 +87,98 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         if args.command == "fit":
             return fit(args)
-        return evaluate(args)
+        if args.command == "evaluate":
+            return evaluate(args)
+        return list_registered()
     except (ValueError, OSError) as error:
         print(f"rltrain: error: {error}", file=sys.stderr)
         return 2
 
 
 def fit(args: argparse.Namespace) -> int:
-    """``rltrain fit``: train, then print where the run is stored."""
-    defaults = RunConfig()
-    env = args.env or defaults.env
-    check_env_id(env)
-    threshold = args.target_return
-    if threshold is None and not args.no_early_stop:
-        threshold = gym.spec(env).reward_threshold
+    """``rltrain fit``: compose the config, train, then print where the run is stored."""
+    files = [a for a in args.args if "=" not in a]
+    overrides = [a for a in args.args if "=" in a]
+    ckpt_path: str | None = None
     if args.resume is not None:
-        run_dir, config = resumed_config(args)
+        if files:
+            raise ValueError("--resume continues a run with its own saved config; pass only "
+                             f"key=value overrides, not {', '.join(files)}.")
+        config, ckpt_path = resumed_config(args.resume, overrides)
     else:
-        config = RunConfig(
-            env=env, num_steps=defaults.num_steps if args.steps is None else args.steps,
-            device=args.device or defaults.device, threads=args.threads,
-            return_threshold=None if args.no_early_stop else threshold,
-            off_policy=dataclasses.replace(
-                defaults.off_policy,
-                seed=defaults.off_policy.seed if args.seed is None else args.seed,
-                num_envs=args.num_envs or defaults.off_policy.num_envs),
-        )
-        run_dir = args.run_dir if args.run_dir is not None else default_run_dir("dqn",
-                                                                                config.env)
-    torch.set_num_threads(config.threads)
-    agent = DQN(config.dqn)
-    check_spaces(config.env, agent)
-    prepare_run_dir(run_dir, resuming=args.resume is not None, overwrite=args.overwrite)
-    save_run_config(config, run_dir / "config.yaml")
-    trainer = Trainer(
-        num_steps=config.num_steps,
-        strategy=OffPolicyStrategy(config.off_policy),
-        device=config.device,
-        run_dir=run_dir,
-        renderers=[name for name in RENDERERS if not getattr(args, f"no_{name}")],
-        return_threshold=config.return_threshold,
-        gradient_clip_val=config.gradient_clip_val,
-        overwrite=args.overwrite,
-    )
-    result = trainer.fit(config.env, agent, ckpt_path=args.resume)
-    summary = result.summary
+        config = compose(files or ["dqn_cartpole"], overrides)
+    if args.overwrite:
+        config.trainer.overwrite = True
+    if args.print_config:
+        print(OmegaConf.to_yaml(config), end="")
+        return 0
+    run = build(config)
+    summary = run.fit(ckpt_path=ckpt_path).summary
+    print(f"run directory: {run.trainer.last_run_dir}")
     final = summary.final_metrics.get("eval/return_mean")
-    print(f"run directory: {run_dir}")
     if final is not None:
         print(f"final evaluation return: {final:.2f}")
     return 0
 
 
-def resumed_config(args: argparse.Namespace) -> tuple[Path, RunConfig]:
-    """The run directory and saved config of ``--resume``, with ``--steps`` applied."""
-    resume = Path(args.resume)
-    if args.resume in ("last", "best"):
-        if args.run_dir is None:
-            raise ValueError(f"--resume {args.resume} needs --run-dir, the run to continue.")
-        run_dir = Path(args.run_dir)
+def resumed_config(resume: str, overrides: list[str]) -> tuple[DictConfig, str]:
+    """The saved config of the run ``--resume`` names, with ``overrides`` applied, and the
+    checkpoint to resume from (``"last"``, ``"best"`` or a file)."""
+    given = parse_overrides(overrides)
+    path = Path(resume)
+    if resume in ("last", "best"):
+        run_dir = OmegaConf.select(given, "trainer.run_dir")
+        if run_dir is None:
+            raise ValueError(f"--resume {resume} needs trainer.run_dir=RUN_DIR, the run to "
+                             "continue (or pass --resume RUN_DIR).")
+        saved, ckpt_path = load_yaml(Path(run_dir) / "config.yaml"), resume
+    elif path.is_dir():
+        saved, ckpt_path = load_yaml(path / "config.yaml"), "last"
+        saved.trainer.run_dir = str(path)
+    elif path.is_file():
+        saved, ckpt_path = checkpoint_config(path), str(path)
     else:
-        run_dir = resume.parent.parent
-    config = load_run_config(run_dir / "config.yaml")
-    given = {"--env": (args.env, config.env), "--seed": (args.seed, config.off_policy.seed),
-             "--num-envs": (args.num_envs, config.off_policy.num_envs),
-             "--device": (args.device, config.device)}
-    for flag, (value, saved) in given.items():
-        if value is not None and value != saved:
-            raise ValueError(
-                f"{flag} {value} differs from the run being resumed ({saved}); a resumed run "
-                "keeps its settings. Start a new run (another --run-dir) to change it.")
-    if args.steps is not None:
-        config.num_steps = args.steps
-    return run_dir, config
+        raise FileNotFoundError(f"Nothing to resume at {path}: pass a run directory, a "
+                                "checkpoint file, or last/best with trainer.run_dir=RUN_DIR.")
+    return validate(OmegaConf.merge(saved, given)), ckpt_path
+
+
+def checkpoint_config(checkpoint: Path) -> DictConfig:
+    """The run config stored in ``checkpoint`` (or, for older files, in its run directory)."""
+    stored = Checkpointer.load(checkpoint).get("config")
+    if stored:
+        return OmegaConf.create(stored)
+    return load_yaml(checkpoint.parent.parent / "config.yaml")
 
 
 def evaluate(args: argparse.Namespace) -> int:
     """``rltrain evaluate``: load a run's agent and print its evaluation metrics as JSON."""
     path: Path = args.path
-    checkpoint = path / "checkpoints" / "last.pt" if path.is_dir() else path
-    run_dir = path if path.is_dir() else path.parent.parent
-    config = load_run_config(run_dir / "config.yaml")
-    torch.set_num_threads(config.threads)
-    agent = DQN(config.dqn)
-    load_agent(agent, checkpoint, config.env)
-    trainer = Trainer(strategy=OffPolicyStrategy(config.off_policy), renderers=())
-    episodes = args.episodes if args.episodes is not None else config.off_policy.eval_episodes
-    metrics = trainer.evaluate(config.env, agent, episodes=episodes, seed=args.seed)
+    if path.is_dir():
+        checkpoint = Checkpointer(path / "checkpoints").resolve("last")
+    elif path.is_file():
+        checkpoint = path
+    else:
+        raise FileNotFoundError(f"No run directory or checkpoint at {path}.")
+    run = build(checkpoint_config(checkpoint), logger=False, enable_progress_bar=False,
+                enable_console=False, enable_metrics_file=False)
+    metrics = run.evaluate(ckpt_path=checkpoint, episodes=args.episodes, seed=args.seed)
     print(json.dumps({"checkpoint": str(checkpoint), **metrics}, indent=2))
+    return 0
+
+
+def list_registered() -> int:
+    """``rltrain list``: the agents, strategies and shipped configs a config can name."""
+    print("agents (agent.name):")
+    for name, entry in AGENTS.items():
+        print(f"  {name:<12} {entry.summary} [{entry.config.__name__}]")
+    print("strategies (strategy.name):")
+    for name, entry in STRATEGIES.items():
+        print(f"  {name:<12} {entry.summary} [{entry.config.__name__}]")
+    print(f"shipped configs ({SHIPPED_CONFIGS}):")
+    for name in shipped_configs():
+        first = (SHIPPED_CONFIGS / f"{name}.yaml").read_text(encoding="utf-8").splitlines()[0]
+        print(f"  {name:<12} {first.lstrip('# ')}")
     return 0
 
 

@@ -213,7 +213,9 @@ def load_yaml(path: str | Path) -> DictConfig:
         path = SHIPPED_CONFIGS / f"{path}.yaml"
     if not path.is_file():
         shipped = ", ".join(shipped_configs())
-        raise FileNotFoundError(f"No config file at {path}. Shipped configs: {shipped}.")
+        hint = (" An override needs a value: key=value, e.g. agent.lr=1e-3."
+                if path.suffix not in (".yaml", ".yml") else "")
+        raise FileNotFoundError(f"No config file at {path}.{hint} Shipped configs: {shipped}.")
     loaded = OmegaConf.load(path)
     if not isinstance(loaded, DictConfig):
         raise ConfigError(f"{path} holds a YAML list; a config is a mapping of sections.")
