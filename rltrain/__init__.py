@@ -4,7 +4,8 @@ from rltrain.agents import DQN, DQNConfig, LearningAgent, Policy, SpaceError
 from rltrain.buffers import ReplayBatch, ReplayBuffer
 from rltrain.callbacks import EarlyStopping
 from rltrain.checkpoint import Checkpointer
-from rltrain.components import Progress, RLComponents, SummarySettings
+from rltrain.components import EvaluationSettings, Progress, RLComponents, SummarySettings
+from rltrain.config import ConfigError, EnvConfig, TrainerConfig, compose, validate
 from rltrain.envs import EnvSpec, make_vector_env
 from rltrain.evaluation import Evaluator
 from rltrain.events import EventProcessor, Metrics, Subscriber
@@ -18,16 +19,20 @@ from rltrain.strategies import (
     RLStrategy,
     Summary,
 )
-from rltrain.trainer import Trainer
+from rltrain.trainer import BuiltRun, Trainer, build
 
 __version__ = "0.1.0"
 
 __all__ = [
     "DQN",
+    "BuiltRun",
     "Checkpointer",
+    "ConfigError",
     "DQNConfig",
     "EarlyStopping",
+    "EnvConfig",
     "EnvSpec",
+    "EvaluationSettings",
     "Evaluator",
     "EventProcessor",
     "Interrupter",
@@ -49,7 +54,11 @@ __all__ = [
     "Summary",
     "SummarySettings",
     "Trainer",
+    "TrainerConfig",
     "Transitions",
     "__version__",
+    "build",
+    "compose",
     "make_vector_env",
+    "validate",
 ]

@@ -26,7 +26,7 @@ from rltrain.trainer import build
 
 EXAMPLES = """\
 examples:
-  rltrain fit                                    # DQN on CartPole-v1 until solved (configs/dqn_cartpole.yaml)
+  rltrain fit                        # DQN on CartPole-v1 until solved (configs/dqn_cartpole.yaml)
   rltrain fit configs/dqn_cartpole.yaml trainer.num_steps=20000 agent.lr=1e-3
   rltrain fit dqn_cartpole strategy.seed=3 trainer.run_dir=runs/cartpole-3
   rltrain fit dqn_cartpole trainer.dtype=bfloat16 --print-config
@@ -147,7 +147,9 @@ def checkpoint_config(checkpoint: Path) -> DictConfig:
     """The run config stored in ``checkpoint`` (or, for older files, in its run directory)."""
     stored = Checkpointer.load(checkpoint).get("config")
     if stored:
-        return OmegaConf.create(stored)
+        config = OmegaConf.create(stored)
+        assert isinstance(config, DictConfig)
+        return config
     return load_yaml(checkpoint.parent.parent / "config.yaml")
 
 

@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig, ListConfig, OmegaConf
 from omegaconf.errors import ConfigKeyError, OmegaConfBaseException, ValidationError
 
 from rltrain.agents.base import LearningAgent
@@ -154,9 +154,11 @@ class RunConfig:
 
 def schema(agent: str = "dqn", strategy: str = "off_policy") -> DictConfig:
     """The typed, default config for ``agent`` trained by ``strategy``."""
-    return OmegaConf.structured(RunConfig(
+    config = OmegaConf.structured(RunConfig(
         strategy=_lookup(STRATEGIES, strategy, "strategy").section(),
         agent=_lookup(AGENTS, agent, "agent").section()))
+    assert isinstance(config, DictConfig)
+    return config
 
 
 def compose(files: Sequence[str | Path] = (), overrides: Sequence[str] = ()) -> DictConfig:
@@ -168,9 +170,12 @@ def compose(files: Sequence[str | Path] = (), overrides: Sequence[str] = ()) -> 
                     else OmegaConf.create())
 
 
-def validate(config: Mapping[str, Any] | DictConfig) -> DictConfig:
+def validate(config: Mapping[str, Any] | DictConfig | ListConfig) -> DictConfig:
     """``config`` merged onto the schema of the agent and strategy it names, type-checked, and
     checked by each section's dataclass (its ``__post_init__``). Raises :class:`ConfigError`."""
+    if isinstance(config, ListConfig):
+        raise ConfigError("A run config is a mapping of sections (trainer, env, strategy, "
+                          "agent), not a list.")
     raw = config if isinstance(config, DictConfig) else OmegaConf.create(dict(config))
     base = schema(str(OmegaConf.select(raw, "agent.name", default="dqn")),
                   str(OmegaConf.select(raw, "strategy.name", default="off_policy")))

@@ -37,7 +37,9 @@ class Optimization:
     sum of ``loss / k`` gradients (so an averaged loss over ``k`` batches of size ``B`` gives the
     same update as one batch of size ``k·B``). Clipping applies to that optimizer's parameters
     just before its step. Several optimizers can be stepped in sequence in one ``training_step``
-    (world model, then actor, then critic); each accumulates on its own.
+    (world model, then actor, then critic); each accumulates on its own, and each loss's
+    backward pass fills only its own optimizer's gradients (``backward(inputs=...)``), so an
+    actor loss computed through the critic does not touch the critic's gradients.
 
     With ``dtype=torch.bfloat16`` or ``torch.float16`` the agent's ``training_step`` runs under
     ``torch.autocast`` (mixed precision: matrix products in the low precision, weights and
@@ -155,7 +157,11 @@ class Optimization:
         k = self.accumulate_grad_batches
         scaler = self._scalers.get(name)
         loss = loss / k if k > 1 else loss
-        (scaler.scale(loss) if scaler is not None else loss).backward()  # type: ignore[no-untyped-call]
+        # Gradients go to this optimizer's parameters only: an actor loss that flows through
+        # the critic or the world model leaves their (possibly accumulating) gradients alone.
+        inputs = [p for p in self._params[name] if p.requires_grad]
+        (scaler.scale(loss) if scaler is not None else loss).backward(  # type: ignore[no-untyped-call]
+            inputs=inputs)
         self._pending[name] += 1
         if self._pending[name] < k:
             return False

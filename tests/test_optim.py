@@ -285,3 +285,106 @@ def test_load_state_dict_with_other_optimizer_names_raises() -> None:
                          progress=Progress())
     with pytest.raises(ValueError, match=r"\['actor', 'critic'\].*\['q'\]"):
         other.load_state_dict(state)
+
+
+class ThreePartAgent(LearningAgent):
+    """A world model, an actor and a critic stepped in that order in one training step."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        torch.manual_seed(3)
+        self.world, self.actor, self.critic = nn.Linear(3, 4), nn.Linear(4, 2), nn.Linear(6, 1)
+        self.built = True
+        self.seen_dtypes: list[torch.dtype] = []
+
+    def check_spaces(self, observation_space: gym.Space[Any], action_space: gym.Space[Any]) -> None:
+        pass
+
+    def build(self, observation_space: gym.Space[Any], action_space: gym.Space[Any]) -> None:
+        pass
+
+    def configure_optimizers(self) -> dict[str, torch.optim.Optimizer]:
+        return {name: torch.optim.Adam(getattr(self, name).parameters(), lr=0.01)
+                for name in ("world", "actor", "critic")}
+
+    def training_step(self, batch: Any, optim: Optimization) -> dict[str, Any]:
+        x, y = batch
+        latent = self.world(x)
+        self.seen_dtypes.append(latent.dtype)
+        optim.step("world", (latent - y).pow(2).mean())
+        latent = latent.detach()
+        action = torch.tanh(self.actor(latent))
+        value = self.critic(torch.cat([latent, action], dim=1))
+        # The actor climbs the critic's value; its backward pass must not leave gradients on
+        # the critic (whose own gradients may be accumulating).
+        optim.step("actor", -value.mean())
+        value = self.critic(torch.cat([latent, action.detach()], dim=1))
+        optim.step("critic", (value - 1).pow(2).mean())
+        self.log("value", value.detach().float().mean())
+        return {}
+
+    def policy(self, device: torch.device) -> Policy:
+        raise NotImplementedError
+
+
+def test_three_optimizers_in_sequence_accumulate_and_clip_like_one_big_batch() -> None:
+    k, batch = 3, 8
+    accumulating, single = ThreePartAgent(), ThreePartAgent()
+    settings = dict(gradient_clip_val=0.05, gradient_clip_algorithm="norm")
+    acc_optim = Optimization(accumulating.configure_optimizers(), progress=Progress(),
+                             accumulate_grad_batches=k, **settings)  # type: ignore[arg-type]
+    one_optim = Optimization(single.configure_optimizers(), progress=Progress(),
+                             **settings)  # type: ignore[arg-type]
+    before = copy.deepcopy(single.state_dict())
+    generator = torch.Generator().manual_seed(0)
+    for _ in range(4):
+        x, y = torch.randn(k * batch, 3, generator=generator), torch.randn(k * batch, 4,
+                                                                         generator=generator)
+        for xi, yi in zip(x.split(batch), y.split(batch), strict=True):
+            acc_optim.training_step(accumulating, (xi, yi))
+        one_optim.training_step(single, (x, y))
+        for (name, pa), pb in zip(accumulating.named_parameters(), single.parameters(),
+                                  strict=True):
+            assert torch.allclose(pa, pb, atol=1e-5), name
+    for name, value in single.state_dict().items():  # all three learned
+        assert not torch.allclose(value, before[name]), name
+
+
+def test_logged_values_join_the_training_step_metrics_once() -> None:
+    agent = ThreePartAgent()
+    optim = Optimization(agent.configure_optimizers(), progress=Progress())
+    metrics = optim.training_step(agent, (torch.randn(4, 3), torch.randn(4, 4)))
+    assert set(metrics) == {"value"} and isinstance(metrics["value"], torch.Tensor)
+    assert agent.pop_logged() == {}  # drained by the training step
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_autocast_runs_the_forward_pass_in_low_precision_and_keeps_float32_weights(
+        dtype: torch.dtype) -> None:
+    agent = ThreePartAgent()
+    optim = Optimization(agent.configure_optimizers(), progress=Progress(), dtype=dtype)
+    before = agent.world.weight.detach().clone()
+    for _ in range(3):
+        optim.training_step(agent, (torch.randn(8, 3), torch.randn(8, 4)))
+    assert agent.seen_dtypes == [dtype] * 3
+    assert all(p.dtype == torch.float32 for p in agent.parameters())
+    assert all(p.grad is None for p in agent.parameters())  # zeroed after each step
+    assert not torch.equal(agent.world.weight, before)
+
+
+def test_float16_loss_scalers_are_saved_and_restored() -> None:
+    agent = ThreePartAgent()
+    optim = Optimization(agent.configure_optimizers(), progress=Progress(), dtype=torch.float16)
+    optim.training_step(agent, (torch.randn(8, 3), torch.randn(8, 4)))
+    state = optim.state_dict()
+    assert set(state["scalers"]) == {"world", "actor", "critic"}
+    restored = Optimization(ThreePartAgent().configure_optimizers(), progress=Progress(),
+                            dtype=torch.float16)
+    restored.load_state_dict(state)
+    assert restored.state_dict()["scalers"] == state["scalers"]
+
+
+def test_an_unknown_dtype_is_refused() -> None:
+    agent = ThreePartAgent()
+    with pytest.raises(ValueError, match="float32, bfloat16 or float16"):
+        Optimization(agent.configure_optimizers(), progress=Progress(), dtype=torch.float64)

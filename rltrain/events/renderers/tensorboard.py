@@ -34,7 +34,7 @@ class TensorBoardRenderer(Subscriber):
                  log_interval: int = 1_000) -> None:
         if log_dir is None and writer is None:
             raise ValueError("TensorBoardRenderer needs a log_dir or a SummaryWriter.")
-        self.log_dir = Path(writer.get_logdir() if writer is not None else str(log_dir))
+        self.log_dir = Path(writer.log_dir if writer is not None else str(log_dir))
         self.schedule = LogSchedule(log_interval)
         self._owns_writer = writer is None
         self._writer: SummaryWriter | None = writer
