@@ -207,7 +207,8 @@ class Trainer:
         LogSchedule(log_interval)
         Checkpointer(".", interval=checkpoint_interval, keep_last=keep_last_checkpoints)
         self._fitted: tuple[LearningAgent, EnvInit, RLComponents] | None = None
-        self._last_run_dir: Path | None = None
+        #: The run directory of the last ``fit`` (None before).
+        self.last_run_dir: Path | None = None
 
     @classmethod
     def from_config(cls, config: DictConfig | Mapping[str, Any], **overrides: Any) -> Trainer:
@@ -252,7 +253,7 @@ class Trainer:
         save_config(components.config, run_dir / "config.yaml")
         self.interrupter.reset()
         agent.trainer = self
-        self._fitted, self._last_run_dir = (agent, env, components), run_dir
+        self._fitted, self.last_run_dir = (agent, env, components), run_dir
         components.event_processor = events = EventProcessor(self._subscribers(run_dir, agent))
         try:
             self._write_model_summary(agent, run_dir)
@@ -278,7 +279,7 @@ class Trainer:
         the run's final evaluation return.
         """
         if ckpt_path is not None:
-            run_dir = self.run_dir or self._last_run_dir
+            run_dir = self.run_dir or self.last_run_dir
             load_agent(agent, self.checkpoint_path(ckpt_path, run_dir), env)
         check_spaces(env, agent)
         if not agent.built:
@@ -323,7 +324,7 @@ class Trainer:
                 raise ValueError("load_checkpoint() needs agent= and env= before any fit().")
             agent = agent if agent is not None else self._fitted[0]
             env = env if env is not None else self._fitted[1]
-        return load_agent(agent, self.checkpoint_path(path, self.run_dir or self._last_run_dir),
+        return load_agent(agent, self.checkpoint_path(path, self.run_dir or self.last_run_dir),
                           env)
 
     def settings(self) -> dict[str, Any]:
@@ -487,11 +488,11 @@ class BuiltRun:
         """``trainer.fit(env, agent, ckpt_path)``."""
         return self.trainer.fit(self.env, self.agent, ckpt_path=ckpt_path)
 
-    def evaluate(self, ckpt_path: str | Path | None = None,
-                 episodes: int | None = None) -> dict[str, float]:
-        """``trainer.evaluate(env, agent, ckpt_path=..., episodes=...)``."""
+    def evaluate(self, ckpt_path: str | Path | None = None, episodes: int | None = None,
+                 seed: int | None = None) -> dict[str, float]:
+        """``trainer.evaluate(env, agent, ckpt_path=..., episodes=..., seed=...)``."""
         return self.trainer.evaluate(self.env, self.agent, ckpt_path=ckpt_path,
-                                     episodes=episodes)
+                                     episodes=episodes, seed=seed)
 
 
 def build(config: DictConfig | Mapping[str, Any], **trainer_overrides: Any) -> BuiltRun:
