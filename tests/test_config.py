@@ -74,7 +74,7 @@ def test_a_wrong_key_or_value_is_a_config_error_naming_it(overrides: list[str],
 def test_a_typo_key_in_a_yaml_file_suggests_the_closest_key(tmp_path: Path) -> None:
     path = tmp_path / "typo.yaml"
     path.write_text("strategy:\n  warmup_step: 10\n")
-    with pytest.raises(ConfigError, match="Did you mean 'strategy.warmup_steps'"):
+    with pytest.raises(ConfigError, match=r"Did you mean 'strategy\.warmup_steps'"):
         compose([path])
 
 

@@ -5,11 +5,13 @@ from __future__ import annotations
 
 import dataclasses
 import inspect
+import io
 from pathlib import Path
 from typing import Any
 
 import pytest
 import torch
+from conftest import QUIET
 from omegaconf import OmegaConf
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 from tensorboard.plugins.hparams import plugin_data_pb2
@@ -21,8 +23,8 @@ from rltrain.checkpoint import Checkpointer
 from rltrain.config import TrainerConfig
 from rltrain.events import EnvStep, Metrics
 from rltrain.events.metrics import MetricValue
+from rltrain.events.renderers import TqdmRenderer
 from rltrain.optim import Optimization
-from conftest import QUIET
 
 ENV = "CartPole-v1"
 STEPS = 1_200
@@ -268,7 +270,8 @@ def test_save_checkpoint_before_fit_says_to_fit_first() -> None:
 
 def test_num_threads_applies_during_fit_and_is_restored(tmp_path: Path) -> None:
     class ThreadProbe(Subscriber):
-        threads: list[int] = []
+        def __init__(self) -> None:
+            self.threads: list[int] = []
 
         def on_env_step(self, event: EnvStep, metrics: Metrics) -> None:
             self.threads.append(torch.get_num_threads())
@@ -315,3 +318,11 @@ def test_mixed_precision_dqn_trains_and_its_checkpoint_records_the_dtype(
 def test_an_unknown_dtype_names_the_choices() -> None:
     with pytest.raises(ValueError, match=r"dtype must be one of \['float32', 'bfloat16'"):
         Trainer(dtype="float8")
+
+
+def test_a_value_logged_by_the_agent_reaches_the_progress_bar(tmp_path: Path) -> None:
+    bar = io.StringIO()
+    Trainer(num_steps=400, strategy=small_strategy(), run_dir=tmp_path, eval_interval=None,
+            callbacks=[TqdmRenderer(file=bar, refresh_seconds=0)], **QUIET).fit(ENV,
+                                                                                WatchfulDQN())
+    assert "td_batch_reward=1" in bar.getvalue()

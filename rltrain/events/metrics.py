@@ -111,6 +111,10 @@ class Metrics:
         """Mean return over the last ``window`` training episodes (NaN before the first)."""
         return sum(self._returns) / len(self._returns) if self._returns else math.nan
 
+    def train_means(self) -> dict[str, float]:
+        """Each training metric (losses, values the agent logged) averaged over the window."""
+        return {name: _mean(values) for name, values in self._train.items()}
+
     def snapshot(self) -> dict[str, float]:
         """Every metric as a float, keyed as in this module's table."""
         out: dict[str, float] = {}
@@ -126,8 +130,7 @@ class Metrics:
             lengths = evaluation.lengths
             out["eval/length_mean"] = sum(lengths) / len(lengths) if lengths else math.nan
             out["eval/best_return"] = self.best_eval_return
-        for name, values in self._train.items():
-            out["train/" + name] = _mean(values)
+        out.update({"train/" + name: value for name, value in self.train_means().items()})
         out["time/sps"] = self.sps
         out["time/env_steps"] = float(self.env_steps)
         out["time/gradient_steps"] = float(self.gradient_steps)

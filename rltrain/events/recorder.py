@@ -29,7 +29,7 @@ class EventRecorder(Subscriber):
     Example::
 
         recorder = EventRecorder()
-        Trainer(renderers=[recorder, "console"]).fit("CartPole-v1", DQN())
+        Trainer(callbacks=[recorder]).fit("CartPole-v1", DQN())
         returns = [e.return_mean for e in recorder.of(EvaluationEnd)]
     """
 

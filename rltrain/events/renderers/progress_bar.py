@@ -15,7 +15,9 @@ from rltrain.events.processor import Subscriber
 
 
 class TqdmRenderer(Subscriber):
-    """A bar over env steps showing SPS, the mean episode return and the ETA.
+    """A bar over env steps showing the ETA, SPS, the mean episode return, the last evaluation
+    return and the training metrics (losses and what the agent logged), averaged over the
+    window.
 
     Args:
         file: Where the bar is drawn. Default ``sys.stderr``, as tqdm.
@@ -66,6 +68,7 @@ class TqdmRenderer(Subscriber):
             postfix["return"] = f"{metrics.episode_return_mean:.1f}"
         if metrics.last_evaluation is not None:
             postfix["eval"] = f"{metrics.last_evaluation.return_mean:.1f}"
+        postfix.update({name: f"{value:.4g}" for name, value in metrics.train_means().items()})
         bar.set_postfix(postfix, refresh=True)
 
     @override
