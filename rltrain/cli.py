@@ -137,6 +137,8 @@ def resumed_config(resume: str, overrides: list[str]) -> tuple[DictConfig, str]:
         saved.trainer.run_dir = str(path)
     elif path.is_file():
         saved, ckpt_path = checkpoint_config(path), str(path)
+        if path.parent.name == "checkpoints":  # the run it belongs to, wherever it was moved
+            saved.trainer.run_dir = str(path.parent.parent)
     else:
         raise FileNotFoundError(f"Nothing to resume at {path}: pass a run directory, a "
                                 "checkpoint file, or last/best with trainer.run_dir=RUN_DIR.")

@@ -79,6 +79,9 @@ class TrainerConfig:
     overwrite: bool = False
 
     def __post_init__(self) -> None:
+        if not isinstance(self.logger, (bool, str)):
+            raise ValueError(f"logger must be true, false or a log directory; got "
+                             f"{self.logger!r}.")
         # The components check these settings (with the messages a Trainer would give).
         RLComponents(num_steps=self.num_steps, grad_accumulation=self.accumulate_grad_batches,
                      gradient_clip_val=self.gradient_clip_val,
@@ -120,7 +123,13 @@ class Registered:
     summary: str
 
 
-def _register(name: str, cls: type, config: type, summary: str) -> Registered:
+def registered(name: str, cls: type, config: type, summary: str) -> Registered:
+    """A :class:`Registered` entry for ``cls`` (built as ``cls(config(...))``), its section
+    schema made from ``config`` plus ``name``. Add it to :data:`AGENTS` or :data:`STRATEGIES`
+    to make your own agent or strategy configurable::
+
+        AGENTS["my_agent"] = registered("my_agent", MyAgent, MyAgentConfig, "what it does")
+    """
     section = dataclasses.make_dataclass(
         f"{config.__name__}Section", [("name", str, field(default=name))], bases=(config,),
         namespace={"__module__": __name__,
@@ -130,13 +139,13 @@ def _register(name: str, cls: type, config: type, summary: str) -> Registered:
 
 #: Agents by the ``agent.name`` that selects them.
 AGENTS: dict[str, Registered] = {
-    "dqn": _register("dqn", DQN, DQNConfig,
+    "dqn": registered("dqn", DQN, DQNConfig,
                      "Deep Q-Network (double Q, dueling option); discrete actions"),
 }
 
 #: Strategies by the ``strategy.name`` that selects them.
 STRATEGIES: dict[str, Registered] = {
-    "off_policy": _register("off_policy", OffPolicyStrategy, OffPolicyConfig,
+    "off_policy": registered("off_policy", OffPolicyStrategy, OffPolicyConfig,
                             "collect into a replay buffer, train every few env steps"),
 }
 

@@ -178,6 +178,10 @@ class Trainer:
         self.device = torch.device(device)
         self.inference_device = torch.device(
             inference_device if inference_device is not None else device)
+        for where in {self.device, self.inference_device}:
+            if where.type == "cuda" and not torch.cuda.is_available():
+                raise ValueError(f"device {str(where)!r}: this torch build sees no CUDA GPU. "
+                                 "Train on device='cpu', or install a CUDA build of torch.")
         self.dtype = resolve_dtype(dtype)
         check_autocast(self.device.type, self.dtype)
         self.num_threads = num_threads
@@ -311,7 +315,7 @@ class Trainer:
                                self.strategy.run_hparams(agent, components))
         path = Path(path)
         path.parent.mkdir(parents=True, exist_ok=True)
-        atomic_save({**state, "config": components.config}, path)
+        atomic_save({**state, "config": components.config, "weights_only": True}, path)
         return path
 
     def load_checkpoint(self, path: str | Path, agent: LearningAgent | None = None,
@@ -510,7 +514,13 @@ def default_run_dir(agent_name: str, env_name: str) -> Path:
 
 def check_resume_settings(checkpoint: Path, hparams: dict[str, Any]) -> None:
     """Refuse to resume when the strategy's, agent's or optimisation settings changed."""
-    saved = Checkpointer.load(checkpoint).get("hparams", {})
+    state = Checkpointer.load(checkpoint)
+    if state.get("weights_only"):
+        raise ValueError(
+            f"{checkpoint} holds an agent's weights only (Trainer.save_checkpoint), not a "
+            "training state: evaluate it (evaluate(ckpt_path=...)) or load it "
+            "(load_checkpoint), and resume from the run's own checkpoints ('last' or 'best').")
+    saved = state.get("hparams", {})
     changed = sorted(k for k in set(saved) | set(hparams) if saved.get(k) != hparams.get(k))
     if changed:
         details = "; ".join(f"{k}: {saved.get(k)!r} in the checkpoint, {hparams.get(k)!r} now"
@@ -534,8 +544,8 @@ def prepare_run_dir(run_dir: Path, *, resuming: bool, overwrite: bool) -> None:
         if not overwrite:
             raise FileExistsError(
                 f"{run_dir} already holds a run ({', '.join(existing)}). Resume it with "
-                "ckpt_path='last' (rltrain fit --resume last), replace it with overwrite=True "
-                "(--overwrite), or choose another run directory.")
+                f"ckpt_path='last' (rltrain fit --resume {run_dir}), replace it with "
+                "overwrite=True (--overwrite), or choose another run directory.")
         for name in existing:
             target = run_dir / name
             if target.is_dir():
@@ -551,7 +561,7 @@ def prepare_run_dir(run_dir: Path, *, resuming: bool, overwrite: bool) -> None:
     except OSError as error:
         raise PermissionError(
             f"Cannot write to the run directory {run_dir}: {error}. Choose a run_dir you can "
-            "write to (run_dir=... or --run-dir).") from error
+            "write to (run_dir=..., or trainer.run_dir=... on the command line).") from error
 
 
 def setup_agent(env: EnvInit, agent: LearningAgent, components: RLComponents) -> None:

@@ -16,6 +16,7 @@ from rltrain.config import (
     AGENTS,
     ConfigError,
     compose,
+    registered,
     load_config,
     save_config,
     shipped_configs,
@@ -63,6 +64,7 @@ def test_values_are_converted_to_the_declared_types() -> None:
     (["trainer.accumulate_grad_batches=0"], "grad_accumulation must be >= 1"),
     (["strategy.batch_size=0"], "batch_size must be >= 1"),
     (["env.id=CartPole-v9"], "env.id: Unknown Gymnasium environment id 'CartPole-v9'"),
+    (["trainer.logger=3"], "logger must be true, false or a log directory; got 3"),
 ])
 def test_a_wrong_key_or_value_is_a_config_error_naming_it(overrides: list[str],
                                                            message: str) -> None:
@@ -147,3 +149,16 @@ def test_the_hydra_example_trains_with_overrides_and_refuses_a_typo(tmp_path: Pa
     assert typo.returncode != 0
     assert "Key 'lrr' not in" in typo.stderr and "full_key: agent.lrr" in typo.stderr
     assert not (tmp_path / "bad" / "summary.json").exists()
+
+
+def test_an_agent_of_ones_own_can_be_registered_and_configured(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    class TinyDQN(DQN):
+        pass
+
+    monkeypatch.setitem(AGENTS, "tiny", registered("tiny", TinyDQN, DQNConfig, "a small DQN"))
+    run = build(compose([], ["agent.name=tiny", "agent.hidden_sizes=[4]"]))
+    assert type(run.agent) is TinyDQN and run.agent.config.hidden_sizes == [4]
+    with pytest.raises(ConfigError, match="Did you mean 'agent.hidden_sizes'"):
+        compose([], ["agent.name=tiny", "agent.hiden_sizes=[4]"])

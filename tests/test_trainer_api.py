@@ -326,3 +326,22 @@ def test_a_value_logged_by_the_agent_reaches_the_progress_bar(tmp_path: Path) ->
             callbacks=[TqdmRenderer(file=bar, refresh_seconds=0)], **QUIET).fit(ENV,
                                                                                 WatchfulDQN())
     assert "td_batch_reward=1" in bar.getvalue()
+
+
+def test_a_weights_only_checkpoint_cannot_be_resumed_and_nothing_is_written(
+    watched: tuple[Trainer, WatchfulDQN, Path], tmp_path: Path,
+) -> None:
+    trainer, _, _ = watched
+    weights = trainer.save_checkpoint(tmp_path / "weights.pt")
+    run_dir = tmp_path / "run"
+    with pytest.raises(ValueError, match="weights only"):
+        Trainer(num_steps=STEPS + 200, strategy=small_strategy(), run_dir=run_dir,
+                **QUIET).fit(ENV, WatchfulDQN(), ckpt_path=weights)
+    assert not run_dir.exists()
+
+
+def test_cuda_without_a_gpu_is_refused_with_the_fix() -> None:
+    if torch.cuda.is_available():
+        pytest.skip("this machine has a GPU")
+    with pytest.raises(ValueError, match="sees no CUDA GPU. Train on device='cpu'"):
+        Trainer(device="cuda")

@@ -78,8 +78,9 @@ class LearningAgent(nn.Module, ABC):
     What the run gives the agent (as Lightning gives a ``LightningModule``): ``device``,
     ``dtype`` (the training precision; autocast is applied for you), ``progress`` (the live
     counters: env steps, gradient steps, episodes), ``trainer`` (the :class:`~rltrain.Trainer`
-    running ``fit``, or None) and ``logger`` (the run's TensorBoard ``SummaryWriter``, for
-    histograms or images, while ``fit`` runs; None without TensorBoard). Scalars go through
+    running ``fit``, or None) and ``logger`` (while ``fit`` runs: the run's TensorBoard
+    ``SummaryWriter``, for histograms or images, or the logger object given to the Trainer;
+    None without a logger). Scalars go through
     :meth:`log`.
     """
 

@@ -28,7 +28,9 @@ class LoggerRenderer(Subscriber):
 
     Every ``log_interval`` env steps and at the end: every metric but the evaluation ones; after
     each complete evaluation: the ``eval/`` metrics. At the start: the hyperparameters and the
-    dotted configuration, through ``log_hyperparams`` when the logger has it.
+    dotted configuration, through ``log_hyperparams`` when the logger has it. At the end:
+    ``finalize("success")``, ``("interrupted")`` after a stop, or ``("failed")`` when the run
+    raised, when the logger has it.
 
     Args:
         logger: The logger object.
@@ -38,10 +40,12 @@ class LoggerRenderer(Subscriber):
     def __init__(self, logger: MetricsLogger, *, log_interval: int = 1_000) -> None:
         self.logger = logger
         self.schedule = LogSchedule(log_interval)
+        self._open = False
 
     @override
     def on_start(self, event: Start, metrics: Metrics) -> None:
         self.schedule.start(event.start_env_steps)
+        self._open = True
         log_hyperparams = getattr(self.logger, "log_hyperparams", None)
         if log_hyperparams is not None:
             log_hyperparams({**event.hparams, **event.config})
@@ -62,9 +66,17 @@ class LoggerRenderer(Subscriber):
     def on_end(self, event: End, metrics: Metrics) -> None:
         if self.schedule.final_due(metrics.env_steps):
             self._write(metrics, metrics.env_steps)
+        self._finalize("success" if event.summary.stop_reason is None else "interrupted")
+
+    @override
+    def close(self) -> None:
+        self._finalize("failed")  # closed before the End event: the run raised
+
+    def _finalize(self, status: str) -> None:
         finalize: Any = getattr(self.logger, "finalize", None)
-        if finalize is not None:
-            finalize("success" if event.summary.stop_reason is None else "interrupted")
+        if self._open and finalize is not None:
+            finalize(status)
+        self._open = False
 
     def _write(self, metrics: Metrics, env_steps: int) -> None:
         snapshot = metrics.snapshot()
