@@ -2,7 +2,8 @@
 
 Solved: a mean greedy evaluation return >= 475 over 20 episodes (evaluations every 2,500 env
 steps). Each run stops when solved; the table gives the env steps and wall time it took.
-Settings: the defaults of ``rltrain fit`` (RL-Zoo's tuned CartPole DQN, gradient clip 10).
+Settings: ``configs/dqn_cartpole.yaml``, the default of ``rltrain fit`` (RL-Zoo's tuned
+CartPole DQN, gradient clip 10), with every output but checkpoints and summary.json off.
 
     python -m benchmarks.dqn_cartpole_learning [--seeds 0 1 2] [--steps 50000]
 """
@@ -15,18 +16,20 @@ import tempfile
 import torch
 
 from benchmarks._util import table, write_results
-from rltrain import DQN, OffPolicyStrategy, Trainer
-from rltrain.config import RunConfig
+from rltrain.config import compose
+from rltrain.trainer import build
+
+#: The built-in outputs off (TensorBoard, progress bar, console, metrics.jsonl).
+QUIET = ["trainer.logger=false", "trainer.enable_progress_bar=false",
+         "trainer.enable_console=false", "trainer.enable_metrics_file=false"]
 
 
 def run(seed: int, steps: int, run_dir: str) -> dict[str, float | int | None]:
     """Train one seed until solved or out of steps; returns its measurements."""
-    config = RunConfig()
-    config.off_policy.seed = seed
-    trainer = Trainer(num_steps=steps, strategy=OffPolicyStrategy(config.off_policy),
-                      run_dir=run_dir, renderers=(), return_threshold=475.0,
-                      gradient_clip_val=config.gradient_clip_val)
-    summary = trainer.fit(config.env, DQN(config.dqn)).summary
+    config = compose(["dqn_cartpole"], [f"strategy.seed={seed}", f"trainer.num_steps={steps}",
+                                        f"trainer.run_dir={run_dir}", *QUIET])
+    assert config.trainer.return_threshold == 475.0
+    summary = build(config).fit().summary
     return {
         "seed": seed,
         "solved_at_env_steps": summary.threshold_env_steps,

@@ -45,10 +45,12 @@ def rltrain_run(steps: int, num_envs: int, seed: int, renderers: bool) -> dict[s
     with tempfile.TemporaryDirectory() as run_dir, open(os.devnull, "w") as sink:
         trainer = Trainer(
             num_steps=steps,
-            strategy=OffPolicyStrategy(OffPolicyConfig(num_envs=num_envs, eval_interval=None,
-                                                       seed=seed)),
-            run_dir=run_dir, gradient_clip_val=10.0,
-            renderers=all_renderers(run_dir, sink) if renderers else (),
+            strategy=OffPolicyStrategy(OffPolicyConfig(num_envs=num_envs, seed=seed)),
+            eval_interval=None, run_dir=run_dir, gradient_clip_val=10.0,
+            # The built-in outputs off; all four renderers (drawing into os.devnull) as callbacks.
+            logger=False, enable_progress_bar=False, enable_console=False,
+            enable_metrics_file=False,
+            callbacks=all_renderers(run_dir, sink) if renderers else (),
         )
         summary = trainer.fit("CartPole-v1", DQN()).summary
     return {"env_steps": summary.env_steps, "gradient_steps": summary.gradient_steps}

@@ -54,9 +54,10 @@ def main() -> None:
     torch.set_num_threads(1)
     recorder = EventRecorder()
     with tempfile.TemporaryDirectory() as run_dir:
-        trainer = Trainer(num_steps=args.steps, renderers=[recorder], run_dir=run_dir,
-                          gradient_clip_val=10.0,
-                          strategy=OffPolicyStrategy(OffPolicyConfig(eval_interval=2_000)))
+        trainer = Trainer(num_steps=args.steps, callbacks=[recorder], run_dir=run_dir,
+                          logger=False, enable_progress_bar=False, enable_console=False,
+                          enable_metrics_file=False, gradient_clip_val=10.0,
+                          strategy=OffPolicyStrategy(OffPolicyConfig()), eval_interval=2_000)
         start = time.perf_counter()
         trainer.fit("CartPole-v1", DQN())
         run_seconds = time.perf_counter() - start

@@ -46,25 +46,23 @@ class EpisodicConfig:
         warmup_steps: Env steps of random actions before learning. Default 1,000.
         buffer_size: Replay capacity in transitions. Default 50,000.
         batch_size: Transitions per gradient step. Default 64.
-        eval_interval: Env steps between evaluations. Default 5,000.
-        eval_episodes: Episodes per evaluation. Default 10.
         seed: Seeds every random stream. Default 0.
+
+    When and how long to evaluate is the Trainer's setting (``Trainer(eval_interval=...,
+    eval_episodes=...)``), which the strategy receives as ``components.evaluation``.
     """
 
     updates_per_step: float = 0.5
     warmup_steps: int = 1_000
     buffer_size: int = 50_000
     batch_size: int = 64
-    eval_interval: int = 5_000
-    eval_episodes: int = 10
     seed: int = 0
 
     def __post_init__(self) -> None:
-        if self.updates_per_step < 0 or self.batch_size < 1 or self.eval_interval < 1:
+        if self.updates_per_step < 0 or self.batch_size < 1:
             raise ValueError(
-                "EpisodicConfig needs updates_per_step >= 0, batch_size >= 1 and "
-                f"eval_interval >= 1; got {self.updates_per_step}, {self.batch_size}, "
-                f"{self.eval_interval}."
+                "EpisodicConfig needs updates_per_step >= 0 and batch_size >= 1; got "
+                f"{self.updates_per_step}, {self.batch_size}."
             )
 
 
@@ -81,14 +79,16 @@ class EpisodicStrategy(RLStrategy):
         envs = make_vector_env(env_init, num_envs=1, seed=cfg.seed)
         progress, events = components.progress, components.event_processor
         stop = components.interrupter.should_stop
+        eval_interval = components.evaluation.interval  # None: never evaluate
         evaluator: Evaluator | None = None
         try:
-            evaluator = Evaluator(env_init, episodes=cfg.eval_episodes,
-                                  seed=cfg.seed + EVAL_SEED_OFFSET,
-                                  device=components.inference_device)
+            if eval_interval is not None:
+                evaluator = Evaluator(env_init, episodes=components.evaluation.episodes,
+                                      seed=cfg.seed + EVAL_SEED_OFFSET,
+                                      device=components.inference_device)
             agent.setup(observation_space=envs.single_observation_space,
                         action_space=envs.single_action_space,
-                        device=components.device, progress=progress)
+                        device=components.device, progress=progress, dtype=components.dtype)
             buffer = ReplayBuffer(cfg.buffer_size, observation_space=envs.single_observation_space,
                                   action_space=envs.single_action_space, seed=cfg.seed,
                                   device=components.device)
@@ -125,7 +125,8 @@ class EpisodicStrategy(RLStrategy):
                                               metrics=metrics))
                     if components.inference_device != components.device:
                         agent.sync_policy(policy)
-                if (progress.env_steps // cfg.eval_interval > before // cfg.eval_interval
+                if (evaluator is not None and eval_interval is not None
+                        and progress.env_steps // eval_interval > before // eval_interval
                         and not stop()):
                     evaluator.run(policy, env_steps=progress.env_steps, events=events,
                                   interrupter=components.interrupter)
@@ -148,7 +149,7 @@ def main() -> None:
     args = parser.parse_args()
     torch.set_num_threads(1)
     trainer = Trainer(num_steps=args.steps, strategy=EpisodicStrategy(), run_dir=args.run_dir,
-                      gradient_clip_val=10.0)
+                      eval_interval=5_000, gradient_clip_val=10.0)
     result = trainer.fit("CartPole-v1", DQN())
     print(f"best evaluation return: {result.summary.best_eval_return}")
 

@@ -48,6 +48,7 @@ from rltrain.events.renderers.schedule import LogSchedule
 from rltrain.interrupt import Interrupter, stop_on_signals
 from rltrain.model_summary import format_summary, summarize
 from rltrain.optim import check_autocast
+from rltrain.seeding import seed_everything
 from rltrain.strategies.base import RLResult, RLStrategy
 from rltrain.strategies.off_policy import EVAL_SEED_OFFSET, OffPolicyConfig, OffPolicyStrategy
 
@@ -244,7 +245,7 @@ class Trainer:
         """
         run_dir = self.resolve_run_dir(env, agent)
         components = self._components(run_dir)
-        setup_agent(env, agent, components)
+        setup_agent(env, agent, components, seed=strategy_seed(self.strategy))
         if ckpt_path is not None:
             components.checkpoint = self.checkpoint_path(ckpt_path, run_dir)
             check_resume_settings(components.checkpoint,
@@ -564,9 +565,13 @@ def prepare_run_dir(run_dir: Path, *, resuming: bool, overwrite: bool) -> None:
             "write to (run_dir=..., or trainer.run_dir=... on the command line).") from error
 
 
-def setup_agent(env: EnvInit, agent: LearningAgent, components: RLComponents) -> None:
+def setup_agent(env: EnvInit, agent: LearningAgent, components: RLComponents,
+                seed: int) -> None:
     """Make one environment to check its spaces and build ``agent`` for them on the run's
-    device and dtype, with the run's counters, before any training starts."""
+    device and dtype, with the run's counters, before any training starts. The networks are
+    initialised from the global generators seeded with ``seed`` (the strategy's), so a seed
+    gives the same initial weights whatever ran before."""
+    seed_everything(seed)
     probe = env_factory(env)()
     try:
         agent.setup(observation_space=probe.observation_space, action_space=probe.action_space,
@@ -585,10 +590,15 @@ def check_spaces(env: EnvInit, agent: LearningAgent) -> None:
         probe.close()
 
 
-def evaluation_seed(strategy: RLStrategy) -> int:
-    """The reset seed of a strategy's evaluations (its config's seed + ``EVAL_SEED_OFFSET``)."""
+def strategy_seed(strategy: RLStrategy) -> int:
+    """A strategy's seed: its config's ``seed`` (0 when it has none)."""
     config: Any = getattr(strategy, "config", None)
-    return int(getattr(config, "seed", 0)) + EVAL_SEED_OFFSET
+    return int(getattr(config, "seed", 0))
+
+
+def evaluation_seed(strategy: RLStrategy) -> int:
+    """The reset seed of a strategy's evaluations (its seed + ``EVAL_SEED_OFFSET``)."""
+    return strategy_seed(strategy) + EVAL_SEED_OFFSET
 
 
 def evaluation_metrics(result: EvaluationEnd) -> dict[str, float]:

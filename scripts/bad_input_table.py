@@ -36,6 +36,7 @@ the error in the table.
 
 def main() -> None:
     torch.set_num_threads(1)
+    sys.path.insert(0, str(TESTS.parent))  # the cases import tests/conftest.py's QUIET
     spec = importlib.util.spec_from_file_location("test_bad_input", TESTS)
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)

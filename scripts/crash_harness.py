@@ -105,11 +105,13 @@ trainer = Trainer(
     checkpoint_interval=CHECKPOINT_INTERVAL,
     keep_last_checkpoints=3,
     run_dir=run_dir,
-    renderers=("console", "jsonl"),
+    logger=False,
+    enable_progress_bar=False,
     callbacks=[ReportStart()],
     strategy=OffPolicyStrategy(OffPolicyConfig(
-        warmup_steps=200, train_interval=50, train_steps=8, eval_interval=500, eval_episodes=2,
-        buffer_size=20000)),
+        warmup_steps=200, train_interval=50, train_steps=8, buffer_size=20000)),
+    eval_interval=500,
+    eval_episodes=2,
     **extra,
 )
 trainer.fit("CartPole-v1", DQN(DQNConfig(hidden_sizes=[64, 64])), ckpt_path=ckpt_path)

@@ -25,8 +25,9 @@ from rltrain.checkpoint import Checkpointer
 
 def one(sig: signal.Signals, run_dir: Path) -> dict[str, object]:
     process = subprocess.Popen(
-        [sys.executable, "-m", "rltrain.cli", "fit", "--steps", "1000000", "--no-early-stop",
-         "--run-dir", str(run_dir), "--no-tqdm", "--no-console"],
+        [sys.executable, "-m", "rltrain.cli", "fit", "trainer.num_steps=1000000",
+         "trainer.return_threshold=null", f"trainer.run_dir={run_dir}",
+         "trainer.enable_progress_bar=false", "trainer.enable_console=false"],
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     metrics = run_dir / "metrics.jsonl"
     while not (metrics.exists() and len(metrics.read_text().splitlines()) >= 4):

@@ -17,6 +17,7 @@ import gymnasium as gym
 import numpy as np
 import pytest
 import torch
+from conftest import QUIET
 
 from rltrain import DQN, DQNConfig, OffPolicyConfig, OffPolicyStrategy, Trainer
 from rltrain.checkpoint import Checkpointer, atomic_save
@@ -27,14 +28,16 @@ DOCS = Path(__file__).resolve().parent.parent / "docs" / "bad_input.md"
 
 def small(**overrides: Any) -> OffPolicyStrategy:
     settings: dict[str, Any] = dict(warmup_steps=50, train_interval=25, train_steps=2,
-                                    batch_size=16, buffer_size=1000, eval_interval=None)
+                                    batch_size=16, buffer_size=1000)
     settings.update(overrides)
     return OffPolicyStrategy(OffPolicyConfig(**settings))
 
 
 def trainer(run_dir: Path, num_steps: int = 200, **kwargs: Any) -> Trainer:
+    """A quiet Trainer of the ``small()`` strategy that never evaluates (unless told)."""
+    kwargs.setdefault("eval_interval", None)
     return Trainer(num_steps=num_steps, strategy=kwargs.pop("strategy", small()),
-                   run_dir=run_dir, renderers=(), **kwargs)
+                   run_dir=run_dir, **QUIET, **kwargs)
 
 
 def dqn() -> DQN:
@@ -101,14 +104,15 @@ CASES = [
     Case("batch size larger than the buffer",
          lambda d: OffPolicyConfig(batch_size=512, buffer_size=256), ValueError,
          r"batch_size \(512\) is larger than buffer_size \(256\); raise buffer_size"),
-    Case("eval_episodes < 1", lambda d: OffPolicyConfig(eval_episodes=0), ValueError,
+    Case("eval_episodes < 1", lambda d: Trainer(eval_episodes=0), ValueError,
          r"eval_episodes must be >= 1; got 0"),
     Case("negative warmup_steps", lambda d: OffPolicyConfig(warmup_steps=-1), ValueError,
          r"warmup_steps must be >= 0; got -1"),
     Case("learning rate <= 0", lambda d: DQNConfig(lr=0.0), ValueError,
          r"DQNConfig: lr must be > 0; got 0\.0"),
-    Case("unknown renderer", lambda d: Trainer(renderers=("tensorbord",)), ValueError,
-         r"Unknown renderer 'tensorbord'; choose from"),
+    Case("logger of an unknown type", lambda d: Trainer(logger=42), TypeError,
+         r"logger must be True, False, a log directory, a SummaryWriter or an object with "
+         r"log_metrics\(metrics, step\); got int"),
     Case("NaN observation from the environment",
          lambda d: trainer(d).fit(poisoned("observation"), dqn()), FloatingPointError,
          r"Sub-env 0 returned a non-finite observation .* at env step 30 "),
@@ -120,7 +124,7 @@ CASES = [
              DQNConfig(hidden_sizes=[16]))), FloatingPointError,
          r"Non-finite loss: the 'q' loss is nan at gradient step 3\. Lower the learning rate"),
     Case("missing checkpoint", lambda d: trainer(d).fit("CartPole-v1", dqn(), ckpt_path="last"),
-         FileNotFoundError, r"Nothing to resume: No intact last checkpoint in .*checkpoints"),
+         FileNotFoundError, r"No checkpoint: No intact last checkpoint in .*checkpoints"),
     Case("checkpoint of another agent type",
          lambda d: _other_agent(d), ValueError,
          r"holds a SAC checkpoint; it cannot be loaded into a DQN"),
@@ -209,8 +213,8 @@ def test_a_bad_input_found_before_training_writes_no_run(tmp_path: Path) -> None
 
 
 def test_nan_loss_stops_the_run_and_keeps_the_last_good_checkpoint(tmp_path: Path) -> None:
-    run = Trainer(num_steps=400, strategy=small(), run_dir=tmp_path, renderers=(),
-                  checkpoint_interval=50)
+    run = Trainer(num_steps=400, strategy=small(), eval_interval=None, run_dir=tmp_path,
+                  **QUIET, checkpoint_interval=50)
     result = run.fit("CartPole-v1", NanLossDQN(DQNConfig(hidden_sizes=[16])))
     assert result.summary.stop_reason is not None
     assert "non-finite loss: the 'q' loss is nan at gradient step 3" in result.summary.stop_reason
@@ -220,8 +224,8 @@ def test_nan_loss_stops_the_run_and_keeps_the_last_good_checkpoint(tmp_path: Pat
 
 
 def test_nan_loss_with_skip_warns_and_trains_on(tmp_path: Path) -> None:
-    run = Trainer(num_steps=200, strategy=small(), run_dir=tmp_path, renderers=(),
-                  on_nan_loss="skip")
+    run = Trainer(num_steps=200, strategy=small(), eval_interval=None, run_dir=tmp_path,
+                  **QUIET, on_nan_loss="skip")
     with pytest.warns(UserWarning, match="Skipped an update: the 'q' loss is nan"):
         result = run.fit("CartPole-v1", NanLossDQN(DQNConfig(hidden_sizes=[16])))
     assert result.summary.env_steps == 200

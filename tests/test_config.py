@@ -16,8 +16,8 @@ from rltrain.config import (
     AGENTS,
     ConfigError,
     compose,
-    registered,
     load_config,
+    registered,
     save_config,
     shipped_configs,
     validate,
@@ -160,5 +160,5 @@ def test_an_agent_of_ones_own_can_be_registered_and_configured(
     monkeypatch.setitem(AGENTS, "tiny", registered("tiny", TinyDQN, DQNConfig, "a small DQN"))
     run = build(compose([], ["agent.name=tiny", "agent.hidden_sizes=[4]"]))
     assert type(run.agent) is TinyDQN and run.agent.config.hidden_sizes == [4]
-    with pytest.raises(ConfigError, match="Did you mean 'agent.hidden_sizes'"):
+    with pytest.raises(ConfigError, match=r"Did you mean 'agent\.hidden_sizes'"):
         compose([], ["agent.name=tiny", "agent.hiden_sizes=[4]"])

@@ -11,6 +11,7 @@ from types import ModuleType
 from typing import Any
 
 import pytest
+from conftest import QUIET
 from typing_extensions import override
 
 from rltrain import DQN, DQNConfig, Metrics, Subscriber, Trainer
@@ -47,16 +48,20 @@ def example() -> Iterator[ModuleType]:
 def small_strategy(example: ModuleType, **overrides: Any) -> Any:
     config = example.EpisodicConfig(**{
         "updates_per_step": 0.5, "warmup_steps": 200, "buffer_size": 5_000, "batch_size": 32,
-        "eval_interval": 1_000, "eval_episodes": 2, "seed": 0, **overrides})
+        "seed": 0, **overrides})
     return example.EpisodicStrategy(config)
+
+
+#: The Trainer's evaluation settings for the example strategy in these tests.
+EVALUATION: dict[str, Any] = dict(eval_interval=1_000, eval_episodes=2)
 
 
 def test_episodic_strategy_trains_after_each_episode_in_template_order(
         example: ModuleType, tmp_path: Path) -> None:
     recorder = EventRecorder()
     strategy = small_strategy(example)
-    trainer = Trainer(num_steps=1_500, strategy=strategy, run_dir=tmp_path,
-                      renderers=[recorder], gradient_clip_val=10.0)
+    trainer = Trainer(num_steps=1_500, strategy=strategy, **EVALUATION, run_dir=tmp_path,
+                      callbacks=[recorder], **QUIET, gradient_clip_val=10.0)
     result = trainer.fit("CartPole-v1", DQN(DQNConfig(hidden_sizes=[32, 32])))
     summary = result.summary
     events = recorder.events
@@ -107,8 +112,8 @@ def test_episodic_strategy_trains_after_each_episode_in_template_order(
 def test_stop_from_another_thread_ends_the_episodic_strategy_early(
         example: ModuleType, tmp_path: Path) -> None:
     recorder = EventRecorder()
-    trainer = Trainer(num_steps=1_000_000, strategy=small_strategy(example), run_dir=tmp_path,
-                      renderers=[recorder])
+    trainer = Trainer(num_steps=1_000_000, strategy=small_strategy(example), **EVALUATION,
+                      run_dir=tmp_path, callbacks=[recorder], **QUIET)
     past_warmup = threading.Event()
 
     class SignalAfterWarmup(Subscriber):

@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 import torch
+from conftest import QUIET
 
 from rltrain import DQN, DQNConfig, OffPolicyConfig, OffPolicyStrategy, Trainer
 from rltrain.events import (
@@ -48,16 +49,16 @@ class StopAt(EventRecorder):
 
 def small_config(**overrides: Any) -> OffPolicyConfig:
     settings: dict[str, Any] = dict(warmup_steps=100, train_interval=50, train_steps=4,
-                                    batch_size=32, buffer_size=5000, eval_interval=200,
-                                    eval_episodes=2, seed=0)
+                                    batch_size=32, buffer_size=5000, seed=0)
     settings.update(overrides)
     return OffPolicyConfig(**settings)
 
 
-def fit(tmp_path: Path, recorder: EventRecorder, *, num_steps: int,
-        **config: Any) -> tuple[Trainer, RLResult]:
+def fit(tmp_path: Path, recorder: EventRecorder, *, num_steps: int, eval_interval: int = 200,
+        eval_episodes: int = 2, **config: Any) -> tuple[Trainer, RLResult]:
     trainer = Trainer(num_steps=num_steps, strategy=OffPolicyStrategy(small_config(**config)),
-                      run_dir=tmp_path / "run", renderers=[recorder])
+                      eval_interval=eval_interval, eval_episodes=eval_episodes,
+                      run_dir=tmp_path / "run", callbacks=[recorder], **QUIET)
     if isinstance(recorder, StopAt):
         recorder.trainer = trainer
     result = trainer.fit(ENV, DQN(DQNConfig(hidden_sizes=[32, 32])))

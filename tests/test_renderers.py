@@ -28,11 +28,13 @@ EVAL_EPISODES = 2
 
 def small_strategy(**overrides: Any) -> OffPolicyStrategy:
     settings: dict[str, Any] = dict(warmup_steps=100, train_interval=50, train_steps=4,
-                                    batch_size=32, buffer_size=5000,
-                                    eval_interval=EVAL_INTERVAL, eval_episodes=EVAL_EPISODES,
-                                    seed=0)
+                                    batch_size=32, buffer_size=5000, seed=0)
     settings.update(overrides)
     return OffPolicyStrategy(OffPolicyConfig(**settings))
+
+
+#: The Trainer's evaluation settings in these tests (unless a test says otherwise).
+EVALUATION: dict[str, Any] = dict(eval_interval=EVAL_INTERVAL, eval_episodes=EVAL_EPISODES)
 
 
 @dataclass
@@ -50,12 +52,13 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> Run:
     run_dir = tmp_path_factory.mktemp("renderers") / "run"
     console, quiet, bar = io.StringIO(), io.StringIO(), io.StringIO()
     trainer = Trainer(
-        num_steps=NUM_STEPS, strategy=small_strategy(), run_dir=run_dir,
+        num_steps=NUM_STEPS, strategy=small_strategy(), **EVALUATION, run_dir=run_dir,
         log_interval=LOG_INTERVAL,
-        renderers=[ConsoleRenderer(file=console, interval_seconds=0),
+        # TensorBoard and metrics.jsonl built in; the console and the bar into buffers.
+        enable_progress_bar=False, enable_console=False,
+        callbacks=[ConsoleRenderer(file=console, interval_seconds=0),
                    ConsoleRenderer(file=quiet, interval_seconds=3600),
-                   TqdmRenderer(file=bar, refresh_seconds=0),
-                   "tensorboard", "jsonl"],
+                   TqdmRenderer(file=bar, refresh_seconds=0)],
     )
     result = trainer.fit(ENV, DQN(DQNConfig(hidden_sizes=[32, 32])))
     return Run(run_dir, result, console.getvalue(), quiet.getvalue(), bar.getvalue())
@@ -136,7 +139,7 @@ def test_tensorboard_has_the_hparams_plugin_data_with_strategy_and_agent_setting
         content["_hparams_/session_start_info"]).session_start_info
     hparams = start.hparams
     assert hparams["strategy/batch_size"].number_value == 32
-    assert hparams["strategy/eval_interval"].number_value == EVAL_INTERVAL
+    assert hparams["trainer.eval_interval"].number_value == EVAL_INTERVAL
     assert hparams["strategy/vectorization"].string_value == "sync"
     assert hparams["agent/lr"].number_value == pytest.approx(2.3e-3)
     assert hparams["agent/double_q"].number_value == 1.0  # torch's hparams() stores bools as 0/1
@@ -177,9 +180,10 @@ def fit_stopped_in_evaluation(run_dir: Path, nth: int) -> RLResult:
     """Evaluations every 300 env steps over 20 episodes (10 sub-envs); the ``nth`` one is cut
     short when its first episode ends, so it has between 1 and 10 of its 20 returns."""
     state: dict[str, Any] = {"evaluations": 0, "nth": nth}
-    trainer = Trainer(num_steps=2000, strategy=small_strategy(eval_interval=300, eval_episodes=20),
-                      run_dir=run_dir, log_interval=LOG_INTERVAL,
-                      renderers=["tensorboard", "jsonl", CountEvaluations(state)])
+    trainer = Trainer(num_steps=2000, strategy=small_strategy(), eval_interval=300,
+                      eval_episodes=20, run_dir=run_dir, log_interval=LOG_INTERVAL,
+                      enable_progress_bar=False, enable_console=False,
+                      callbacks=[CountEvaluations(state)])
     state["trainer"] = trainer
     return trainer.fit(lambda: StopInEvaluation(gym.make(ENV), state),
                        DQN(DQNConfig(hidden_sizes=[32, 32])))
@@ -236,9 +240,9 @@ def test_jsonl_has_one_metrics_row_per_env_step(run: Run) -> None:
 def test_jsonl_and_tensorboard_add_a_final_row_when_the_run_ends_between_log_steps(
     tmp_path: Path,
 ) -> None:
-    trainer = Trainer(num_steps=250, strategy=small_strategy(eval_interval=None),
+    trainer = Trainer(num_steps=250, strategy=small_strategy(), eval_interval=None,
                       run_dir=tmp_path, log_interval=LOG_INTERVAL,
-                      renderers=["jsonl", "tensorboard"])
+                      enable_progress_bar=False, enable_console=False)
     result = trainer.fit(ENV, DQN(DQNConfig(hidden_sizes=[32, 32])))
     rows = jsonl_rows(tmp_path)
     metrics_rows = [r for r in rows if r["event"] == "metrics"]
@@ -303,8 +307,9 @@ def test_jsonl_writes_non_finite_values_as_null_and_records_the_interruption(
     tmp_path: Path,
 ) -> None:
     box: list[Trainer] = []
-    trainer = Trainer(num_steps=1000, strategy=small_strategy(), run_dir=tmp_path,
-                      log_interval=LOG_INTERVAL, renderers=["jsonl", StopOnEvaluation(box)])
+    trainer = Trainer(num_steps=1000, strategy=small_strategy(), **EVALUATION, run_dir=tmp_path,
+                      log_interval=LOG_INTERVAL, logger=False, enable_progress_bar=False,
+                      enable_console=False, callbacks=[StopOnEvaluation(box)])
     box.append(trainer)
     result = trainer.fit(ENV, DQN(DQNConfig(hidden_sizes=[32, 32])))
     rows = jsonl_rows(tmp_path)  # strict: a NaN would raise

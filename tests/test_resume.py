@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import pickle
+import warnings
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
 import torch
+from conftest import QUIET
 
 from rltrain import DQN, DQNConfig, OffPolicyConfig, OffPolicyStrategy, Trainer
 from rltrain.checkpoint import Checkpointer, atomic_save
@@ -20,10 +22,13 @@ N = 2_400
 
 def strategy(**overrides: Any) -> OffPolicyStrategy:
     settings: dict[str, Any] = dict(warmup_steps=300, train_interval=100, train_steps=20,
-                                    batch_size=32, buffer_size=10_000, eval_interval=600,
-                                    eval_episodes=3, seed=7)
+                                    batch_size=32, buffer_size=10_000, seed=7)
     settings.update(overrides)
     return OffPolicyStrategy(OffPolicyConfig(**settings))
+
+
+#: The Trainer's evaluation settings in these tests (unless a test says otherwise).
+EVALUATION: dict[str, Any] = dict(eval_interval=600, eval_episodes=3)
 
 
 def agent() -> DQN:
@@ -31,10 +36,12 @@ def agent() -> DQN:
                          target_update_interval=40))
 
 
-def fit(run_dir: Path, num_steps: int, ckpt_path: str | None = None,
-        **overrides: Any) -> tuple[DQN, Trainer]:
+def fit(run_dir: Path, num_steps: int, ckpt_path: str | None = None, *,
+        eval_interval: int | None = 600, eval_episodes: int = 3,
+        callbacks: tuple[Any, ...] = (), **overrides: Any) -> tuple[DQN, Trainer]:
     trainer = Trainer(num_steps=num_steps, strategy=strategy(**overrides), run_dir=run_dir,
-                      renderers=(), gradient_clip_val=10.0)
+                      eval_interval=eval_interval, eval_episodes=eval_episodes,
+                      callbacks=callbacks, **QUIET, gradient_clip_val=10.0)
     trained = agent()
     trainer.fit(ENV, trained, ckpt_path=ckpt_path)
     return trained, trainer
@@ -114,8 +121,9 @@ def test_stop_in_the_middle_of_a_training_round_resumes_exactly(tmp_path: Path) 
             if event.gradient_steps == 50:  # round 3 of 20 steps each is half done
                 trainer.interrupter.stop("mid-round")
 
-    trainer = Trainer(num_steps=900, strategy=strategy(), run_dir=tmp_path / "split",
-                      renderers=[StopMidRound()], gradient_clip_val=10.0)
+    trainer = Trainer(num_steps=900, strategy=strategy(), **EVALUATION,
+                      run_dir=tmp_path / "split", callbacks=[StopMidRound()], **QUIET,
+                      gradient_clip_val=10.0)
     trainer.fit(ENV, agent())
     state = Checkpointer.load(tmp_path / "split" / "checkpoints" / "last.pt")
     assert state["progress"]["pending_gradient_steps"] == 10
@@ -125,9 +133,17 @@ def test_stop_in_the_middle_of_a_training_round_resumes_exactly(tmp_path: Path) 
 
 
 def test_resume_with_changed_evaluation_settings_is_allowed(tmp_path: Path) -> None:
-    fit(tmp_path, 400)
-    with pytest.warns(UserWarning, match="eval_episodes"):
-        fit(tmp_path, 800, ckpt_path="last", eval_episodes=2)
+    fit(tmp_path, 400)  # evaluations every 600 env steps over 3 episodes
+    recorder = EventRecorder()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # allowed silently: no warning, no error
+        fit(tmp_path, 800, ckpt_path="last", eval_interval=500, eval_episodes=2,
+            callbacks=(recorder,))
+    assert Checkpointer.load(tmp_path / "checkpoints" / "last.pt")["progress"]["env_steps"] == 800
+    # The resumed run evaluates with its own settings: at 500 env steps, and at the end.
+    ends = recorder.of(EvaluationEnd)
+    assert [e.env_steps for e in ends] == [500, 800]
+    assert all(len(e.returns) == 2 for e in ends)
 
 
 def test_resume_with_a_changed_learning_setting_names_the_key(tmp_path: Path) -> None:
@@ -137,14 +153,14 @@ def test_resume_with_a_changed_learning_setting_names_the_key(tmp_path: Path) ->
 
 
 def test_missing_checkpoint_is_a_clear_error(tmp_path: Path) -> None:
-    with pytest.raises(FileNotFoundError, match="Nothing to resume"):
+    with pytest.raises(FileNotFoundError, match="No checkpoint: No intact last checkpoint"):
         fit(tmp_path, 400, ckpt_path="last")
 
 
 def test_best_checkpoint_holds_the_best_evaluation(tmp_path: Path) -> None:
     recorder = EventRecorder()
-    trainer = Trainer(num_steps=N, strategy=strategy(), run_dir=tmp_path,
-                      renderers=[recorder], gradient_clip_val=10.0)
+    trainer = Trainer(num_steps=N, strategy=strategy(), **EVALUATION, run_dir=tmp_path,
+                      callbacks=[recorder], **QUIET, gradient_clip_val=10.0)
     trainer.fit(ENV, agent())
     evaluations = recorder.of(EvaluationEnd)
     best = max(evaluations, key=lambda e: e.return_mean)
@@ -184,8 +200,9 @@ def test_a_planted_pickle_never_runs_and_the_error_names_the_file(tmp_path: Path
 
 
 def test_a_corrupt_last_checkpoint_is_reported_and_resume_falls_back(tmp_path: Path) -> None:
-    trainer = Trainer(num_steps=600, strategy=strategy(), run_dir=tmp_path, renderers=(),
-                      checkpoint_interval=200, keep_last_checkpoints=2, gradient_clip_val=10.0)
+    trainer = Trainer(num_steps=600, strategy=strategy(), **EVALUATION, run_dir=tmp_path,
+                      **QUIET, checkpoint_interval=200, keep_last_checkpoints=2,
+                      gradient_clip_val=10.0)
     trainer.fit(ENV, agent())
     folder = tmp_path / "checkpoints"
     assert sorted(p.name for p in folder.glob("checkpoint-*.pt")) == [
@@ -206,8 +223,8 @@ def test_a_corrupt_last_checkpoint_is_reported_and_resume_falls_back(tmp_path: P
 
 def test_checkpoint_events_report_size_and_seconds(tmp_path: Path) -> None:
     recorder = EventRecorder()
-    Trainer(num_steps=600, strategy=strategy(), run_dir=tmp_path, renderers=[recorder],
-            checkpoint_interval=300).fit(ENV, agent())
+    Trainer(num_steps=600, strategy=strategy(), **EVALUATION, run_dir=tmp_path,
+            callbacks=[recorder], **QUIET, checkpoint_interval=300).fit(ENV, agent())
     saves = [e for e in recorder.of(Checkpoint) if not e.best]
     assert [e.env_steps for e in saves] == [300, 600]
     for event in saves:
@@ -227,20 +244,21 @@ def test_async_envs_resume_with_a_warning_and_fresh_episodes(tmp_path: Path) -> 
 
 def test_resume_with_another_gradient_clip_is_refused(tmp_path: Path) -> None:
     fit(tmp_path, 400)  # gradient_clip_val=10.0
-    trainer = Trainer(num_steps=800, strategy=strategy(), run_dir=tmp_path, renderers=())
+    trainer = Trainer(num_steps=800, strategy=strategy(), **EVALUATION, run_dir=tmp_path,
+                      **QUIET)
     with pytest.raises(ValueError,
                        match=r"optim/gradient_clip_val: 10\.0 in the checkpoint, 'none' now"):
         trainer.fit(ENV, agent(), ckpt_path="last")
 
 
 def test_a_run_resumed_from_best_starts_a_new_timeline_for_last(tmp_path: Path) -> None:
-    trainer = Trainer(num_steps=N, strategy=strategy(), run_dir=tmp_path, renderers=(),
-                      checkpoint_interval=600, gradient_clip_val=10.0)
+    trainer = Trainer(num_steps=N, strategy=strategy(), **EVALUATION, run_dir=tmp_path,
+                      **QUIET, checkpoint_interval=600, gradient_clip_val=10.0)
     trainer.fit(ENV, agent())
     folder = tmp_path / "checkpoints"
     best_steps = Checkpointer.load(folder / "best.pt")["progress"]["env_steps"]
-    resumed = Trainer(num_steps=best_steps + 100, strategy=strategy(), run_dir=tmp_path,
-                      renderers=(), gradient_clip_val=10.0)
+    resumed = Trainer(num_steps=best_steps + 100, strategy=strategy(), **EVALUATION,
+                      run_dir=tmp_path, **QUIET, gradient_clip_val=10.0)
     resumed.fit(ENV, agent(), ckpt_path="best")
     last = Checkpointer(folder).resolve("last")
     assert Checkpointer.load(last)["progress"]["env_steps"] == best_steps + 100

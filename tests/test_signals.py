@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from conftest import QUIET
 
 from rltrain import DQN, DQNConfig, OffPolicyConfig, OffPolicyStrategy, Trainer
 from rltrain.checkpoint import Checkpointer
@@ -20,8 +21,9 @@ from rltrain.interrupt import Interrupter, stop_on_signals
 
 def start_fit(run_dir: Path) -> subprocess.Popen[str]:
     return subprocess.Popen(
-        [sys.executable, "-m", "rltrain.cli", "fit", "--steps", "1000000", "--no-early-stop",
-         "--run-dir", str(run_dir), "--no-tqdm"],
+        [sys.executable, "-m", "rltrain.cli", "fit", "trainer.num_steps=1000000",
+         "trainer.return_threshold=null", f"trainer.run_dir={run_dir}",
+         "trainer.enable_progress_bar=false"],
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
 
 
@@ -73,9 +75,9 @@ def test_fit_restores_the_previous_signal_handlers(tmp_path: Path) -> None:
 
     previous = {s: signal.signal(s, mine) for s in (signal.SIGINT, signal.SIGTERM)}
     try:
-        trainer = Trainer(num_steps=200, run_dir=tmp_path, renderers=(),
+        trainer = Trainer(num_steps=200, run_dir=tmp_path, **QUIET, eval_interval=None,
                           strategy=OffPolicyStrategy(OffPolicyConfig(
-                              warmup_steps=100, eval_interval=None, buffer_size=1000)))
+                              warmup_steps=100, buffer_size=1000)))
         trainer.fit("CartPole-v1", DQN(DQNConfig(hidden_sizes=[16])))
         assert signal.getsignal(signal.SIGINT) is mine
         assert signal.getsignal(signal.SIGTERM) is mine
@@ -91,9 +93,9 @@ def test_fit_in_a_worker_thread_leaves_signal_handlers_alone(tmp_path: Path) -> 
     def run() -> None:
         try:
             torch.set_num_threads(1)
-            Trainer(num_steps=200, run_dir=tmp_path, renderers=(),
+            Trainer(num_steps=200, run_dir=tmp_path, **QUIET, eval_interval=None,
                     strategy=OffPolicyStrategy(OffPolicyConfig(
-                        warmup_steps=100, eval_interval=None, buffer_size=1000))
+                        warmup_steps=100, buffer_size=1000))
                     ).fit("CartPole-v1", DQN(DQNConfig(hidden_sizes=[16])))
         except BaseException as error:
             errors.append(error)

@@ -11,6 +11,7 @@ from typing import Any
 import gymnasium as gym
 import pytest
 import torch
+from conftest import QUIET
 
 from rltrain import DQN, DQNConfig, OffPolicyConfig, OffPolicyStrategy, Trainer
 from rltrain.agents import DQNPolicy
@@ -31,9 +32,10 @@ ENV = "CartPole-v1"
 
 
 def small_strategy(**overrides: Any) -> OffPolicyStrategy:
+    """The strategy of these tests; evaluation settings go to the Trainer (they evaluate only
+    where a test passes ``eval_interval``)."""
     settings: dict[str, Any] = dict(warmup_steps=100, train_interval=50, train_steps=4,
-                                    batch_size=32, buffer_size=5000, eval_interval=None,
-                                    eval_episodes=2, seed=0)
+                                    batch_size=32, buffer_size=5000, seed=0)
     settings.update(overrides)
     return OffPolicyStrategy(OffPolicyConfig(**settings))
 
@@ -70,7 +72,7 @@ def test_stop_from_another_thread_ends_the_run_within_one_vector_step(tmp_path: 
     num_envs, stop_at = 2, 301  # 301 is not reached exactly with 2 sub-envs: stop at 302
     recorder = StopFromThreadAt(stop_at)
     trainer = Trainer(num_steps=5000, strategy=small_strategy(num_envs=num_envs),
-                      run_dir=tmp_path, renderers=[recorder])
+                      eval_interval=None, run_dir=tmp_path, callbacks=[recorder], **QUIET)
     recorder.trainer = trainer
     agent = small_dqn()
     result = trainer.fit(ENV, agent)
@@ -118,8 +120,8 @@ class StartTimerOnStart(Subscriber):
 
 def test_a_timer_thread_stops_a_long_run_early(tmp_path: Path) -> None:
     starter = StartTimerOnStart(0.5)
-    trainer = Trainer(num_steps=50_000, strategy=small_strategy(), run_dir=tmp_path,
-                      renderers=[starter])
+    trainer = Trainer(num_steps=50_000, strategy=small_strategy(), eval_interval=None,
+                      run_dir=tmp_path, callbacks=[starter], **QUIET)
     starter.trainer = trainer
     try:
         result = trainer.fit(ENV, small_dqn())
@@ -163,10 +165,10 @@ def test_a_stop_during_evaluation_ends_the_evaluation_early(tmp_path: Path) -> N
     state: dict[str, Any] = {"armed": False}
     recorder = ArmOnEvaluation(state)
     console = io.StringIO()
-    trainer = Trainer(num_steps=2000,
-                      strategy=small_strategy(eval_interval=300, eval_episodes=20),
-                      run_dir=tmp_path,
-                      renderers=[recorder, ConsoleRenderer(file=console, interval_seconds=3600)])
+    trainer = Trainer(num_steps=2000, strategy=small_strategy(),
+                      eval_interval=300, eval_episodes=20, run_dir=tmp_path,
+                      callbacks=[recorder, ConsoleRenderer(file=console, interval_seconds=3600)],
+                      **QUIET)
     state["trainer"] = trainer
     result = trainer.fit(lambda: StopWhenArmed(gym.make(ENV), state), small_dqn())
 
@@ -190,8 +192,8 @@ def test_a_stop_during_evaluation_ends_the_evaluation_early(tmp_path: Path) -> N
 
 def test_the_stop_that_ended_one_fit_does_not_stop_the_next(tmp_path: Path) -> None:
     recorder = StopFromThreadAt(100)
-    trainer = Trainer(num_steps=300, strategy=small_strategy(), run_dir=tmp_path / "first",
-                      renderers=[recorder])
+    trainer = Trainer(num_steps=300, strategy=small_strategy(), eval_interval=None,
+                      run_dir=tmp_path / "first", callbacks=[recorder], **QUIET)
     recorder.trainer = trainer
     first = trainer.fit(ENV, small_dqn())
     assert first.summary.stop_reason == "test"
@@ -208,7 +210,8 @@ def test_a_buffer_smaller_than_the_warmup_is_refused_or_still_trains(tmp_path: P
         strategy = small_strategy(buffer_size=64, warmup_steps=100)
     except ValueError:
         return  # refusing the configuration is a fine fix
-    trainer = Trainer(num_steps=400, strategy=strategy, run_dir=tmp_path, renderers=())
+    trainer = Trainer(num_steps=400, strategy=strategy, eval_interval=None, run_dir=tmp_path,
+                      **QUIET)
     summary = trainer.fit(ENV, small_dqn()).summary
     assert summary.gradient_steps > 0
 
@@ -219,9 +222,9 @@ def test_a_buffer_smaller_than_the_warmup_is_refused_or_still_trains(tmp_path: P
 @pytest.fixture(scope="module")
 def trained(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     run_dir = tmp_path_factory.mktemp("trainer") / "run"
-    trainer = Trainer(num_steps=1000, strategy=small_strategy(eval_interval=500, eval_episodes=5),
-                      run_dir=run_dir, renderers=("tensorboard", "jsonl"), log_interval=250,
-                      checkpoint_interval=500)
+    trainer = Trainer(num_steps=1000, strategy=small_strategy(), eval_interval=500,
+                      eval_episodes=5, run_dir=run_dir, enable_progress_bar=False,
+                      enable_console=False, log_interval=250, checkpoint_interval=500)
     agent = small_dqn()
     result = trainer.fit(ENV, agent)
     return {"run_dir": run_dir, "trainer": trainer, "agent": agent, "result": result}
@@ -279,10 +282,10 @@ def test_load_agent_refuses_networks_of_another_size(trained: dict[str, Any]) ->
 
 
 def fit_seeded(tmp_path: Path, seed: int) -> tuple[Any, DQN]:
-    trainer = Trainer(num_steps=800,
-                      strategy=small_strategy(seed=seed, eval_interval=400, eval_episodes=2),
+    trainer = Trainer(num_steps=800, strategy=small_strategy(seed=seed),
+                      eval_interval=400, eval_episodes=2,
                       run_dir=tmp_path / f"seed{seed}-{len(list(tmp_path.iterdir()))}",
-                      renderers=())
+                      **QUIET)
     agent = small_dqn()
     return trainer.fit(ENV, agent).summary, agent
 
@@ -311,8 +314,8 @@ def test_same_seed_gives_identical_runs_and_another_seed_does_not(tmp_path: Path
 def test_policy_shares_the_agents_q_network_when_inference_device_is_the_device(
     tmp_path: Path,
 ) -> None:
-    trainer = Trainer(num_steps=300, strategy=small_strategy(), run_dir=tmp_path,
-                      renderers=(), device="cpu", inference_device="cpu")
+    trainer = Trainer(num_steps=300, strategy=small_strategy(), eval_interval=None,
+                      run_dir=tmp_path, **QUIET, device="cpu", inference_device="cpu")
     agent = small_dqn()
     policy = trainer.fit(ENV, agent).policy
     assert isinstance(policy, DQNPolicy)
@@ -325,8 +328,8 @@ def test_policy_shares_the_agents_q_network_when_inference_device_is_the_device(
 def test_policy_on_another_inference_device_is_a_synced_copy(tmp_path: Path) -> None:
     # "cpu:0" is a different torch.device from "cpu": the policy gets its own copy, refreshed
     # after every training round.
-    trainer = Trainer(num_steps=300, strategy=small_strategy(), run_dir=tmp_path,
-                      renderers=(), device="cpu", inference_device="cpu:0")
+    trainer = Trainer(num_steps=300, strategy=small_strategy(), eval_interval=None,
+                      run_dir=tmp_path, **QUIET, device="cpu", inference_device="cpu:0")
     agent = small_dqn()
     policy = trainer.fit(ENV, agent).policy
     assert isinstance(policy, DQNPolicy)
@@ -342,8 +345,8 @@ def test_policy_on_another_inference_device_is_a_synced_copy(tmp_path: Path) -> 
 
 def test_return_threshold_stops_the_run_and_reports_when_it_was_reached(tmp_path: Path) -> None:
     # Any CartPole episode returns at least 8, so the first evaluation reaches 5.
-    trainer = Trainer(num_steps=5000, strategy=small_strategy(eval_interval=300),
-                      run_dir=tmp_path, renderers=(), return_threshold=5)
+    trainer = Trainer(num_steps=5000, strategy=small_strategy(), eval_interval=300,
+                      eval_episodes=2, run_dir=tmp_path, **QUIET, return_threshold=5)
     summary = trainer.fit(ENV, small_dqn()).summary
     assert summary.threshold_env_steps == 300
     assert summary.env_steps == 300
@@ -354,8 +357,8 @@ def test_return_threshold_stops_the_run_and_reports_when_it_was_reached(tmp_path
 
 
 def test_an_unreached_return_threshold_runs_every_step(tmp_path: Path) -> None:
-    trainer = Trainer(num_steps=600, strategy=small_strategy(eval_interval=300),
-                      run_dir=tmp_path, renderers=(), return_threshold=1e6)
+    trainer = Trainer(num_steps=600, strategy=small_strategy(), eval_interval=300,
+                      eval_episodes=2, run_dir=tmp_path, **QUIET, return_threshold=1e6)
     summary = trainer.fit(ENV, small_dqn()).summary
     assert summary.env_steps == 600
     assert summary.threshold_env_steps is None
@@ -373,8 +376,8 @@ def test_dqn_learns_cartpole_to_a_mean_evaluation_return_of_195(tmp_path: Path) 
     # 270.1 at 20,000, 12,500 and 2,500 env steps.
     trainer = Trainer(
         num_steps=30_000,
-        strategy=OffPolicyStrategy(OffPolicyConfig(eval_interval=2500, eval_episodes=10, seed=2)),
-        return_threshold=195, gradient_clip_val=10, renderers=(), run_dir=tmp_path)
+        strategy=OffPolicyStrategy(OffPolicyConfig(seed=2)), eval_interval=2500,
+        eval_episodes=10, return_threshold=195, gradient_clip_val=10, **QUIET, run_dir=tmp_path)
     summary = trainer.fit(ENV, DQN()).summary
     assert summary.best_eval_return is not None
     assert summary.best_eval_return >= 195, summary

@@ -343,5 +343,5 @@ def test_a_weights_only_checkpoint_cannot_be_resumed_and_nothing_is_written(
 def test_cuda_without_a_gpu_is_refused_with_the_fix() -> None:
     if torch.cuda.is_available():
         pytest.skip("this machine has a GPU")
-    with pytest.raises(ValueError, match="sees no CUDA GPU. Train on device='cpu'"):
+    with pytest.raises(ValueError, match=r"sees no CUDA GPU\. Train on device='cpu'"):
         Trainer(device="cuda")
