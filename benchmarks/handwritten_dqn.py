@@ -11,6 +11,7 @@ from __future__ import annotations
 import copy
 import random
 import time
+from typing import Any
 
 import gymnasium as gym
 import numpy as np
@@ -25,11 +26,15 @@ def train(*, env_id: str = "CartPole-v1", num_envs: int = 1, num_steps: int = 20
           lr: float = 2.3e-3, gamma: float = 0.99, target_update_interval: int = 128,
           epsilon_start: float = 1.0, epsilon_end: float = 0.04,
           exploration_steps: int = 8_000, max_grad_norm: float = 10.0,
-          fused_adam: bool = False) -> dict[str, float]:
+          fused_adam: bool = False, double_q: bool = True, eval_interval: int | None = None,
+          eval_episodes: int = 20, return_threshold: float | None = None) -> dict[str, Any]:
     """Train for ``num_steps`` env steps; returns env steps, gradient steps and seconds.
 
     ``fused_adam=True`` uses the single-kernel Adam step that rltrain's DQN uses; the default is
-    the plain ``torch.optim.Adam`` a hand-written loop would have.
+    the plain ``torch.optim.Adam`` a hand-written loop would have. ``double_q=False`` is the
+    Nature DQN target (as Stable-Baselines3's DQN). With ``eval_interval``, ``eval_episodes``
+    greedy episodes run every that many env steps (and the returns are reported); with
+    ``return_threshold`` too, training stops at the first evaluation whose mean reaches it.
     """
     random.seed(seed)
     np.random.seed(seed)
@@ -51,6 +56,22 @@ def train(*, env_id: str = "CartPole-v1", num_envs: int = 1, num_steps: int = 20
     b_term = np.zeros(buffer_size, np.float32)
     pos, size = 0, 0
     rng = np.random.default_rng(seed)
+
+    eval_env = gym.make(env_id)
+    evaluations: list[tuple[int, float, float]] = []  # env steps, seconds, mean return
+
+    def evaluate() -> float:
+        returns = []
+        for episode in range(eval_episodes):
+            o, _ = eval_env.reset(seed=seed + 1_000_003 + episode)
+            total, done = 0.0, False
+            while not done:
+                with torch.inference_mode():
+                    action = int(q_network(torch.from_numpy(o).unsqueeze(0)).argmax(1))
+                o, r, term, trunc, _ = eval_env.step(action)
+                total, done = total + float(r), bool(term or trunc)
+            returns.append(total)
+        return float(np.mean(returns))
 
     obs, _ = envs.reset(seed=seed)
     env_steps = gradient_steps = 0
@@ -84,8 +105,11 @@ def train(*, env_id: str = "CartPole-v1", num_envs: int = 1, num_steps: int = 20
                 a, r = torch.from_numpy(b_act[idx]), torch.from_numpy(b_rew[idx])
                 d = torch.from_numpy(b_term[idx])
                 with torch.no_grad():
-                    next_a = q_network(n).argmax(1, keepdim=True)
-                    next_q = target_network(n).gather(1, next_a).squeeze(1)
+                    if double_q:
+                        next_a = q_network(n).argmax(1, keepdim=True)
+                        next_q = target_network(n).gather(1, next_a).squeeze(1)
+                    else:
+                        next_q = target_network(n).max(1).values
                     td_target = r + gamma * (1.0 - d) * next_q
                 q = q_network(o).gather(1, a.unsqueeze(1)).squeeze(1)
                 loss = F.huber_loss(q, td_target)
@@ -96,6 +120,12 @@ def train(*, env_id: str = "CartPole-v1", num_envs: int = 1, num_steps: int = 20
                 gradient_steps += 1
                 if gradient_steps % target_update_interval == 0:
                     target_network.load_state_dict(q_network.state_dict())
+        if eval_interval is not None and env_steps // eval_interval > before // eval_interval:
+            evaluations.append((env_steps, time.perf_counter() - start, evaluate()))
+            if return_threshold is not None and evaluations[-1][2] >= return_threshold:
+                break
     seconds = time.perf_counter() - start
     envs.close()
-    return {"env_steps": env_steps, "gradient_steps": gradient_steps, "seconds": seconds}
+    eval_env.close()
+    return {"env_steps": env_steps, "gradient_steps": gradient_steps, "seconds": seconds,
+            "evaluations": evaluations}

@@ -1,0 +1,115 @@
+"""The ceilings no training loop can pass: raw environment steps per second, and the acting loop.
+
+Rows, each timed over ``--steps`` env steps (transitions summed over sub-envs), ``--repeats``
+times, median (min-max):
+
+- ``env``: ``env.step`` with pre-drawn random actions, one environment (``reset`` on episode end).
+- ``vector env xN``: Gymnasium's ``SyncVectorEnv`` (same-step autoreset, as rltrain uses) of N
+  sub-envs with pre-drawn random actions.
+- ``acting xN``: the same vector env driven by a 256x256 MLP: observations to a tensor, a batch-N
+  forward pass under ``torch.inference_mode``, ``argmax`` (CartPole) or ``tanh`` (Pendulum),
+  back to numpy. This is what any DQN or SAC loop pays before it learns anything.
+
+    python -m benchmarks.limits [--steps 20000] [--repeats 3] [--num-envs 1 8]
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+from collections.abc import Callable
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+import torch
+from torch import nn
+
+from benchmarks._util import median_range, table, write_results
+
+ENVS = ("CartPole-v1", "Pendulum-v1")
+
+
+def single_env(env_id: str, steps: int) -> float:
+    """Env steps per second of one environment stepped with random actions."""
+    env = gym.make(env_id)
+    env.action_space.seed(0)
+    actions = [env.action_space.sample() for _ in range(steps)]
+    env.reset(seed=0)
+    start = time.perf_counter()
+    for action in actions:
+        _, _, terminated, truncated, _ = env.step(action)
+        if terminated or truncated:
+            env.reset()
+    seconds = time.perf_counter() - start
+    env.close()
+    return steps / seconds
+
+
+def vector_env(env_id: str, steps: int, num_envs: int,
+               policy: Callable[[np.ndarray], np.ndarray] | None = None) -> float:
+    """Env steps per second of a sync vector env, with random actions or ``policy(obs)``."""
+    envs = gym.make_vec(env_id, num_envs, vectorization_mode="sync",
+                        vector_kwargs={"autoreset_mode": gym.vector.AutoresetMode.SAME_STEP})
+    envs.action_space.seed(0)
+    vector_steps = max(1, steps // num_envs)
+    actions = [envs.action_space.sample() for _ in range(vector_steps)] if policy is None else []
+    obs, _ = envs.reset(seed=0)
+    start = time.perf_counter()
+    for i in range(vector_steps):
+        obs, _, _, _, _ = envs.step(actions[i] if policy is None else policy(obs))
+    seconds = time.perf_counter() - start
+    envs.close()
+    return vector_steps * num_envs / seconds
+
+
+def mlp_policy(env_id: str) -> Callable[[np.ndarray], np.ndarray]:
+    """A 256x256 MLP acting on a batch of observations: argmax (discrete) or tanh (box)."""
+    probe = gym.make(env_id)
+    obs_dim = int(np.prod(probe.observation_space.shape or ()))
+    space = probe.action_space
+    discrete = isinstance(space, gym.spaces.Discrete)
+    out = int(space.n) if isinstance(space, gym.spaces.Discrete) else int(np.prod(space.shape))
+    probe.close()
+    net = nn.Sequential(nn.Linear(obs_dim, 256), nn.ReLU(), nn.Linear(256, 256), nn.ReLU(),
+                        nn.Linear(256, out))
+
+    def act(obs: np.ndarray) -> np.ndarray:
+        with torch.inference_mode():
+            output = net(torch.from_numpy(np.asarray(obs, dtype=np.float32)))
+            actions = output.argmax(1) if discrete else torch.tanh(output) * 2.0
+        result: np.ndarray = actions.numpy()
+        return result
+
+    return act
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--steps", type=int, default=20_000)
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--num-envs", type=int, nargs="+", default=[1, 8])
+    parser.add_argument("--threads", type=int, default=1)
+    args = parser.parse_args()
+    torch.set_num_threads(args.threads)
+    cases: dict[str, Callable[[], float]] = {}
+    for env_id in ENVS:
+        cases[f"{env_id} env"] = lambda e=env_id: single_env(e, args.steps)
+        for n in args.num_envs:
+            cases[f"{env_id} vector env x{n}"] = lambda e=env_id, n=n: vector_env(e, args.steps, n)
+            cases[f"{env_id} acting x{n}"] = lambda e=env_id, n=n: vector_env(
+                e, args.steps, n, mlp_policy(e))
+    results: dict[str, list[float]] = {name: [] for name in cases}
+    for repeat in range(args.repeats):
+        for name, case in cases.items():
+            results[name].append(case())
+            print(f"repeat {repeat} {name}: {results[name][-1]:,.0f} env steps/s", flush=True)
+    rows = [[name, median_range(values), f"{1e6 / np.median(values):.1f}"]
+            for name, values in results.items()]
+    print(table(["case", "env steps/s", "µs per env step"], rows))
+    payload: dict[str, Any] = {"args": vars(args), "env_steps_per_second": results}
+    print(f"results: {write_results('limits', payload)}")
+
+
+if __name__ == "__main__":
+    main()
