@@ -33,7 +33,7 @@ from benchmarks._util import median_range, table, write_results
 from rltrain import DQN, EventProcessor, Interrupter, Optimization, ReplayBuffer, Runner
 from rltrain.checkpoint import Checkpointer, Stateful, training_state
 from rltrain.components import Progress
-from rltrain.config import RunConfig
+from rltrain.config import compose, make_agent, make_strategy
 from rltrain.envs import make_vector_env
 from rltrain.seeding import GlobalRandomState, seed_everything
 from rltrain.strategies.off_policy import OffPolicyStrategy
@@ -52,13 +52,16 @@ def optimization(agent: DQN, progress: Progress, clip: float | None) -> Optimiza
 def build_parts(transitions: int, seed: int) -> tuple[DQN, dict[str, Stateful], Progress,
                                                       dict[str, Any]]:
     """The parts of a DQN CartPole-v1 run whose buffer holds ``transitions`` transitions."""
-    config = RunConfig()
-    strategy_config = config.off_policy
+    config = compose(["dqn_cartpole"])
+    strategy = make_strategy(config.strategy)
+    assert isinstance(strategy, OffPolicyStrategy)
+    strategy_config = strategy.config
     seed_everything(seed)
-    envs = make_vector_env(config.env, num_envs=strategy_config.num_envs, seed=seed)
+    envs = make_vector_env(str(config.env.id), num_envs=strategy_config.num_envs, seed=seed)
     progress = Progress()
     cpu = torch.device("cpu")
-    agent = DQN(config.dqn)
+    agent = make_agent(config.agent)
+    assert isinstance(agent, DQN)
     agent.setup(observation_space=envs.single_observation_space,
                 action_space=envs.single_action_space, device=cpu, progress=progress)
     buffer = ReplayBuffer(max(transitions, strategy_config.buffer_size),
@@ -72,13 +75,13 @@ def build_parts(transitions: int, seed: int) -> tuple[DQN, dict[str, Stateful], 
         buffer.add(batch)
         for episode in episodes:
             events.emit(episode)
-    optim = optimization(agent, progress, config.gradient_clip_val)
+    optim = optimization(agent, progress, config.trainer.gradient_clip_val)
     for _ in range(strategy_config.train_steps):
         optim.training_step(agent, buffer.sample(strategy_config.batch_size))
     parts: dict[str, Stateful] = {
         "runner": runner, "agent": agent, "optimization": optim, "buffer": buffer,
         "random": GlobalRandomState(), "metrics": events.metrics}
-    hparams = {**OffPolicyStrategy(strategy_config).hparams(), **agent.hparams()}
+    hparams = {**strategy.hparams(), **agent.hparams()}
     return agent, parts, progress, hparams
 
 

@@ -42,8 +42,8 @@ def train(*, env_id: str = "CartPole-v1", num_envs: int = 1, num_steps: int = 20
     envs = gym.make_vec(env_id, num_envs, vectorization_mode="sync",
                         vector_kwargs={"autoreset_mode": gym.vector.AutoresetMode.SAME_STEP})
     envs.action_space.seed(seed)
-    obs_dim = int(np.prod(envs.single_observation_space.shape))
-    n_actions = int(envs.single_action_space.n)
+    obs_dim = int(np.prod(envs.single_observation_space.shape or ()))
+    n_actions = int(envs.single_action_space.n)  # type: ignore[attr-defined]
     q_network = nn.Sequential(nn.Linear(obs_dim, 256), nn.ReLU(), nn.Linear(256, 256), nn.ReLU(),
                               nn.Linear(256, n_actions))
     target_network = copy.deepcopy(q_network).requires_grad_(False)
@@ -90,7 +90,7 @@ def train(*, env_id: str = "CartPole-v1", num_envs: int = 1, num_steps: int = 20
             real_next = next_obs.copy()
             for i in np.flatnonzero(infos["_final_obs"]):
                 real_next[i] = infos["final_obs"][i]
-        for i in range(num_envs):
+        for i in range(num_envs):  # type: ignore[assignment]
             b_obs[pos], b_next[pos], b_act[pos] = obs[i], real_next[i], actions[i]
             b_rew[pos], b_term[pos] = rewards[i], terminated[i]
             pos = (pos + 1) % buffer_size
@@ -114,7 +114,7 @@ def train(*, env_id: str = "CartPole-v1", num_envs: int = 1, num_steps: int = 20
                 q = q_network(o).gather(1, a.unsqueeze(1)).squeeze(1)
                 loss = F.huber_loss(q, td_target)
                 optimizer.zero_grad()
-                loss.backward()
+                loss.backward()  # type: ignore[no-untyped-call]
                 nn.utils.clip_grad_norm_(q_network.parameters(), max_grad_norm)
                 optimizer.step()
                 gradient_steps += 1

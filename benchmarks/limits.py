@@ -16,6 +16,7 @@ times, median (min-max):
 from __future__ import annotations
 
 import argparse
+import functools
 import time
 from collections.abc import Callable
 from typing import Any
@@ -66,10 +67,11 @@ def vector_env(env_id: str, steps: int, num_envs: int,
 def mlp_policy(env_id: str) -> Callable[[np.ndarray], np.ndarray]:
     """A 256x256 MLP acting on a batch of observations: argmax (discrete) or tanh (box)."""
     probe = gym.make(env_id)
-    obs_dim = int(np.prod(probe.observation_space.shape or ()))
+    obs_dim = int(np.prod(probe.observation_space.shape or (1,)))
     space = probe.action_space
     discrete = isinstance(space, gym.spaces.Discrete)
-    out = int(space.n) if isinstance(space, gym.spaces.Discrete) else int(np.prod(space.shape))
+    out = (int(space.n) if isinstance(space, gym.spaces.Discrete)
+           else int(np.prod(space.shape or (1,))))
     probe.close()
     net = nn.Sequential(nn.Linear(obs_dim, 256), nn.ReLU(), nn.Linear(256, 256), nn.ReLU(),
                         nn.Linear(256, out))
@@ -94,11 +96,12 @@ def main() -> None:
     torch.set_num_threads(args.threads)
     cases: dict[str, Callable[[], float]] = {}
     for env_id in ENVS:
-        cases[f"{env_id} env"] = lambda e=env_id: single_env(e, args.steps)
+        cases[f"{env_id} env"] = functools.partial(single_env, env_id, args.steps)
         for n in args.num_envs:
-            cases[f"{env_id} vector env x{n}"] = lambda e=env_id, n=n: vector_env(e, args.steps, n)
-            cases[f"{env_id} acting x{n}"] = lambda e=env_id, n=n: vector_env(
-                e, args.steps, n, mlp_policy(e))
+            cases[f"{env_id} vector env x{n}"] = functools.partial(vector_env, env_id,
+                                                                  args.steps, n)
+            cases[f"{env_id} acting x{n}"] = functools.partial(vector_env, env_id, args.steps, n,
+                                                              mlp_policy(env_id))
     results: dict[str, list[float]] = {name: [] for name in cases}
     for repeat in range(args.repeats):
         for name, case in cases.items():
