@@ -10,11 +10,10 @@ import tempfile
 import time
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import Any, Literal, Union
+from typing import TYPE_CHECKING, Any, Literal, Union
 
 import torch
 from omegaconf import DictConfig, OmegaConf
-from torch.utils.tensorboard import SummaryWriter
 
 from rltrain.agents.base import LearningAgent
 from rltrain.callbacks import EarlyStopping
@@ -45,6 +44,7 @@ from rltrain.events.renderers import (
 )
 from rltrain.events.renderers.jsonl import json_safe
 from rltrain.events.renderers.schedule import LogSchedule
+from rltrain.events.renderers.tensorboard import is_summary_writer
 from rltrain.interrupt import Interrupter, stop_on_signals
 from rltrain.model_summary import format_summary, summarize
 from rltrain.optim import check_autocast
@@ -52,9 +52,12 @@ from rltrain.seeding import seed_everything
 from rltrain.strategies.base import RLResult, RLStrategy
 from rltrain.strategies.off_policy import EVAL_SEED_OFFSET, OffPolicyConfig, OffPolicyStrategy
 
+if TYPE_CHECKING:
+    from torch.utils.tensorboard import SummaryWriter
+
 #: What ``Trainer(logger=...)`` accepts: True (TensorBoard in the run directory), False, a
 #: TensorBoard log directory, your ``SummaryWriter``, or a Lightning-style logger object.
-Logger = Union[bool, str, Path, SummaryWriter, MetricsLogger]
+Logger = Union[bool, str, Path, "SummaryWriter", MetricsLogger]
 
 
 class Trainer:
@@ -161,7 +164,8 @@ class Trainer:
             )
         if strategy is None:
             strategy = OffPolicyStrategy(OffPolicyConfig(seed=0 if seed is None else seed))
-        if not (isinstance(logger, (bool, str, Path, SummaryWriter, MetricsLogger))):
+        if not (isinstance(logger, (bool, str, Path, MetricsLogger))
+                or is_summary_writer(logger)):
             raise TypeError(
                 "logger must be True, False, a log directory, a SummaryWriter or an object with "
                 f"log_metrics(metrics, step); got {type(logger).__name__}.")
@@ -455,7 +459,7 @@ class Trainer:
             return TensorBoardRenderer(run_dir, log_interval=interval)
         if isinstance(logger, (str, Path)):
             return TensorBoardRenderer(logger, log_interval=interval)
-        if isinstance(logger, SummaryWriter):
+        if is_summary_writer(logger):
             return TensorBoardRenderer(writer=logger, log_interval=interval)
         return LoggerRenderer(logger, log_interval=interval)
 
