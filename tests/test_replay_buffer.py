@@ -8,6 +8,7 @@ import pytest
 import torch
 
 from rltrain.buffers import ReplayBatch, ReplayBuffer
+from rltrain.buffers.replay import available_memory
 from rltrain.runner import Transitions
 
 OBS_SPACE = gym.spaces.Box(-np.inf, np.inf, (3,), np.float32)
@@ -243,3 +244,13 @@ def test_terminated_and_truncated_are_stored_apart() -> None:
     ids = batch.rewards.long()
     assert torch.equal(batch.terminated, (ids % 2 == 1).float())  # ids 1 and 3
     assert torch.equal(batch.truncated, ((ids == 2) | (ids == 3)).float())
+
+
+def test_a_buffer_larger_than_the_memory_available_fails_at_once_naming_the_fix() -> None:
+    available = available_memory()
+    if available is None:
+        pytest.skip("this system does not report its available memory")
+    box = gym.spaces.Box(-1.0, 1.0, shape=(1_000,), dtype=np.float32)
+    capacity = available // (2 * 1_000 * 4) + 1  # observations and next observations alone
+    with pytest.raises(MemoryError, match="Lower buffer_size"):
+        ReplayBuffer(capacity, observation_space=box, action_space=gym.spaces.Discrete(2))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from typing import Any, NamedTuple
 
 import gymnasium as gym
@@ -29,20 +30,29 @@ class ReplayBatch(NamedTuple):
 _FIELDS = ReplayBatch._fields
 
 
-def _filled(shape: tuple[int, ...], dtype: type) -> np.ndarray:
-    """A zero array whose pages are written now (``np.zeros`` defers that to first use)."""
-    array: np.ndarray = np.empty(shape, dtype=dtype)
-    array.fill(0)
-    return array
+def available_memory() -> int | None:
+    """Bytes of memory the system can still give (``MemAvailable``); None where unknown."""
+    try:
+        with open("/proc/meminfo", encoding="ascii") as meminfo:
+            for line in meminfo:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    try:
+        return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (ValueError, OSError, AttributeError):
+        return None
 
 
 class ReplayBuffer:
     """A ring of the last ``capacity`` transitions, sampled uniformly.
 
-    Storage is allocated and zero-filled up front, so a buffer that does not fit in memory fails
-    at start rather than hours in, and is overwritten oldest first. Sampling draws from the
-    buffer's own generator, seeded by ``seed``, so it is reproducible and checkpointable apart
-    from every other random stream.
+    Storage is reserved up front and checked against the memory available, so a buffer that
+    cannot fit fails at start rather than hours in; pages are filled as transitions arrive (a
+    run that stops early never holds a full buffer's memory). Overwritten oldest first. Sampling
+    draws from the buffer's own generator, seeded by ``seed``, so it is reproducible and
+    checkpointable apart from every other random stream.
 
     Args:
         capacity: Transitions kept (summed over sub-envs, unlike SB3's per-env ``buffer_size``).
@@ -63,12 +73,17 @@ class ReplayBuffer:
         act_shape = action_space.shape or ()
         obs_dtype = np.float32 if isinstance(observation_space, gym.spaces.Box) else np.int64
         act_dtype = np.int64 if isinstance(action_space, gym.spaces.Discrete) else np.float32
-        self.observations = _filled((capacity, *obs_shape), dtype=obs_dtype)
-        self.next_observations = _filled((capacity, *obs_shape), dtype=obs_dtype)
-        self.actions = _filled((capacity, *act_shape), dtype=act_dtype)
-        self.rewards = _filled((capacity,), dtype=np.float32)
-        self.terminated = _filled((capacity,), dtype=np.float32)
-        self.truncated = _filled((capacity,), dtype=np.float32)
+        self.observations = np.zeros((capacity, *obs_shape), dtype=obs_dtype)
+        self.next_observations = np.zeros((capacity, *obs_shape), dtype=obs_dtype)
+        self.actions = np.zeros((capacity, *act_shape), dtype=act_dtype)
+        self.rewards = np.zeros((capacity,), dtype=np.float32)
+        self.terminated = np.zeros((capacity,), dtype=np.float32)
+        self.truncated = np.zeros((capacity,), dtype=np.float32)
+        available = available_memory()
+        if available is not None and self.nbytes > available:
+            raise MemoryError(
+                f"A ReplayBuffer of {capacity:,} transitions needs {self.nbytes / 1e9:.2f} GB; "
+                f"{available / 1e9:.2f} GB of memory is available. Lower buffer_size.")
         self.cursor = 0
         self.size = 0
         self.rng = np.random.default_rng(seed)
