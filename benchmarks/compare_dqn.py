@@ -168,9 +168,11 @@ def report(libraries: list[str], speed: dict[str, list[dict[str, Any]]],
         grad_sps = [r["gradient_sps"] for r in speed_sps[lib]]
         solved = [r for r in learn[lib] if r["solved_seconds"] is not None]
         finals = [r["final_return"] for r in learn[lib] if r["final_return"] is not None]
+        speed_ratios = ratios(speed_sps, "env_sps", lib, "sb3")
         rows.append([
-            lib, median_range(env_sps), median_range(grad_sps),
-            median_range(ratios(speed_sps, "env_sps", lib, "sb3"), "{:.2f}"),
+            lib, median_range(env_sps) if env_sps else "-",
+            median_range(grad_sps) if grad_sps else "-",
+            median_range(speed_ratios, "{:.2f}") if speed_ratios else "-",
             f"{len(solved)}/{len(learn[lib])}",
             median_range([r["solved_seconds"] for r in solved], "{:.1f}") if solved else "-",
             median_range([float(r["solved_env_steps"]) for r in solved]) if solved else "-",
@@ -190,6 +192,8 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=50_000)
     parser.add_argument("--speed-steps", type=int, default=20_000)
     parser.add_argument("--libraries", nargs="+", default=list(LIBRARIES), choices=LIBRARIES)
+    parser.add_argument("--results", default="compare_dqn",
+                        help="name of the results file in benchmarks/results/")
     parser.add_argument("--worker", choices=LIBRARIES, help=argparse.SUPPRESS)
     parser.add_argument("--worker-steps", type=int, help=argparse.SUPPRESS)
     parser.add_argument("--seed", type=int, default=0, help=argparse.SUPPRESS)
@@ -214,8 +218,8 @@ def main() -> None:
     if "sb3" in libraries:
         report(libraries, speed, learn)
     summary = {lib: {"median_env_sps": statistics.median(
-        r["env_steps"] / r["seconds"] for r in speed[lib])} for lib in libraries}
-    path = write_results("compare_dqn", {"args": vars(args), "speed": speed, "learn": learn,
+        r["env_steps"] / r["seconds"] for r in speed[lib])} for lib in libraries if speed[lib]}
+    path = write_results(args.results, {"args": vars(args), "speed": speed, "learn": learn,
                                          "summary": summary})
     print(f"results: {path}")
 
