@@ -12,6 +12,11 @@ import torch
 
 RESULTS = Path(__file__).parent / "results"
 
+#: Config overrides that turn every built-in output off (TensorBoard, progress bar, console,
+#: metrics.jsonl): checkpoints and summary.json are still written.
+QUIET = ["trainer.logger=false", "trainer.enable_progress_bar=false",
+         "trainer.enable_console=false", "trainer.enable_metrics_file=false"]
+
 
 def machine() -> dict[str, Any]:
     """What the numbers were measured on."""

@@ -36,7 +36,7 @@ from typing import Any
 
 import torch
 
-from benchmarks._util import median_range, table, write_results
+from benchmarks._util import QUIET, median_range, table, write_results
 
 THRESHOLD = 475.0
 EVAL_INTERVAL = 2_500
@@ -55,9 +55,7 @@ def run_rltrain(seed: int, steps: int, learn: bool) -> dict[str, Any]:
     with tempfile.TemporaryDirectory() as run_dir:
         config = compose(["dqn_cartpole"], [
             f"strategy.seed={seed}", f"trainer.num_steps={steps}", "agent.double_q=false",
-            f"trainer.run_dir={run_dir}", "trainer.logger=false",
-            "trainer.enable_progress_bar=false", "trainer.enable_console=false",
-            "trainer.enable_metrics_file=false", *evaluation])
+            f"trainer.run_dir={run_dir}", *QUIET, *evaluation])
         run = build(config)
         start = time.perf_counter()
         summary = run.fit().summary

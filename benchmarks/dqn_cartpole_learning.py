@@ -15,13 +15,9 @@ import tempfile
 
 import torch
 
-from benchmarks._util import table, write_results
+from benchmarks._util import QUIET, table, write_results
 from rltrain.config import compose
 from rltrain.trainer import build
-
-#: The built-in outputs off (TensorBoard, progress bar, console, metrics.jsonl).
-QUIET = ["trainer.logger=false", "trainer.enable_progress_bar=false",
-         "trainer.enable_console=false", "trainer.enable_metrics_file=false"]
 
 
 def run(seed: int, steps: int, run_dir: str) -> dict[str, float | int | None]:

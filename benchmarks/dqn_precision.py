@@ -18,13 +18,9 @@ from typing import Any
 
 import torch
 
-from benchmarks._util import median_range, table, write_results
+from benchmarks._util import QUIET, median_range, table, write_results
 from rltrain.config import compose
 from rltrain.trainer import build
-
-#: The built-in outputs off (TensorBoard, progress bar, console, metrics.jsonl).
-QUIET = ["trainer.logger=false", "trainer.enable_progress_bar=false",
-         "trainer.enable_console=false", "trainer.enable_metrics_file=false"]
 
 
 def fit(overrides: list[str], run_dir: str) -> Any:
