@@ -65,6 +65,20 @@ def main() -> None:
         clip_grad_norm([p.grad for p in params if p.grad is not None], 10.0)
         optimizers["fused"].step()
 
+    optimizers["fused"].step()  # creates its state, for the kernel-alone timing
+    state = [optimizers["fused"].state[p] for p in params]
+    tensors: list[torch.Tensor] = list(params)
+
+    def fused_kernel_alone() -> None:
+        # What Adam.step(fused=True) runs, without Optimizer.step's wrapper (profiler record,
+        # hooks, grad-mode and dynamo checks) and its per-call parameter grouping.
+        steps = [s["step"] for s in state]
+        torch._foreach_add_(steps, 1)
+        torch._fused_adam_(list(tensors), grads, [s["exp_avg"] for s in state],
+                           [s["exp_avg_sq"] for s in state], [], steps, lr=1e-3, beta1=0.9,
+                           beta2=0.999, weight_decay=0.0, eps=1e-8, amsgrad=False,
+                           maximize=False)
+
     weight, rows64 = torch.randn(256, 256), torch.randn(64, 256)
     parts: dict[str, Callable[[], object]] = {
         "matrix product 64x256 @ 256x256": lambda: rows64 @ weight,
@@ -73,6 +87,7 @@ def main() -> None:
         "Adam step, plain (SB3's default on CPU)": optimizers["plain"].step,
         "Adam step, foreach": optimizers["foreach"].step,
         "Adam step, fused (rltrain)": optimizers["fused"].step,
+        "the fused Adam kernel alone": fused_kernel_alone,
         "clip_grad_norm_ (torch)": lambda: nn.utils.clip_grad_norm_(params, 10.0, foreach=True),
         "clip_grad_norm (rltrain)": lambda: clip_grad_norm(grads, 10.0),
         "acting forward, batch 1": act,
