@@ -159,7 +159,9 @@ def evaluate(args: argparse.Namespace) -> int:
     """``rltrain evaluate``: load a run's agent and print its evaluation metrics as JSON."""
     path: Path = args.path
     if path.is_dir():
-        checkpoint = Checkpointer(path / "checkpoints").resolve("last")
+        saved = load_yaml(path / "config.yaml") if (path / "config.yaml").is_file() else None
+        directory = OmegaConf.select(saved, "trainer.checkpoint_dir") if saved else None
+        checkpoint = Checkpointer(directory or path / "checkpoints").resolve("last")
     elif path.is_file():
         checkpoint = path
     else:

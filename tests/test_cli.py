@@ -243,3 +243,17 @@ def test_fit_resume_refuses_config_files(
 ) -> None:
     assert main(["fit", "--resume", str(tmp_path), "dqn_cartpole"]) == 2
     assert "pass only key=value overrides" in capsys.readouterr().err
+
+
+def test_evaluate_finds_the_checkpoints_of_a_run_with_its_own_checkpoint_dir(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str],
+) -> None:
+    run, checkpoints = tmp_path / "run", tmp_path / "elsewhere"
+    assert main(["fit", "trainer.num_steps=300", f"trainer.run_dir={run}",
+                 f"trainer.checkpoint_dir={checkpoints}", "trainer.enable_progress_bar=false",
+                 "trainer.enable_console=false", "trainer.eval_interval=null"]) == 0
+    capsys.readouterr()
+    assert main(["evaluate", str(run), "--episodes", "2"]) == 0
+    metrics = json.loads(capsys.readouterr().out)
+    assert Path(metrics["checkpoint"]).parent == checkpoints
+    assert metrics["eval/episodes"] == 2.0
