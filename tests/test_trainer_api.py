@@ -6,6 +6,8 @@ from __future__ import annotations
 import dataclasses
 import inspect
 import io
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -345,3 +347,41 @@ def test_cuda_without_a_gpu_is_refused_with_the_fix() -> None:
         pytest.skip("this machine has a GPU")
     with pytest.raises(ValueError, match=r"sees no CUDA GPU\. Train on device='cpu'"):
         Trainer(device="cuda")
+
+
+def test_a_logger_object_is_finalized_as_failed_when_the_run_raises(tmp_path: Path) -> None:
+    class Recorder:
+        status = ""
+
+        def log_metrics(self, metrics: dict[str, float], step: int | None = None) -> None:
+            pass
+
+        def finalize(self, status: str) -> None:
+            self.status = status
+
+    class Boom(Subscriber):
+        def on_env_step(self, event: EnvStep, metrics: Metrics) -> None:
+            if event.env_steps == 50:
+                raise RuntimeError("boom")
+
+    logger = Recorder()
+    trainer = Trainer(num_steps=200, strategy=small_strategy(), run_dir=tmp_path,
+                      eval_interval=None, logger=logger, callbacks=[Boom()],
+                      enable_progress_bar=False, enable_console=False)
+    with pytest.raises(RuntimeError, match="boom"):
+        trainer.fit(ENV, DQN(DQNConfig(hidden_sizes=[8])))
+    assert logger.status == "failed"
+
+
+def test_a_run_without_a_tensorboard_logger_does_not_import_tensorboard(tmp_path: Path) -> None:
+    code = (
+        "import sys, torch\n"
+        "from rltrain import DQN, DQNConfig, Trainer\n"
+        f"Trainer(num_steps=100, eval_interval=None, run_dir={str(tmp_path)!r}, logger=False,\n"
+        "        enable_progress_bar=False, enable_console=False).fit(\n"
+        "    'CartPole-v1', DQN(DQNConfig(hidden_sizes=[8])))\n"
+        "print('torch.utils.tensorboard' in sys.modules)\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=120, check=False)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip().splitlines()[-1] == "False"
