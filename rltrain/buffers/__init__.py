@@ -1,5 +1,6 @@
-"""Experience storage: replay for off-policy agents."""
+"""Experience storage: uniform replay (off-policy agents) and sequence replay (Dreamer)."""
 
 from rltrain.buffers.replay import ReplayBatch, ReplayBuffer
+from rltrain.buffers.sequence import SequenceBatch, SequenceReplayBuffer
 
-__all__ = ["ReplayBatch", "ReplayBuffer"]
+__all__ = ["ReplayBatch", "ReplayBuffer", "SequenceBatch", "SequenceReplayBuffer"]

@@ -45,6 +45,25 @@ def available_memory() -> int | None:
         return None
 
 
+def check_fits(nbytes: int, what: str) -> None:
+    """Raise ``MemoryError`` when ``nbytes`` of storage exceed the memory available, so that a
+    buffer too large fails when the run starts rather than when it fills up."""
+    available = available_memory()
+    if available is not None and nbytes > available:
+        raise MemoryError(f"{what} needs {nbytes / 1e9:.2f} GB; {available / 1e9:.2f} GB of "
+                          "memory is available. Lower buffer_size.")
+
+
+def storage_dtypes(observation_space: gym.Space[Any],
+                   action_space: gym.Space[Any]) -> tuple[np.dtype[Any], np.dtype[Any]]:
+    """Storage dtypes: float32 observations for ``Box`` spaces (int64 otherwise), int64
+    actions for ``Discrete`` spaces (float32 otherwise)."""
+    box = isinstance(observation_space, gym.spaces.Box)
+    discrete = isinstance(action_space, gym.spaces.Discrete)
+    return (np.dtype(np.float32 if box else np.int64),
+            np.dtype(np.int64 if discrete else np.float32))
+
+
 class ReplayBuffer:
     """A ring of the last ``capacity`` transitions, sampled uniformly.
 
@@ -71,19 +90,14 @@ class ReplayBuffer:
         self.device = torch.device(device)
         obs_shape = observation_space.shape or ()
         act_shape = action_space.shape or ()
-        obs_dtype = np.float32 if isinstance(observation_space, gym.spaces.Box) else np.int64
-        act_dtype = np.int64 if isinstance(action_space, gym.spaces.Discrete) else np.float32
+        obs_dtype, act_dtype = storage_dtypes(observation_space, action_space)
         self.observations = np.zeros((capacity, *obs_shape), dtype=obs_dtype)
         self.next_observations = np.zeros((capacity, *obs_shape), dtype=obs_dtype)
         self.actions = np.zeros((capacity, *act_shape), dtype=act_dtype)
         self.rewards = np.zeros((capacity,), dtype=np.float32)
         self.terminated = np.zeros((capacity,), dtype=np.float32)
         self.truncated = np.zeros((capacity,), dtype=np.float32)
-        available = available_memory()
-        if available is not None and self.nbytes > available:
-            raise MemoryError(
-                f"A ReplayBuffer of {capacity:,} transitions needs {self.nbytes / 1e9:.2f} GB; "
-                f"{available / 1e9:.2f} GB of memory is available. Lower buffer_size.")
+        check_fits(self.nbytes, f"A ReplayBuffer of {capacity:,} transitions")
         self.cursor = 0
         self.size = 0
         self.rng = np.random.default_rng(seed)
