@@ -29,7 +29,8 @@ def step(t: int, num_envs: int, *, ends: tuple[int, ...] = (),
 
 
 def test_rows_follow_the_arrival_convention_with_first_last_and_terminal_marks() -> None:
-    buffer = SequenceReplayBuffer(100, num_envs=1, observation_space=BOX, action_space=ACTIONS)
+    buffer = SequenceReplayBuffer(100, num_envs=1, observation_space=BOX, action_space=ACTIONS,
+                                  sequence_length=5)
     buffer.add(step(0, 1))
     buffer.add(step(1, 1, ends=(0,)))  # o_2 terminates the episode
     buffer.add(Transitions(np.array([[50.0]], np.float32), np.array([2]),
@@ -48,10 +49,10 @@ def test_rows_follow_the_arrival_convention_with_first_last_and_terminal_marks()
 def test_sequences_are_consecutive_rows_of_one_env_and_never_cross_the_cursor() -> None:
     num_envs, per_env, length = 3, 20, 6
     buffer = SequenceReplayBuffer(num_envs * per_env, num_envs=num_envs, observation_space=BOX,
-                                  action_space=ACTIONS, seed=1)
+                                  action_space=ACTIONS, sequence_length=length, seed=1)
     for t in range(57):  # wraps each ring almost three times
         buffer.add(step(t, num_envs))
-    batch = buffer.sample(512, length)
+    batch = buffer.sample(512)  # of the default sequence_length
     assert batch.observations.shape == (512, length, 1)
     assert batch.actions.shape == (512, length) and batch.rewards.shape == (512, length)
     values = batch.observations[..., 0].numpy()
@@ -68,7 +69,7 @@ def test_sequences_are_consecutive_rows_of_one_env_and_never_cross_the_cursor() 
 
 def test_the_windows_are_sampled_about_uniformly() -> None:
     buffer = SequenceReplayBuffer(40, num_envs=1, observation_space=BOX, action_space=ACTIONS,
-                                  seed=0)
+                                  sequence_length=5, seed=0)
     for t in range(100):
         buffer.add(step(t, 1))
     starts = buffer.sample(20_000, 5).observations[:, 0, 0].numpy()
@@ -78,17 +79,18 @@ def test_the_windows_are_sampled_about_uniformly() -> None:
 
 
 def test_sampling_before_any_env_holds_a_sequence_says_what_is_missing() -> None:
-    buffer = SequenceReplayBuffer(40, num_envs=2, observation_space=BOX, action_space=ACTIONS)
+    buffer = SequenceReplayBuffer(40, num_envs=2, observation_space=BOX, action_space=ACTIONS,
+                                  sequence_length=5)
     buffer.add(step(0, 2))
     assert not buffer.can_sample(5)
     with pytest.raises(ValueError, match="No sub-env holds 5 rows yet"):
-        buffer.sample(4, 5)
+        buffer.sample(4)
 
 
 def test_state_dict_round_trip_continues_identically() -> None:
     def make() -> SequenceReplayBuffer:
         return SequenceReplayBuffer(60, num_envs=2, observation_space=BOX, action_space=ACTIONS,
-                                    seed=3)
+                                    sequence_length=4, seed=3)
 
     original = make()
     for t in range(45):
@@ -105,15 +107,17 @@ def test_state_dict_round_trip_continues_identically() -> None:
 
 
 def test_a_checkpoint_of_another_shape_is_refused_naming_it() -> None:
-    small = SequenceReplayBuffer(20, num_envs=2, observation_space=BOX, action_space=ACTIONS)
-    large = SequenceReplayBuffer(40, num_envs=2, observation_space=BOX, action_space=ACTIONS)
+    small, large = (SequenceReplayBuffer(n, num_envs=2, observation_space=BOX,
+                                         action_space=ACTIONS, sequence_length=5)
+                    for n in (20, 40))
     with pytest.raises(ValueError, match="Build the buffer with the saved capacity"):
         large.load_state_dict(small.state_dict())
 
 
 def test_memory_is_reported_in_bytes() -> None:
     buffer = SequenceReplayBuffer(1_000, num_envs=4, observation_space=BOX,
-                                  action_space=gym.spaces.Box(-1, 1, (2,), np.float32))
+                                  action_space=gym.spaces.Box(-1, 1, (2,), np.float32),
+                                  sequence_length=10)
     # per row: 1 float32 observation, 2 float32 actions, reward and three flags
     assert buffer.nbytes == 1_000 * 4 * (1 + 2 + 4)
 
@@ -139,3 +143,8 @@ def test_real_pendulum_steps_through_the_runner_are_stored_with_their_episode_ma
     batch = buffer.sample(8, 50)
     assert batch.observations.shape == (8, 50, 3) and batch.actions.shape == (8, 50, 1)
     assert torch.isfinite(batch.observations).all()
+
+
+def test_a_sequence_longer_than_a_ring_is_refused_at_construction() -> None:
+    with pytest.raises(ValueError, match="sequence_length 50 is longer than a ring"):
+        SequenceReplayBuffer(80, num_envs=2, observation_space=BOX, action_space=ACTIONS)

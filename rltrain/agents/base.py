@@ -11,10 +11,11 @@ import gymnasium as gym
 import torch
 from torch import nn
 
+from rltrain.buffers.replay import ReplayBuffer
 from rltrain.components import Progress
 
 if TYPE_CHECKING:
-    from rltrain.buffers.replay import ReplayBatch
+    from rltrain.buffers import Buffer
     from rltrain.events.events import MetricValue
     from rltrain.optim import Optimization
     from rltrain.trainer import Trainer
@@ -145,13 +146,24 @@ class LearningAgent(nn.Module, ABC):
         """The optimizers, by the name ``training_step`` passes to ``optim.step``."""
 
     @abstractmethod
-    def training_step(self, batch: ReplayBatch, optim: Optimization) -> dict[str, MetricValue]:
-        """One gradient step on ``batch``; returns metrics (floats or detached scalar tensors)."""
+    def training_step(self, batch: Any, optim: Optimization) -> dict[str, MetricValue]:
+        """One gradient step on ``batch`` (what the buffer of :meth:`make_buffer` samples: a
+        :class:`~rltrain.buffers.ReplayBatch` by default); returns metrics (floats or
+        detached scalar tensors)."""
 
     @abstractmethod
     def policy(self, device: torch.device) -> Policy:
         """The acting policy on ``device``: sharing this agent's modules when ``device`` is its
         own, otherwise a copy that the strategy refreshes with :meth:`sync_policy`."""
+
+    def make_buffer(self, capacity: int, *, num_envs: int, observation_space: gym.Space[Any],
+                    action_space: gym.Space[Any], seed: int, device: torch.device) -> Buffer:
+        """The replay this agent learns from, made by the off-policy strategy (``capacity`` is
+        its ``buffer_size``). Default: a uniform :class:`~rltrain.buffers.ReplayBuffer` of
+        transitions. A world-model agent returns a
+        :class:`~rltrain.buffers.SequenceReplayBuffer` of sequences instead."""
+        return ReplayBuffer(capacity, observation_space=observation_space,
+                            action_space=action_space, seed=seed, device=device)
 
     def hparams(self) -> dict[str, float | int | str | bool]:
         """The agent's hyperparameters for TensorBoard, as ``{"agent/<name>": value}``.

@@ -1,6 +1,39 @@
 """Experience storage: uniform replay (off-policy agents) and sequence replay (Dreamer)."""
 
+from typing import TYPE_CHECKING, Any, Protocol
+
 from rltrain.buffers.replay import ReplayBatch, ReplayBuffer
 from rltrain.buffers.sequence import SequenceBatch, SequenceReplayBuffer
 
-__all__ = ["ReplayBatch", "ReplayBuffer", "SequenceBatch", "SequenceReplayBuffer"]
+if TYPE_CHECKING:
+    from rltrain.runner import Transitions
+
+
+class Buffer(Protocol):
+    """What the off-policy strategy needs of the buffer an agent declares
+    (``LearningAgent.make_buffer``): :class:`ReplayBuffer` and :class:`SequenceReplayBuffer`."""
+
+    def add(self, transitions: "Transitions") -> None:
+        """Store one vector step."""
+
+    def can_sample(self) -> bool:
+        """True once :meth:`sample` can return a batch."""
+
+    def sample(self, batch_size: int) -> Any:
+        """A batch for the agent's ``training_step``."""
+
+    def __len__(self) -> int:
+        """What it holds (transitions or rows)."""
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes of storage."""
+
+    def state_dict(self) -> dict[str, Any]:
+        """Its state, for checkpoints."""
+
+    def load_state_dict(self, state: dict[str, Any], /) -> None:
+        """Restore :meth:`state_dict`'s output."""
+
+
+__all__ = ["Buffer", "ReplayBatch", "ReplayBuffer", "SequenceBatch", "SequenceReplayBuffer"]

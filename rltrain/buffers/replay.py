@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import os
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import gymnasium as gym
 import numpy as np
 import torch
 
-from rltrain.runner import Transitions
+if TYPE_CHECKING:
+    from rltrain.runner import Transitions
 
 
 class ReplayBatch(NamedTuple):
@@ -124,6 +125,10 @@ class ReplayBuffer:
         self.truncated[idx] = transitions.truncated
         self.cursor = (self.cursor + n) % self.capacity
         self.size = min(self.size + n, self.capacity)
+
+    def can_sample(self) -> bool:
+        """True once the buffer holds a transition."""
+        return self.size > 0
 
     def sample(self, batch_size: int) -> ReplayBatch:
         """``batch_size`` transitions drawn uniformly with replacement."""

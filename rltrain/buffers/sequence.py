@@ -20,14 +20,16 @@ newest rows to the oldest ones they overwrote.
 
 from __future__ import annotations
 
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import gymnasium as gym
 import numpy as np
 import torch
 
 from rltrain.buffers.replay import check_fits, storage_dtypes
-from rltrain.runner import Transitions
+
+if TYPE_CHECKING:
+    from rltrain.runner import Transitions
 
 
 class SequenceBatch(NamedTuple):
@@ -57,20 +59,27 @@ class SequenceReplayBuffer:
         num_envs: Sub-environments writing to it (one ring each).
         observation_space: The sub-env's observation space.
         action_space: The sub-env's action space.
+        sequence_length: Rows per sampled sequence (``sample``'s default). Default 50.
         seed: Seed of the sampling generator. Default 0.
         device: Where sampled batches go. Default CPU.
     """
 
     def __init__(self, capacity: int, *, num_envs: int, observation_space: gym.Space[Any],
-                 action_space: gym.Space[Any], seed: int = 0,
+                 action_space: gym.Space[Any], sequence_length: int = 50, seed: int = 0,
                  device: torch.device | str = "cpu") -> None:
         if num_envs < 1:
             raise ValueError(f"num_envs must be >= 1; got {num_envs}.")
+        if sequence_length < 1:
+            raise ValueError(f"sequence_length must be >= 1; got {sequence_length}.")
         per_env = capacity // num_envs
         if per_env < 2:
             raise ValueError(f"SequenceReplayBuffer capacity {capacity:,} gives {per_env} rows "
                              f"per env for {num_envs} envs; it needs at least 2 per env.")
+        if sequence_length > per_env:
+            raise ValueError(f"sequence_length {sequence_length} is longer than a ring "
+                             f"({per_env} rows per env); raise the capacity or shorten it.")
         self.capacity, self.num_envs, self.per_env = per_env * num_envs, num_envs, per_env
+        self.sequence_length = sequence_length
         self.device = torch.device(device)
         obs_dtype, act_dtype = storage_dtypes(observation_space, action_space)
         rings = (num_envs, per_env)
@@ -122,13 +131,15 @@ class SequenceReplayBuffer:
         self.cursor[envs] = (rows + 1) % self.per_env
         self.filled[envs] = np.minimum(self.filled[envs] + 1, self.per_env)
 
-    def can_sample(self, length: int) -> bool:
-        """True once some sub-env holds ``length`` consecutive rows."""
-        return bool((self.filled >= length).any())
+    def can_sample(self, length: int | None = None) -> bool:
+        """True once some sub-env holds ``length`` (default ``sequence_length``) rows."""
+        return bool((self.filled >= (length or self.sequence_length)).any())
 
-    def sample(self, batch_size: int, length: int) -> SequenceBatch:
-        """``batch_size`` sequences of ``length`` consecutive rows, uniform over the windows
-        that lie within one env's valid rows (so each stored row is about equally likely)."""
+    def sample(self, batch_size: int, length: int | None = None) -> SequenceBatch:
+        """``batch_size`` sequences of ``length`` (default ``sequence_length``) consecutive
+        rows, uniform over the windows that lie within one env's valid rows (so each stored
+        row is about equally likely)."""
+        length = length or self.sequence_length
         windows = np.maximum(self.filled - length + 1, 0)
         total = int(windows.sum())
         if total == 0:

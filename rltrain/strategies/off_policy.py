@@ -9,7 +9,6 @@ import gymnasium as gym
 from typing_extensions import override
 
 from rltrain.agents.base import LearningAgent, Policy
-from rltrain.buffers.replay import ReplayBuffer
 from rltrain.checkpoint import SavedCheckpoint, Stateful, resume, training_state
 from rltrain.components import RLComponents
 from rltrain.envs import EnvInit, Vectorization, make_vector_env
@@ -134,9 +133,9 @@ class _OffPolicyRun:
         obs_space, act_space = envs.single_observation_space, envs.single_action_space
         agent.setup(observation_space=obs_space, action_space=act_space,
                     device=components.device, progress=progress, dtype=components.dtype)
-        self.buffer = ReplayBuffer(cfg.buffer_size, observation_space=obs_space,
-                                   action_space=act_space, seed=cfg.seed,
-                                   device=components.device)
+        self.buffer = agent.make_buffer(cfg.buffer_size, num_envs=cfg.num_envs,
+                                        observation_space=obs_space, action_space=act_space,
+                                        seed=cfg.seed, device=components.device)
         self.optim = Optimization.for_run(agent.configure_optimizers(), components)
         self.policy = agent.policy(components.inference_device)
         self.syncs_policy = components.inference_device != components.device
@@ -166,7 +165,8 @@ class _OffPolicyRun:
             # Learn once the buffer holds warmup_steps transitions (after a resume, too), one
             # round per train_interval boundary crossed (several when num_envs > train_interval).
             rounds = after // cfg.train_interval - before // cfg.train_interval
-            if rounds and len(self.buffer) >= min(cfg.warmup_steps, cfg.buffer_size):
+            if (rounds and len(self.buffer) >= min(cfg.warmup_steps, cfg.buffer_size)
+                    and self.buffer.can_sample()):
                 progress.pending_gradient_steps += rounds * cfg.train_steps
                 self.train_pending()
 
