@@ -30,6 +30,7 @@ from omegaconf.errors import ConfigKeyError, OmegaConfBaseException, ValidationE
 
 from rltrain.agents.base import LearningAgent
 from rltrain.agents.dqn import DQN, DQNConfig
+from rltrain.agents.dreamer import Dreamer, DreamerConfig
 from rltrain.components import EvaluationSettings, RLComponents
 from rltrain.envs import EnvInit, EnvSpec, check_env_id
 from rltrain.strategies.base import RLStrategy
@@ -140,7 +141,9 @@ def registered(name: str, cls: type, config: type, summary: str) -> Registered:
 #: Agents by the ``agent.name`` that selects them.
 AGENTS: dict[str, Registered] = {
     "dqn": registered("dqn", DQN, DQNConfig,
-                     "Deep Q-Network (double Q, dueling option); discrete actions"),
+                      "Deep Q-Network (double Q, dueling option); discrete actions"),
+    "dreamer": registered("dreamer", Dreamer, DreamerConfig,
+                          "world model + actor-critic in imagination; vector observations"),
 }
 
 #: Strategies by the ``strategy.name`` that selects them.

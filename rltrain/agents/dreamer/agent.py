@@ -1,0 +1,283 @@
+"""Dreamer: learn a world model from replayed sequences, and an actor and critic in its
+imagination (DreamerV1, arXiv:1912.01603, Algorithm 1, with DreamerV3's symlog, KL balance and
+return normalisation). One ``training_step`` steps three optimizers in order: the world model,
+then the actor, then the critic."""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import nn
+from typing_extensions import override
+
+from rltrain.agents.base import LearningAgent, Policy, PolicyState, PolicyStep, SpaceError
+from rltrain.agents.dreamer.behavior import Actor, ReturnScale, imagine, lambda_returns
+from rltrain.agents.dreamer.world_model import State, WorldModel, symexp
+from rltrain.agents.networks import mlp
+from rltrain.buffers import Buffer, SequenceBatch, SequenceReplayBuffer
+from rltrain.events.events import MetricValue, flatten_hparams
+from rltrain.optim import Optimization, adam
+
+
+@dataclass
+class DreamerConfig:
+    """Dreamer hyperparameters (DreamerV1's, Appendix A, sized for small vector tasks).
+
+    Attributes:
+        deter_size: GRU state size ``h``. Default 200.
+        stoch_size: Gaussian latent size ``z``. Default 30.
+        hidden_size: Width of every MLP layer and of the embedding. Default 200.
+        layers: Hidden layers of the encoder, decoder, heads, actor and critic. Default 2.
+        sequence_length: Rows per replayed sequence. Default 50.
+        horizon: Imagination steps ``H``. Default 15.
+        gamma: Discount. Default 0.99.
+        lambda_: λ of the λ-returns. Default 0.95.
+        free_nats: KL below this many nats is not penalised. Default 1.0.
+        kl_balance: Share of the KL gradient that trains the prior. Default 0.8.
+        model_lr: World-model Adam learning rate. Default 6e-4.
+        actor_lr: Actor learning rate. Default 8e-5.
+        critic_lr: Critic learning rate. Default 8e-5.
+        entropy_scale: Actor entropy bonus (on normalised returns). Default 3e-4.
+        critic_tau: Rate of the slow target critic that bootstraps the returns. Default 0.02.
+    """
+
+    deter_size: int = 200
+    stoch_size: int = 30
+    hidden_size: int = 200
+    layers: int = 2
+    sequence_length: int = 50
+    horizon: int = 15
+    gamma: float = 0.99
+    lambda_: float = 0.95
+    free_nats: float = 1.0
+    kl_balance: float = 0.8
+    model_lr: float = 6e-4
+    actor_lr: float = 8e-5
+    critic_lr: float = 8e-5
+    entropy_scale: float = 3e-4
+    critic_tau: float = 0.02
+
+    def __post_init__(self) -> None:
+        checks = [
+            (min(self.deter_size, self.stoch_size, self.hidden_size, self.layers) >= 1,
+             "sizes and layers must be >= 1"),
+            (self.sequence_length >= 2, f"sequence_length must be >= 2; got "
+                                        f"{self.sequence_length}"),
+            (self.horizon >= 1, f"horizon must be >= 1; got {self.horizon}"),
+            (0.0 <= self.gamma <= 1.0 and 0.0 <= self.lambda_ <= 1.0,
+             "gamma and lambda_ must be in [0, 1]"),
+            (0.0 <= self.kl_balance <= 1.0, "kl_balance must be in [0, 1]"),
+            (min(self.model_lr, self.actor_lr, self.critic_lr) > 0, "learning rates must be > 0"),
+            (0.0 < self.critic_tau <= 1.0, "critic_tau must be in (0, 1]"),
+        ]
+        for ok, message in checks:
+            if not ok:
+                raise ValueError(f"DreamerConfig: {message}.")
+
+    @property
+    def hidden(self) -> list[int]:
+        """The hidden layer widths of every MLP."""
+        return [self.hidden_size] * self.layers
+
+
+class DreamerPolicy(Policy):
+    """Carries each env's latent state and previous action; filters observations through the
+    posterior and acts with the actor (a sample while collecting, the mode in evaluation)."""
+
+    def __init__(self, agent: Dreamer) -> None:
+        super().__init__()
+        self.world_model, self.actor = agent.world_model, agent.actor
+        self.to_env = agent.to_env_action
+        self.action_size = agent.action_size
+
+    @override
+    def act(self, obs: torch.Tensor, state: PolicyState, deterministic: bool) -> PolicyStep:
+        assert isinstance(state, tuple)
+        h, z, action = state
+        rssm = self.world_model.rssm
+        latent = State(h, z, z, torch.ones_like(z))
+        _, posterior = rssm.obs_step(latent, action, self.world_model.embed(obs),
+                                     torch.zeros(obs.shape[0], device=obs.device),
+                                     sample=not deterministic)
+        policy = self.actor(posterior.features())
+        if deterministic:
+            action = Actor.mode(policy, self.actor.discrete)
+        else:
+            action = policy.sample()
+        return PolicyStep(self.to_env(action), (posterior.h, posterior.z, action), {})
+
+    @override
+    def initial_state(self, num_envs: int) -> PolicyState:
+        rssm = self.world_model.rssm
+        device = next(self.actor.parameters()).device
+        start = rssm.initial(num_envs, device)
+        return start.h, start.z, torch.zeros(num_envs, self.action_size, device=device)
+
+    @override
+    def reset_state(self, state: PolicyState, done: torch.Tensor) -> PolicyState:
+        assert isinstance(state, tuple)
+        keep = (~done.to(state[0].device)).float().unsqueeze(-1)
+        return tuple(part * keep for part in state)
+
+
+class Dreamer(LearningAgent):
+    """A world model and an actor-critic trained in its imagination, for vector observations
+    and discrete or continuous (``Box``) actions.
+
+    Args:
+        config: Hyperparameters. Default: :class:`DreamerConfig` ().
+    """
+
+    world_model: WorldModel
+    action_mid: torch.Tensor
+    action_half: torch.Tensor
+    actor: Actor
+    critic: nn.Sequential
+    target_critic: nn.Sequential
+    return_scale: ReturnScale
+
+    def __init__(self, config: DreamerConfig | None = None) -> None:
+        super().__init__()
+        self.config = config if config is not None else DreamerConfig()
+        self.discrete = False
+        self.action_size = 0
+
+    @override
+    def check_spaces(self, observation_space: gym.Space[Any], action_space: gym.Space[Any]) -> None:
+        if not (isinstance(observation_space, gym.spaces.Box)
+                and len(observation_space.shape) == 1):
+            raise SpaceError(f"Dreamer needs a flat Box observation space (a vector); got "
+                             f"{observation_space}. Flatten it, or encode images first.")
+        if not isinstance(action_space, (gym.spaces.Box, gym.spaces.Discrete)):
+            raise SpaceError(f"Dreamer needs a Box or Discrete action space; got "
+                             f"{action_space}.")
+        if isinstance(action_space, gym.spaces.Box) and not (
+                np.isfinite(action_space.low).all() and np.isfinite(action_space.high).all()):
+            raise SpaceError(f"Dreamer scales its tanh actions to the action bounds, which must "
+                             f"be finite; got {action_space}. Wrap the env with "
+                             "gymnasium.wrappers.RescaleAction.")
+
+    @override
+    def build(self, observation_space: gym.Space[Any], action_space: gym.Space[Any]) -> None:
+        c = self.config
+        self.discrete = isinstance(action_space, gym.spaces.Discrete)
+        if isinstance(action_space, gym.spaces.Discrete):
+            self.action_size = int(action_space.n)
+            low = high = np.zeros(1, np.float32)
+        else:
+            assert isinstance(action_space, gym.spaces.Box)
+            self.action_size = int(np.prod(action_space.shape))
+            low, high = action_space.low.astype(np.float32), action_space.high.astype(np.float32)
+        self.register_buffer("action_mid", torch.as_tensor((high + low) / 2))
+        self.register_buffer("action_half", torch.as_tensor((high - low) / 2))
+        obs_size = int(np.prod(observation_space.shape or (1,)))
+        self.world_model = WorldModel(obs_size=obs_size, action_size=self.action_size,
+                                      deter_size=c.deter_size, stoch_size=c.stoch_size,
+                                      hidden_size=c.hidden_size, layers=c.layers)
+        features = c.deter_size + c.stoch_size
+        self.actor = Actor(features, self.action_size, c.hidden, discrete=self.discrete)
+        self.critic = mlp(features, c.hidden, 1, nn.ELU)
+        self.target_critic = copy.deepcopy(self.critic).requires_grad_(False)
+        self.return_scale = ReturnScale()
+
+    def to_env_action(self, action: torch.Tensor) -> torch.Tensor:
+        """The actor's action as the env takes it: an index, or scaled to the bounds."""
+        if self.discrete:
+            return action.argmax(-1)
+        return self.action_mid + self.action_half * action
+
+    def from_env_action(self, action: torch.Tensor) -> torch.Tensor:
+        """The env's action as the world model reads it: one-hot, or in ``[-1, 1]``."""
+        if self.discrete:
+            return F.one_hot(action.long(), self.action_size).float()
+        return (action - self.action_mid) / self.action_half
+
+    @override
+    def make_buffer(self, capacity: int, *, num_envs: int, observation_space: gym.Space[Any],
+                    action_space: gym.Space[Any], seed: int, device: torch.device) -> Buffer:
+        return SequenceReplayBuffer(capacity, num_envs=num_envs,
+                                    observation_space=observation_space,
+                                    action_space=action_space,
+                                    sequence_length=self.config.sequence_length, seed=seed,
+                                    device=device)
+
+    @override
+    def hparams(self) -> dict[str, float | int | str | bool]:
+        return flatten_hparams("agent", self.config)
+
+    @override
+    def configure_optimizers(self) -> dict[str, torch.optim.Optimizer]:
+        c = self.config
+        return {"world_model": adam(self.world_model.parameters(), lr=c.model_lr, eps=1e-5),
+                "actor": adam(self.actor.parameters(), lr=c.actor_lr, eps=1e-5),
+                "critic": adam(self.critic.parameters(), lr=c.critic_lr, eps=1e-5)}
+
+    @override
+    def training_step(self, batch: SequenceBatch, optim: Optimization) -> dict[str, MetricValue]:
+        c = self.config
+        # 1. World model (Eq. 10) on the replayed sequences.
+        losses, posteriors = self.world_model.loss(
+            batch.observations, self.from_env_action(batch.actions), batch.rewards,
+            batch.is_first, batch.is_terminal, free_nats=c.free_nats, kl_balance=c.kl_balance)
+        optim.step("world_model", losses.total)
+
+        # 2. Actor: imagine H steps from every posterior state (detached: the world model is
+        # not trained by the behaviour losses), maximise the λ-returns (Eq. 7).
+        start = State(*(part.detach().flatten(0, 1) for part in posteriors))
+        rollout = imagine(self.world_model.rssm, self.actor, start, c.horizon)
+        # Step t goes from s_t to s_{t+1}: its reward and continue probability are predicted at
+        # s_{t+1} (the arrival convention of the replay); values come from the slow critic.
+        wm = self.world_model
+        rewards = symexp(wm.reward_head(rollout.features[1:]).squeeze(-1))
+        discounts = c.gamma * torch.sigmoid(wm.continue_head(rollout.features[1:]).squeeze(-1))
+        values = self.target_critic(rollout.features).squeeze(-1)  # v(s_0) ... v(s_H)
+        returns = lambda_returns(rewards, values[:-1], discounts, values[-1], c.lambda_)
+        # Discount weights: an imagined step counts as much as the chance of still being
+        # in the episode there (Appendix A); no gradient through them.
+        weights = torch.cumprod(torch.cat([torch.ones_like(discounts[:1]), discounts[:-1]]),
+                                dim=0).detach()
+        scale = self.return_scale.update(returns)
+        if self.discrete:  # REINFORCE with the critic as baseline (DreamerV2, Eq. 9)
+            baseline = self.critic(rollout.features[:-1]).squeeze(-1)
+            advantage = ((returns - baseline) / scale).detach()
+            objective = rollout.log_probs * advantage
+        else:  # dynamics backpropagation (DreamerV1, Eq. 7)
+            objective = returns / scale
+        actor_loss = -(weights * (objective + c.entropy_scale * rollout.entropies)).mean()
+        optim.step("actor", actor_loss)
+
+        # 3. Critic: regress the λ-returns from the imagined states (Eq. 8).
+        values_now = self.critic(rollout.features[:-1].detach()).squeeze(-1)
+        critic_loss = 0.5 * (weights * (values_now - returns.detach()).pow(2)).mean()
+        optim.step("critic", critic_loss)
+        self._update_target_critic()
+        return {
+            "world_model/loss": losses.total.detach(),
+            "world_model/reconstruction": losses.reconstruction.detach(),
+            "world_model/reward": losses.reward.detach(),
+            "world_model/continue": losses.continuation.detach(),
+            "world_model/kl": losses.kl.detach(),
+            "actor/loss": actor_loss.detach(),
+            "actor/entropy": rollout.entropies.detach().mean(),
+            "critic/loss": critic_loss.detach(),
+            "imagined_return": returns.detach().mean(),
+        }
+
+    @torch.no_grad()
+    def _update_target_critic(self) -> None:
+        for target, online in zip(self.target_critic.parameters(), self.critic.parameters(),
+                                  strict=True):
+            target.lerp_(online, self.config.critic_tau)
+
+    @override
+    def policy(self, device: torch.device) -> DreamerPolicy:
+        if torch.device(device) != self.device:
+            return DreamerPolicy(copy.deepcopy(self).to(device))
+        return DreamerPolicy(self)
+

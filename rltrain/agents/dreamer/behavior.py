@@ -1,0 +1,142 @@
+"""Dreamer's behaviour: an actor and a critic learned from rollouts imagined by the world model.
+
+DreamerV1 (arXiv:1912.01603), Sec. 4: from each posterior state of the replayed batch, the
+actor imagines ``horizon`` steps in the model's latent space; the critic regresses the
+λ-returns of those rollouts (Eq. 6), and the actor maximises them (Eq. 7), through the
+model's dynamics for continuous actions and with REINFORCE for discrete ones (DreamerV2,
+Sec. 2.3). Returns are divided by their 5th-95th percentile range (DreamerV3, Sec. 3), so one
+entropy scale suits rewards of any size.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+from torch.distributions import Distribution, Independent, Normal, OneHotCategorical
+from torch.distributions.transformed_distribution import TransformedDistribution
+from torch.distributions.transforms import TanhTransform
+
+from rltrain.agents.dreamer.world_model import RSSM, State
+from rltrain.agents.networks import mlp
+
+
+def lambda_returns(rewards: torch.Tensor, values: torch.Tensor, discounts: torch.Tensor,
+                   bootstrap: torch.Tensor, lambda_: float) -> torch.Tensor:
+    """λ-returns along the first (time) dimension (DreamerV1, Eq. 6):
+
+        R_t = r_t + d_t ((1 - λ) v(s_{t+1}) + λ R_{t+1}),   R_H = v(s_H) = ``bootstrap``
+
+    where ``r_t`` and ``d_t`` are the reward and discount (γ times the continue probability)
+    of step ``t`` (from ``s_t`` to ``s_{t+1}``), and ``values[t]`` is ``v(s_t)``. Shapes:
+    ``[H, N]`` in, ``[H, N]`` out.
+    """
+    next_values = torch.cat([values[1:], bootstrap.unsqueeze(0)], dim=0)
+    returns = []
+    last = bootstrap
+    for t in reversed(range(rewards.shape[0])):
+        last = rewards[t] + discounts[t] * ((1.0 - lambda_) * next_values[t] + lambda_ * last)
+        returns.append(last)
+    return torch.stack(returns[::-1], dim=0)
+
+
+class Actor(nn.Module):
+    """``π(a | s)``: a tanh-squashed Gaussian in ``[-1, 1]`` (continuous actions) or a
+    categorical over one-hot actions (discrete)."""
+
+    def __init__(self, feature_size: int, action_size: int, hidden: list[int], *,
+                 discrete: bool, min_std: float = 0.1) -> None:
+        super().__init__()
+        self.discrete, self.min_std = discrete, min_std
+        self.net = mlp(feature_size, hidden, action_size if discrete else 2 * action_size,
+                       nn.ELU)
+
+    def forward(self, features: torch.Tensor) -> Distribution:
+        out = self.net(features)
+        if self.discrete:
+            return OneHotCategorical(logits=out)
+        mean, std = out.chunk(2, dim=-1)
+        # DreamerV1's squashed Gaussian: the mean scaled into tanh's working range
+        base = Normal(5.0 * torch.tanh(mean / 5.0), F.softplus(std) + self.min_std)
+        return Independent(TransformedDistribution(base, TanhTransform(cache_size=1)), 1)
+
+    @staticmethod
+    def mode(distribution: Distribution, discrete: bool) -> torch.Tensor:
+        """The greedy action: the most likely one-hot, or the squashed Gaussian's mean."""
+        if discrete:
+            assert isinstance(distribution, OneHotCategorical)
+            probs = distribution.probs
+            return F.one_hot(probs.argmax(-1), probs.shape[-1]).to(probs.dtype)
+        assert isinstance(distribution, Independent)
+        base = distribution.base_dist
+        assert isinstance(base, TransformedDistribution)
+        return torch.tanh(base.base_dist.mean)
+
+
+class Imagination(NamedTuple):
+    """An imagined rollout, ``[H + 1, N, ...]`` states and ``[H, N, ...]`` actions."""
+
+    features: torch.Tensor
+    actions: torch.Tensor
+    log_probs: torch.Tensor
+    entropies: torch.Tensor
+
+
+def imagine(rssm: RSSM, actor: Actor, start: State, horizon: int) -> Imagination:
+    """Roll the prior forward ``horizon`` steps from ``start`` with actions from ``actor``.
+
+    Continuous actions are reparameterised samples, so the returns' gradient reaches the actor
+    through the dynamics; discrete ones are straight samples, for REINFORCE.
+    """
+    state, features = start, [start.features()]
+    actions, log_probs, entropies = [], [], []
+    for _ in range(horizon):
+        policy = actor(features[-1].detach())
+        action = policy.sample() if actor.discrete else policy.rsample()
+        log_probs.append(policy.log_prob(action.detach()))
+        entropies.append(_entropy(policy, action))
+        state = rssm.img_step(state, action)
+        features.append(state.features())
+        actions.append(action)
+    return Imagination(torch.stack(features), torch.stack(actions), torch.stack(log_probs),
+                       torch.stack(entropies))
+
+
+def _entropy(policy: Distribution, action: torch.Tensor) -> torch.Tensor:
+    # A tanh-squashed Gaussian has no closed-form entropy: use -log π(a) of the sample.
+    if isinstance(policy, OneHotCategorical):
+        entropy: torch.Tensor = policy.entropy()  # type: ignore[no-untyped-call]
+        return entropy
+    return -policy.log_prob(action)
+
+
+class ReturnScale(nn.Module):
+    """DreamerV3's return normaliser: an EMA of the 5th-95th percentile range of the
+    λ-returns, at least 1 (small returns are not scaled up)."""
+
+    low: torch.Tensor
+    high: torch.Tensor
+    initialized: torch.Tensor
+
+    def __init__(self, decay: float = 0.99) -> None:
+        super().__init__()
+        self.decay = decay
+        self.register_buffer("low", torch.zeros(()))
+        self.register_buffer("high", torch.zeros(()))
+        self.register_buffer("initialized", torch.zeros((), dtype=torch.bool))
+
+    @torch.no_grad()
+    def update(self, returns: torch.Tensor) -> torch.Tensor:
+        """Fold in a batch of returns; returns the current scale."""
+        flat = returns.detach().float().flatten()
+        low, high = torch.quantile(flat, 0.05), torch.quantile(flat, 0.95)
+        if not bool(self.initialized):
+            self.low.copy_(low)
+            self.high.copy_(high)
+            self.initialized.fill_(True)
+        else:
+            self.low.lerp_(low, 1.0 - self.decay)
+            self.high.lerp_(high, 1.0 - self.decay)
+        return torch.clamp(self.high - self.low, min=1.0)
