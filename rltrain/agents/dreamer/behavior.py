@@ -95,8 +95,11 @@ def imagine(rssm: RSSM, actor: Actor, start: State, horizon: int) -> Imagination
     for _ in range(horizon):
         policy = actor(features[-1].detach())
         action = policy.sample() if actor.discrete else policy.rsample()
-        log_probs.append(policy.log_prob(action.detach()))
-        entropies.append(_entropy(policy, action))
+        # log π(a) of the sample itself: the tanh transform's cache then inverts it exactly
+        # (recomputing atanh of a detached copy overflows where the action saturates at ±1).
+        log_prob = policy.log_prob(action)
+        log_probs.append(log_prob)
+        entropies.append(_entropy(policy, log_prob))
         state = rssm.img_step(state, action)
         features.append(state.features())
         actions.append(action)
@@ -104,12 +107,12 @@ def imagine(rssm: RSSM, actor: Actor, start: State, horizon: int) -> Imagination
                        torch.stack(entropies))
 
 
-def _entropy(policy: Distribution, action: torch.Tensor) -> torch.Tensor:
+def _entropy(policy: Distribution, log_prob: torch.Tensor) -> torch.Tensor:
     # A tanh-squashed Gaussian has no closed-form entropy: use -log π(a) of the sample.
     if isinstance(policy, OneHotCategorical):
         entropy: torch.Tensor = policy.entropy()  # type: ignore[no-untyped-call]
         return entropy
-    return -policy.log_prob(action)
+    return -log_prob
 
 
 class ReturnScale(nn.Module):
