@@ -1,5 +1,6 @@
 """Shared test settings: one torch thread (small MLPs, 2-core CI), and ``QUIET``."""
 
+from collections.abc import Collection
 from typing import Any
 
 import torch
@@ -10,3 +11,21 @@ torch.set_num_threads(1)
 #: or metrics.jsonl); checkpoints and summary.json are still written.
 QUIET: dict[str, Any] = dict(logger=False, enable_progress_bar=False, enable_console=False,
                              enable_metrics_file=False)
+
+
+def assert_same_tensors(a: Any, b: Any, where: str = "", skip: Collection[str] = ()) -> None:
+    """Assert two checkpoint parts are equal, tensors bit for bit, naming the first difference;
+    dict keys in ``skip`` are left out."""
+    if isinstance(a, torch.Tensor):
+        assert isinstance(b, torch.Tensor) and torch.equal(a, b), where
+    elif isinstance(a, dict):
+        assert set(a) == set(b), where
+        for key in a:
+            if key not in skip:
+                assert_same_tensors(a[key], b[key], f"{where}/{key}", skip)
+    elif isinstance(a, (list, tuple)):
+        assert len(a) == len(b), where
+        for i, (x, y) in enumerate(zip(a, b, strict=True)):
+            assert_same_tensors(x, y, f"{where}[{i}]", skip)
+    else:
+        assert a == b, f"{where}: {a!r} != {b!r}"

@@ -9,7 +9,7 @@ from typing import Any
 import gymnasium as gym
 import pytest
 import torch
-from conftest import QUIET
+from conftest import QUIET, assert_same_tensors
 
 from rltrain import OffPolicyConfig, OffPolicyStrategy, Trainer
 from rltrain.agents.dreamer import Dreamer, DreamerConfig
@@ -181,22 +181,8 @@ def test_dreamer_resumes_bit_for_bit(resumed: tuple[dict[str, Any], dict[str, An
                                      part: str) -> None:
     straight, split = resumed
     assert straight["progress"]["env_steps"] == split["progress"]["env_steps"] == 600
-    _assert_same(straight[part], split[part], part)
-
-
-def _assert_same(a: Any, b: Any, where: str) -> None:
-    if isinstance(a, torch.Tensor):
-        assert torch.equal(a, b), where
-    elif isinstance(a, dict):
-        assert set(a) == set(b), where
-        for key in a:
-            if key != "envs":  # pickled sub-envs: compared by the DQN resume test
-                _assert_same(a[key], b[key], f"{where}/{key}")
-    elif isinstance(a, (list, tuple)):
-        for i, (x, y) in enumerate(zip(a, b, strict=True)):
-            _assert_same(x, y, f"{where}[{i}]")
-    else:
-        assert a == b, where
+    # the pickled sub-envs are compared attribute by attribute by the DQN resume test
+    assert_same_tensors(straight[part], split[part], part, skip={"envs"})
 
 
 def test_discrete_actions_train_with_reinforce(tmp_path: Path) -> None:

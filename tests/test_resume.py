@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 import pytest
 import torch
-from conftest import QUIET
+from conftest import QUIET, assert_same_tensors
 
 from rltrain import DQN, DQNConfig, OffPolicyConfig, OffPolicyStrategy, Trainer
 from rltrain.checkpoint import Checkpointer, atomic_save
@@ -64,21 +64,6 @@ def env_snapshot(data: torch.Tensor) -> list[Any]:
                 snapshot.append((type(layer).__name__, key, repr(value)))
             layer = getattr(layer, "env", None)
     return snapshot
-
-
-def assert_same_tensors(a: Any, b: Any, where: str = "") -> None:
-    if isinstance(a, torch.Tensor):
-        assert isinstance(b, torch.Tensor) and torch.equal(a, b), where
-    elif isinstance(a, dict):
-        assert set(a) == set(b), where
-        for key in a:
-            assert_same_tensors(a[key], b[key], f"{where}/{key}")
-    elif isinstance(a, (list, tuple)):
-        assert len(a) == len(b), where
-        for i, (x, y) in enumerate(zip(a, b, strict=True)):
-            assert_same_tensors(x, y, f"{where}[{i}]")
-    else:
-        assert a == b, f"{where}: {a!r} != {b!r}"
 
 
 @pytest.fixture(scope="module")

@@ -10,7 +10,7 @@ from typing import Any
 import gymnasium as gym
 import pytest
 import torch
-from conftest import QUIET
+from conftest import QUIET, assert_same_tensors
 from torch import nn
 
 from rltrain import LearningAgent, OffPolicyConfig, OffPolicyStrategy, Policy, Trainer
@@ -130,17 +130,4 @@ def test_a_run_with_a_sequence_buffer_resumes_bit_for_bit(
     resumed: tuple[dict[str, Any], dict[str, Any]], part: str,
 ) -> None:
     straight, split = resumed
-    a, b = straight[part], split[part]
-    if isinstance(a, dict):
-        for key, value in a.items():
-            if isinstance(value, torch.Tensor):
-                assert torch.equal(value, b[key]), f"{part}/{key}"
-            elif key != "optimizers":
-                assert value == b[key], f"{part}/{key}"
-        if part == "optimization":
-            for name, opt in a["optimizers"].items():
-                for index, values in opt["state"].items():
-                    for key, value in values.items():
-                        assert torch.equal(value, b["optimizers"][name]["state"][index][key])
-    else:
-        assert a == b
+    assert_same_tensors(straight[part], split[part], part)
