@@ -18,7 +18,7 @@ from typing_extensions import override
 
 from rltrain.agents.base import LearningAgent, Policy, PolicyState, PolicyStep, SpaceError
 from rltrain.agents.dreamer.behavior import Actor, ReturnScale, imagine, lambda_returns
-from rltrain.agents.dreamer.world_model import State, WorldModel, symexp
+from rltrain.agents.dreamer.world_model import State, WorldModel, symexp, symlog
 from rltrain.agents.networks import mlp
 from rltrain.buffers import Buffer, SequenceBatch, SequenceReplayBuffer
 from rltrain.events.events import MetricValue, flatten_hparams
@@ -236,7 +236,7 @@ class Dreamer(LearningAgent):
         wm = self.world_model
         rewards = symexp(wm.reward_head(rollout.features[1:]).squeeze(-1))
         discounts = c.gamma * torch.sigmoid(wm.continue_head(rollout.features[1:]).squeeze(-1))
-        values = self.target_critic(rollout.features).squeeze(-1)  # v(s_0) ... v(s_H)
+        values = self.value(self.target_critic, rollout.features)  # v(s_0) ... v(s_H)
         returns = lambda_returns(rewards, values[:-1], discounts, values[-1], c.lambda_)
         # Discount weights: an imagined step counts as much as the chance of still being
         # in the episode there (Appendix A); no gradient through them.
@@ -244,7 +244,7 @@ class Dreamer(LearningAgent):
                                 dim=0).detach()
         scale = self.return_scale.update(returns)
         if self.discrete:  # REINFORCE with the critic as baseline (DreamerV2, Eq. 9)
-            baseline = self.critic(rollout.features[:-1]).squeeze(-1)
+            baseline = self.value(self.critic, rollout.features[:-1])
             advantage = ((returns - baseline) / scale).detach()
             objective = rollout.log_probs * advantage
         else:  # dynamics backpropagation (DreamerV1, Eq. 7)
@@ -252,9 +252,10 @@ class Dreamer(LearningAgent):
         actor_loss = -(weights * (objective + c.entropy_scale * rollout.entropies)).mean()
         optim.step("actor", actor_loss)
 
-        # 3. Critic: regress the λ-returns from the imagined states (Eq. 8).
-        values_now = self.critic(rollout.features[:-1].detach()).squeeze(-1)
-        critic_loss = 0.5 * (weights * (values_now - returns.detach()).pow(2)).mean()
+        # 3. Critic: regress the λ-returns from the imagined states (Eq. 8), in symlog space
+        # (DreamerV3, Sec. 3), so returns of any size are learned at the same pace.
+        predicted = self.critic(rollout.features[:-1].detach()).squeeze(-1)
+        critic_loss = 0.5 * (weights * (predicted - symlog(returns.detach())).pow(2)).mean()
         optim.step("critic", critic_loss)
         self._update_target_critic()
         return {
@@ -268,6 +269,11 @@ class Dreamer(LearningAgent):
             "critic/loss": critic_loss.detach(),
             "imagined_return": returns.detach().mean(),
         }
+
+    @staticmethod
+    def value(critic: nn.Module, features: torch.Tensor) -> torch.Tensor:
+        """``v(s)``: the critic predicts it in symlog space."""
+        return symexp(critic(features).squeeze(-1))
 
     @torch.no_grad()
     def _update_target_critic(self) -> None:
