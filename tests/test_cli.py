@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import os
 import shutil
 import subprocess
@@ -257,3 +258,40 @@ def test_evaluate_finds_the_checkpoints_of_a_run_with_its_own_checkpoint_dir(
     metrics = json.loads(capsys.readouterr().out)
     assert Path(metrics["checkpoint"]).parent == checkpoints
     assert metrics["eval/episodes"] == 2.0
+
+
+DREAMER_SCALARS = ("world_model/reconstruction", "world_model/reward", "world_model/continue",
+                   "world_model/kl", "actor/loss", "actor/entropy", "critic/loss",
+                   "imagined_return")
+
+
+def test_the_shipped_dreamer_config_trains_and_shows_every_loss_part(tmp_path: Path) -> None:
+    """``rltrain fit configs/dreamer_pendulum.yaml``, shortened: TensorBoard and the console show
+    the world-model loss parts, the actor and critic losses, the entropy and the imagined
+    return; ``rltrain evaluate`` reproduces the final evaluation."""
+    run_dir = tmp_path / "run"
+    config = CONFIG.parent / "dreamer_pendulum.yaml"
+    process = rltrain("fit", config, "trainer.num_steps=400", "strategy.warmup_steps=200",
+                      "strategy.train_interval=100", "strategy.train_steps=2",
+                      "strategy.batch_size=4", "agent.sequence_length=8",
+                      "trainer.eval_episodes=2", "trainer.log_interval=1",
+                      f"trainer.run_dir={run_dir}", "trainer.enable_progress_bar=false",
+                      cwd=tmp_path)
+    assert process.returncode == 0, process.stderr
+    assert process.stdout.splitlines()[0] == "Dreamer"
+    status = [line for line in process.stdout.splitlines() if line.startswith("[100.0%]")]
+    accumulator = EventAccumulator(str(run_dir))
+    accumulator.Reload()
+    for name in DREAMER_SCALARS:
+        assert f" {name}=" in status[-1], name
+        events = accumulator.Scalars(f"train/{name}")
+        assert [event.step for event in events][-1] == 400, name
+        assert all(math.isfinite(event.value) for event in events), name
+    assert accumulator.Scalars("eval/return_mean")[-1].step == 400
+    saved = OmegaConf.load(run_dir / "config.yaml")
+    assert saved.agent.name == "dreamer" and saved.env.id == "Pendulum-v1"
+    evaluated = rltrain("evaluate", run_dir, "--episodes", "2", cwd=tmp_path)
+    assert evaluated.returncode == 0, evaluated.stderr
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert (json.loads(evaluated.stdout)["eval/return_mean"]
+            == summary["final_metrics"]["eval/return_mean"])
