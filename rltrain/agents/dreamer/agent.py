@@ -27,39 +27,41 @@ from rltrain.optim import Optimization, adam
 
 @dataclass
 class DreamerConfig:
-    """Dreamer hyperparameters (DreamerV1's, Appendix A, sized for small vector tasks).
+    """Dreamer hyperparameters, sized for small vector tasks on a CPU; the defaults learn
+    Pendulum-v1 (``configs/dreamer_pendulum.yaml``, docs/dreamer.md). DreamerV1's values
+    (Appendix A, for DeepMind Control from pixels) are given where they differ.
 
     Attributes:
-        deter_size: GRU state size ``h``. Default 200.
-        stoch_size: Gaussian latent size ``z``. Default 30.
-        hidden_size: Width of every MLP layer and of the embedding. Default 200.
+        deter_size: GRU state size ``h``. Default 64 (DreamerV1: 200).
+        stoch_size: Gaussian latent size ``z``. Default 16 (DreamerV1: 30).
+        hidden_size: Width of every MLP layer and of the embedding. Default 64 (DreamerV1: 200).
         layers: Hidden layers of the encoder, decoder, heads, actor and critic. Default 2.
-        sequence_length: Rows per replayed sequence. Default 50.
+        sequence_length: Rows per replayed sequence. Default 32 (DreamerV1: 50).
         horizon: Imagination steps ``H``. Default 15.
         gamma: Discount. Default 0.99.
         lambda_: λ of the λ-returns. Default 0.95.
-        free_nats: KL below this many nats is not penalised. Default 1.0.
-        kl_balance: Share of the KL gradient that trains the prior. Default 0.8.
-        model_lr: World-model Adam learning rate. Default 6e-4.
-        actor_lr: Actor learning rate. Default 8e-5.
-        critic_lr: Critic learning rate. Default 8e-5.
-        entropy_scale: Actor entropy bonus (on normalised returns). Default 3e-4.
+        free_nats: KL below this many nats is not penalised. Default 1.0 (DreamerV1: 3.0).
+        kl_balance: Share of the KL gradient that trains the prior (DreamerV2). Default 0.8.
+        model_lr: World-model Adam learning rate. Default 1e-3 (DreamerV1: 6e-4).
+        actor_lr: Actor learning rate. Default 3e-4 (DreamerV1: 8e-5).
+        critic_lr: Critic learning rate. Default 3e-4 (DreamerV1: 8e-5).
+        entropy_scale: Actor entropy bonus (on normalised returns, DreamerV3). Default 3e-4.
         critic_tau: Rate of the slow target critic that bootstraps the returns. Default 0.02.
     """
 
-    deter_size: int = 200
-    stoch_size: int = 30
-    hidden_size: int = 200
+    deter_size: int = 64
+    stoch_size: int = 16
+    hidden_size: int = 64
     layers: int = 2
-    sequence_length: int = 50
+    sequence_length: int = 32
     horizon: int = 15
     gamma: float = 0.99
     lambda_: float = 0.95
     free_nats: float = 1.0
     kl_balance: float = 0.8
-    model_lr: float = 6e-4
-    actor_lr: float = 8e-5
-    critic_lr: float = 8e-5
+    model_lr: float = 1e-3
+    actor_lr: float = 3e-4
+    critic_lr: float = 3e-4
     entropy_scale: float = 3e-4
     critic_tau: float = 0.02
 
