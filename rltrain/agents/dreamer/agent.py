@@ -280,7 +280,7 @@ class Dreamer(LearningAgent):
         """The discount-weighted squared error of the critic against the λ-returns (Eq. 8),
         in symlog space (DreamerV3, Sec. 3): returns in the hundreds are learned as fast as
         returns near one. Gradients reach the critic only."""
-        predicted = self.critic(features.detach()).squeeze(-1)
+        predicted: torch.Tensor = self.critic(features.detach()).squeeze(-1)
         return 0.5 * (weights * (predicted - symlog(returns.detach())).pow(2)).mean()
 
     @torch.no_grad()
