@@ -6,12 +6,14 @@ import json
 import os
 import subprocess
 import sys
+from dataclasses import asdict
 from pathlib import Path
 
 import pytest
 from omegaconf import OmegaConf
 
 from rltrain import DQN, DQNConfig, OffPolicyConfig, OffPolicyStrategy, Trainer
+from rltrain.agents.dreamer import DreamerConfig
 from rltrain.config import (
     AGENTS,
     ConfigError,
@@ -86,6 +88,13 @@ def test_every_shipped_config_validates_and_names_a_registered_agent() -> None:
         config = compose([name])
         assert config.agent.name in AGENTS
     assert (ROOT / "configs" / "dqn_cartpole.yaml").is_file()  # the repository's link
+
+
+def test_the_dreamer_defaults_are_the_benchmarked_pendulum_config() -> None:
+    # docs/dreamer.md: DreamerConfig() is what configs/dreamer_pendulum.yaml trains
+    composed = compose(["dreamer_pendulum"]).agent
+    for key, value in asdict(DreamerConfig()).items():
+        assert composed[key] == value, key
 
 
 def test_a_saved_config_loads_back_equal(tmp_path: Path) -> None:
