@@ -20,6 +20,7 @@ import torch
 from conftest import QUIET
 
 from rltrain import DQN, DQNConfig, OffPolicyConfig, OffPolicyStrategy, Trainer
+from rltrain.agents.dreamer import Dreamer, DreamerConfig
 from rltrain.checkpoint import Checkpointer, atomic_save
 from rltrain.envs import EnvSpec
 
@@ -148,7 +149,47 @@ CASES = [
          r" \(checkpoints, summary.json\)"),
     Case("unwritable run directory", lambda d: _unwritable(d), PermissionError,
          r"Cannot write to the run directory .*Choose a run_dir you can write to"),
+    Case("image observations for Dreamer's vector encoder",
+         lambda d: trainer(d).fit(EnvSpec("CartPole-v1", wrappers=(_as_image,)), dreamer()),
+         ValueError, r"Dreamer needs a flat Box observation space \(a vector\); got Box of "
+                     r"shape \(2, 2\)\. Flatten it \(gymnasium\.wrappers\.FlattenObservation\)"),
+    Case("unbounded continuous actions for Dreamer",
+         lambda d: trainer(d).fit(EnvSpec("Pendulum-v1", wrappers=(_unbounded,)), dreamer()),
+         ValueError, r"Dreamer scales its tanh actions to the action bounds, which must be "
+                     r"finite; got Box\(-inf, inf.*gymnasium\.wrappers\.RescaleAction"),
+    Case("Dreamer sequences longer than the replay ring",
+         lambda d: trainer(d).fit("Pendulum-v1", dreamer(sequence_length=2_000)), ValueError,
+         r"sequence_length 2000 is longer than a ring \(1000 rows per env: capacity / num_envs\);"
+         r" raise the capacity \(buffer_size\) or shorten the sequences"),
+    Case("imagination horizon < 1", lambda d: DreamerConfig(horizon=0), ValueError,
+         r"DreamerConfig: horizon must be >= 1; got 0"),
 ]
+
+
+def dreamer(**overrides: Any) -> Dreamer:
+    settings: dict[str, Any] = dict(deter_size=16, stoch_size=4, hidden_size=16,
+                                    sequence_length=8, horizon=3)
+    settings.update(overrides)
+    return Dreamer(DreamerConfig(**settings))
+
+
+def _as_image(env: gym.Env[Any, Any]) -> gym.Env[Any, Any]:
+    return gym.wrappers.ReshapeObservation(env, (2, 2))
+
+
+class _Unbounded(gym.ActionWrapper[Any, Any, Any]):
+    """Pendulum that claims to take any real torque."""
+
+    def __init__(self, env: gym.Env[Any, Any]) -> None:
+        super().__init__(env)
+        self.action_space = gym.spaces.Box(-np.inf, np.inf, (1,), np.float32)
+
+    def action(self, action: Any) -> Any:
+        return np.clip(action, -2.0, 2.0)
+
+
+def _unbounded(env: gym.Env[Any, Any]) -> gym.Env[Any, Any]:
+    return _Unbounded(env)
 
 
 def _other_agent(run_dir: Path) -> object:

@@ -77,7 +77,8 @@ class SequenceReplayBuffer:
                              f"per env for {num_envs} envs; it needs at least 2 per env.")
         if sequence_length > per_env:
             raise ValueError(f"sequence_length {sequence_length} is longer than a ring "
-                             f"({per_env} rows per env); raise the capacity or shorten it.")
+                             f"({per_env} rows per env: capacity / num_envs); raise the "
+                             "capacity (buffer_size) or shorten the sequences.")
         self.capacity, self.num_envs, self.per_env = per_env * num_envs, num_envs, per_env
         self.sequence_length = sequence_length
         self.device = torch.device(device)

@@ -154,8 +154,10 @@ class Dreamer(LearningAgent):
     def check_spaces(self, observation_space: gym.Space[Any], action_space: gym.Space[Any]) -> None:
         if not (isinstance(observation_space, gym.spaces.Box)
                 and len(observation_space.shape) == 1):
+            shape = getattr(observation_space, "shape", None)
             raise SpaceError(f"Dreamer needs a flat Box observation space (a vector); got "
-                             f"{observation_space}. Flatten it, or encode images first.")
+                             f"{type(observation_space).__name__} of shape {shape}. Flatten it "
+                             "(gymnasium.wrappers.FlattenObservation), or encode images first.")
         if not isinstance(action_space, (gym.spaces.Box, gym.spaces.Discrete)):
             raise SpaceError(f"Dreamer needs a Box or Discrete action space; got "
                              f"{action_space}.")
