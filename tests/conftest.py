@@ -1,8 +1,11 @@
-"""Shared test settings: one torch thread (small MLPs, 2-core CI), and ``QUIET``."""
+"""Shared test settings: one torch thread (small MLPs, 2-core CI), ``QUIET``, and helpers for
+the exact-resume tests."""
 
-from collections.abc import Collection
+from collections.abc import Callable, Collection
+from pathlib import Path
 from typing import Any
 
+import pytest
 import torch
 
 torch.set_num_threads(1)
@@ -29,3 +32,14 @@ def assert_same_tensors(a: Any, b: Any, where: str = "", skip: Collection[str] =
             assert_same_tensors(x, y, f"{where}[{i}]", skip)
     else:
         assert a == b, f"{where}: {a!r} != {b!r}"
+
+
+def straight_and_resumed(fit: Callable[..., object], factory: pytest.TempPathFactory,
+                         num_steps: int) -> tuple[Path, Path]:
+    """Two run directories: ``num_steps`` trained straight, and half of them then resumed from
+    ``last`` to ``num_steps``. ``fit(run_dir, num_steps, ckpt_path=None)`` trains one."""
+    straight, split = factory.mktemp("straight"), factory.mktemp("split")
+    fit(straight, num_steps)
+    fit(split, num_steps // 2)
+    fit(split, num_steps, ckpt_path="last")
+    return straight, split

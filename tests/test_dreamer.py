@@ -9,7 +9,7 @@ from typing import Any
 import gymnasium as gym
 import pytest
 import torch
-from conftest import QUIET, assert_same_tensors
+from conftest import QUIET, assert_same_tensors, straight_and_resumed
 
 from rltrain import OffPolicyConfig, OffPolicyStrategy, Trainer
 from rltrain.agents.dreamer import Dreamer, DreamerConfig
@@ -184,10 +184,7 @@ def test_fit_save_load_evaluate_round_trip(tmp_path: Path) -> None:
 
 @pytest.fixture(scope="module")
 def resumed(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict[str, Any], dict[str, Any]]:
-    straight, split = tmp_path_factory.mktemp("straight"), tmp_path_factory.mktemp("split")
-    fit(straight, 600)
-    fit(split, 300)
-    fit(split, 600, ckpt_path="last")
+    straight, split = straight_and_resumed(fit, tmp_path_factory, 600)
     return (Checkpointer.load(straight / "checkpoints" / "last.pt"),
             Checkpointer.load(split / "checkpoints" / "last.pt"))
 

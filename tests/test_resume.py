@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 import pytest
 import torch
-from conftest import QUIET, assert_same_tensors
+from conftest import QUIET, assert_same_tensors, straight_and_resumed
 
 from rltrain import DQN, DQNConfig, OffPolicyConfig, OffPolicyStrategy, Trainer
 from rltrain.checkpoint import Checkpointer, atomic_save
@@ -68,11 +68,7 @@ def env_snapshot(data: torch.Tensor) -> list[Any]:
 
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
-    straight = tmp_path_factory.mktemp("straight")
-    split = tmp_path_factory.mktemp("split")
-    fit(straight, N)
-    fit(split, N // 2)
-    fit(split, N, ckpt_path="last")
+    straight, split = straight_and_resumed(fit, tmp_path_factory, N)
     return {"straight": straight, "split": split}
 
 

@@ -10,7 +10,7 @@ from typing import Any
 import gymnasium as gym
 import pytest
 import torch
-from conftest import QUIET, assert_same_tensors
+from conftest import QUIET, assert_same_tensors, straight_and_resumed
 from torch import nn
 
 from rltrain import LearningAgent, OffPolicyConfig, OffPolicyStrategy, Policy, Trainer
@@ -117,10 +117,7 @@ def test_the_recurrent_policy_state_resets_where_episodes_start(tmp_path: Path) 
 
 @pytest.fixture(scope="module")
 def resumed(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict[str, Any], dict[str, Any]]:
-    straight, split = tmp_path_factory.mktemp("straight"), tmp_path_factory.mktemp("split")
-    fit(straight, 800)
-    fit(split, 400)
-    fit(split, 800, ckpt_path="last")
+    straight, split = straight_and_resumed(fit, tmp_path_factory, 800)
     return (Checkpointer.load(straight / "checkpoints" / "last.pt"),
             Checkpointer.load(split / "checkpoints" / "last.pt"))
 
