@@ -16,13 +16,20 @@ from rltrain.config import (
     AGENTS,
     SHIPPED_CONFIGS,
     STRATEGIES,
+    ConfigError,
     compose,
-    load_yaml,
+    literal_config,
+    load_stored,
     parse_overrides,
     shipped_configs,
     validate,
 )
+from rltrain.errors import TrainingError
 from rltrain.trainer import build
+
+#: Exit statuses: bad input found before training (a config, an environment, a checkpoint, a
+#: run directory), training that failed part-way, and an unexpected error (a bug).
+EXIT_BAD_INPUT, EXIT_TRAINING_FAILED, EXIT_INTERNAL_ERROR = 2, 3, 1
 
 EXAMPLES = """\
 examples:
@@ -43,6 +50,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="rltrain", description="Train and evaluate reinforcement-learning agents.",
         epilog=EXAMPLES, formatter_class=formatter)
+    parser.add_argument("--traceback", action="store_true",
+                        help="on an error, show Python's traceback instead of one line")
     commands = parser.add_subparsers(dest="command", required=True)
 
     fit = commands.add_parser(
@@ -82,7 +91,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Entry point of the ``rltrain`` console script; returns the exit status."""
+    """Entry point of the ``rltrain`` console script; returns the exit status: 0, or
+    :data:`EXIT_BAD_INPUT` (2), :data:`EXIT_TRAINING_FAILED` (3), :data:`EXIT_INTERNAL_ERROR`
+    (1), each with a one-line message (``--traceback`` shows Python's traceback instead)."""
     args = build_parser().parse_args(argv)
     try:
         if args.command == "fit":
@@ -90,9 +101,28 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command == "evaluate":
             return evaluate(args)
         return list_registered()
-    except (ValueError, OSError) as error:
+    except Exception as error:
+        if args.traceback:
+            raise
+        return report(error)
+    except KeyboardInterrupt:
+        print("rltrain: aborted (a second Ctrl-C); the last checkpoint is kept.",
+              file=sys.stderr)
+        return 130
+
+
+def report(error: Exception) -> int:
+    """Print ``error`` as one message on stderr; returns the exit status it calls for."""
+    if isinstance(error, TrainingError):
+        print(f"rltrain: training failed: {error}", file=sys.stderr)
+        return EXIT_TRAINING_FAILED
+    if isinstance(error, (ValueError, OSError, MemoryError, ImportError)):
         print(f"rltrain: error: {error}", file=sys.stderr)
-        return 2
+        return EXIT_BAD_INPUT
+    print(f"rltrain: internal error: {type(error).__name__}: {error}. This is a bug in rltrain "
+          "or in code it called (an environment, an agent, a callback); rerun with "
+          "rltrain --traceback ... to see where, and report it.", file=sys.stderr)
+    return EXIT_INTERNAL_ERROR
 
 
 def fit(args: argparse.Namespace) -> int:
@@ -131,9 +161,9 @@ def resumed_config(resume: str, overrides: list[str]) -> tuple[DictConfig, str]:
         if run_dir is None:
             raise ValueError(f"--resume {resume} needs trainer.run_dir=RUN_DIR, the run to "
                              "continue (or pass --resume RUN_DIR).")
-        saved, ckpt_path = load_yaml(Path(run_dir) / "config.yaml"), resume
+        saved, ckpt_path = load_stored(Path(run_dir) / "config.yaml"), resume
     elif path.is_dir():
-        saved, ckpt_path = load_yaml(path / "config.yaml"), "last"
+        saved, ckpt_path = load_stored(path / "config.yaml"), "last"
         saved.trainer.run_dir = str(path)
     elif path.is_file():
         saved, ckpt_path = checkpoint_config(path), str(path)
@@ -142,24 +172,41 @@ def resumed_config(resume: str, overrides: list[str]) -> tuple[DictConfig, str]:
     else:
         raise FileNotFoundError(f"Nothing to resume at {path}: pass a run directory, a "
                                 "checkpoint file, or last/best with trainer.run_dir=RUN_DIR.")
-    return validate(OmegaConf.merge(saved, given)), ckpt_path
+    config = validate(OmegaConf.merge(saved, given))
+    check_stored_paths(saved, given, Path(str(config.trainer.run_dir)))
+    return config, ckpt_path
+
+
+def check_stored_paths(saved: DictConfig, given: DictConfig, run_dir: Path) -> None:
+    """Refuse a stored config whose checkpoint or log folder lies outside its run directory
+    unless the command line names that folder too: what a run directory says is untrusted, and
+    must not make rltrain write elsewhere."""
+    for key in ("trainer.checkpoint_dir", "trainer.logger"):
+        stored = OmegaConf.select(saved, key)
+        if not isinstance(stored, str) or OmegaConf.select(given, key) is not None:
+            continue
+        folder = Path(stored) if Path(stored).is_absolute() else Path.cwd() / stored
+        inside = run_dir.resolve() in [folder.resolve(), *folder.resolve().parents]
+        if not inside:
+            raise ConfigError(
+                f"The run's saved config sets {key}={stored}, outside the run directory "
+                f"{run_dir}. A run directory's files are untrusted: confirm that folder on the "
+                f"command line ({key}={stored}) or choose another.")
 
 
 def checkpoint_config(checkpoint: Path) -> DictConfig:
     """The run config stored in ``checkpoint`` (or, for older files, in its run directory)."""
     stored = Checkpointer.load(checkpoint).get("config")
-    if stored:
-        config = OmegaConf.create(stored)
-        assert isinstance(config, DictConfig)
-        return config
-    return load_yaml(checkpoint.parent.parent / "config.yaml")
+    if isinstance(stored, dict) and stored:
+        return literal_config(stored)
+    return load_stored(checkpoint.parent.parent / "config.yaml")
 
 
 def evaluate(args: argparse.Namespace) -> int:
     """``rltrain evaluate``: load a run's agent and print its evaluation metrics as JSON."""
     path: Path = args.path
     if path.is_dir():
-        saved = load_yaml(path / "config.yaml") if (path / "config.yaml").is_file() else None
+        saved = load_stored(path / "config.yaml") if (path / "config.yaml").is_file() else None
         directory = OmegaConf.select(saved, "trainer.checkpoint_dir") if saved else None
         checkpoint = Checkpointer(directory or path / "checkpoints").resolve("last")
     elif path.is_file():

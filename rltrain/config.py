@@ -25,12 +25,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import yaml
 from omegaconf import DictConfig, ListConfig, OmegaConf
-from omegaconf.errors import ConfigKeyError, OmegaConfBaseException, ValidationError
+from omegaconf.errors import ConfigKeyError, OmegaConfBaseException
 
 from rltrain.agents.base import LearningAgent
 from rltrain.agents.dqn import DQN, DQNConfig
 from rltrain.agents.dreamer import Dreamer, DreamerConfig
+from rltrain.checkpoint import atomic_write_text
 from rltrain.components import EvaluationSettings, RLComponents
 from rltrain.envs import EnvInit, EnvSpec, check_env_id
 from rltrain.strategies.base import RLStrategy
@@ -185,6 +187,22 @@ def compose(files: Sequence[str | Path] = (), overrides: Sequence[str] = ()) -> 
 def validate(config: Mapping[str, Any] | DictConfig | ListConfig) -> DictConfig:
     """``config`` merged onto the schema of the agent and strategy it names, type-checked, and
     checked by each section's dataclass (its ``__post_init__``). Raises :class:`ConfigError`."""
+    try:
+        return _validate(config)
+    except OmegaConfBaseException as error:  # a malformed ${...} interpolation, mostly
+        raise ConfigError(_omegaconf_message(error)) from None
+
+
+def _omegaconf_message(error: OmegaConfBaseException) -> str:
+    message = str(error.msg if getattr(error, "msg", None) else error).splitlines()[0]
+    key = getattr(error, "full_key", None)
+    hint = (" Interpolations are written ${section.key} or ${oc.env:NAME}; write \\${ for a "
+            "literal ${." if "${" in message or "interpolation" in message.lower()
+            or "viable alternative" in message else "")
+    return f"{key or 'config'}: {message}.{hint}"
+
+
+def _validate(config: Mapping[str, Any] | DictConfig | ListConfig) -> DictConfig:
     if isinstance(config, ListConfig):
         raise ConfigError("A run config is a mapping of sections (trainer, env, strategy, "
                           "agent), not a list.")
@@ -195,15 +213,16 @@ def validate(config: Mapping[str, Any] | DictConfig | ListConfig) -> DictConfig:
         merged = OmegaConf.merge(base, raw)
     except ConfigKeyError as error:
         raise ConfigError(_unknown_key_message(base, error)) from None
-    except (ValidationError, OmegaConfBaseException) as error:
-        message = str(error.msg).splitlines()[0] if error.msg else str(error)
-        raise ConfigError(f"{error.full_key or 'config'}: {message}") from None
+    except OmegaConfBaseException as error:
+        raise ConfigError(_omegaconf_message(error)) from None
     assert isinstance(merged, DictConfig)
     for section in ("trainer", "env", "strategy", "agent"):
         try:
             OmegaConf.to_object(merged[section])  # runs the dataclass's own checks
         except ValueError as error:
             raise ConfigError(f"{section}: {error}") from None
+        except OmegaConfBaseException as error:
+            raise ConfigError(_omegaconf_message(error)) from None
     try:
         check_env_id(str(merged.env.id))
     except ValueError as error:
@@ -220,7 +239,11 @@ def parse_overrides(overrides: Iterable[str]) -> DictConfig:
             raise ConfigError(
                 f"Cannot read the override {item!r}: write key=value with a dotted key, e.g. "
                 "agent.lr=1e-3 or trainer.num_steps=20000.")
-    return OmegaConf.from_dotlist(items)
+    try:
+        return OmegaConf.from_dotlist(items)
+    except OmegaConfBaseException as error:
+        raise ConfigError(f"Cannot read the overrides {items}: {_omegaconf_message(error)}"
+                          ) from None
 
 
 def load_yaml(path: str | Path) -> DictConfig:
@@ -233,10 +256,55 @@ def load_yaml(path: str | Path) -> DictConfig:
         hint = (" An override needs a value: key=value, e.g. agent.lr=1e-3."
                 if path.suffix not in (".yaml", ".yml") else "")
         raise FileNotFoundError(f"No config file at {path}.{hint} Shipped configs: {shipped}.")
-    loaded = OmegaConf.load(path)
+    try:
+        loaded = OmegaConf.load(path)
+    except yaml.YAMLError as error:
+        where = getattr(error, "problem_mark", None)
+        line = f" (line {where.line + 1}, column {where.column + 1})" if where else ""
+        problem = getattr(error, "problem", None) or str(error).splitlines()[0]
+        if "python/" in str(error):
+            problem = ("it uses a Python object tag (!!python/...); configs hold plain values "
+                       "only, and no tag is ever turned into an object")
+        raise ConfigError(f"{path} is not a valid YAML config{line}: {problem}.") from None
+    except OmegaConfBaseException as error:
+        raise ConfigError(f"{path}: {_omegaconf_message(error)}") from None
+    except UnicodeDecodeError as error:
+        raise ConfigError(f"{path} is not a text file ({error}).") from None
     if not isinstance(loaded, DictConfig):
-        raise ConfigError(f"{path} holds a YAML list; a config is a mapping of sections.")
+        raise ConfigError(f"{path} holds a YAML {'list' if loaded is not None else 'nothing'};"
+                          " a config is a mapping of sections.")
     return loaded
+
+
+def load_stored(path: str | Path) -> DictConfig:
+    """A config a run stored (``RUN_DIR/config.yaml``), its ``${...}`` taken literally: a file
+    on disk never resolves interpolations (``${oc.env:...}`` would copy environment variables
+    into the run's paths and logs); only the user's own files and overrides do."""
+    return literal_config(to_container_raw(load_yaml(path)))
+
+
+def literal_config(data: Mapping[str, Any]) -> DictConfig:
+    """A config from stored plain data (a checkpoint's ``"config"``), ``${`` escaped."""
+    config = OmegaConf.create(_escape(dict(data)))
+    assert isinstance(config, DictConfig)
+    return config
+
+
+def to_container_raw(config: DictConfig) -> dict[str, Any]:
+    """``config`` as plain data, interpolations unresolved."""
+    container = OmegaConf.to_container(config, resolve=False)
+    assert isinstance(container, dict)
+    return {str(k): v for k, v in container.items()}
+
+
+def _escape(value: Any) -> Any:
+    if isinstance(value, str):
+        return value.replace("${", "\\${")
+    if isinstance(value, Mapping):
+        return {str(k): _escape(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_escape(v) for v in value]
+    return value
 
 
 def shipped_configs() -> list[str]:
@@ -245,8 +313,8 @@ def shipped_configs() -> list[str]:
 
 
 def save_config(config: DictConfig | Mapping[str, Any], path: str | Path) -> None:
-    """Write ``config`` as YAML."""
-    Path(path).write_text(OmegaConf.to_yaml(config), encoding="utf-8")
+    """Write ``config`` as YAML (atomically: a crash leaves the old file or the new one)."""
+    atomic_write_text(Path(path), OmegaConf.to_yaml(config))
 
 
 def load_config(path: str | Path) -> DictConfig:
@@ -255,7 +323,7 @@ def load_config(path: str | Path) -> DictConfig:
     if not path.is_file():
         raise FileNotFoundError(f"No run configuration at {path}; is this an rltrain run "
                                 "directory?")
-    return validate(load_yaml(path))
+    return validate(load_stored(path))
 
 
 def to_container(config: DictConfig | Mapping[str, Any]) -> dict[str, Any]:

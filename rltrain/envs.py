@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import difflib
+import functools
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, Union
@@ -70,6 +71,80 @@ def env_factory(env: EnvInit) -> Callable[[], gym.Env[Any, Any]]:
     )
 
 
+class EnvError(ValueError):
+    """An environment could not be made, or is not a Gymnasium environment."""
+
+
+class SubEnvError(RuntimeError):
+    """A sub-environment of a vector env raised; ``index`` names it.
+
+    Rebuilt from itself by ``AsyncVectorEnv`` (which re-raises a worker's error as
+    ``type(error)(error)``), so the index survives the trip from the worker process.
+    """
+
+    def __init__(self, message: str | BaseException, index: int | None = None) -> None:
+        if isinstance(message, SubEnvError):
+            index, message = message.index, str(message)
+        super().__init__(str(message))
+        self.index: int | None = index
+
+
+def make_probe_env(env: EnvInit) -> gym.Env[Any, Any]:
+    """One environment, made to check its spaces before training. A failure to make it is an
+    :class:`EnvError` naming the environment and what to fix."""
+    factory = env_factory(env)
+    kwargs = dict(env.kwargs) if isinstance(env, EnvSpec) else {}
+    what = f"{env_name(env)!r}" + (f" with kwargs {kwargs}" if kwargs else "")
+    try:
+        made = factory()
+    except ImportError as error:  # gymnasium's DependencyNotInstalled is an ImportError
+        raise EnvError(f"Cannot make the environment {what}: a package it needs is missing "
+                       f"({error}). Install it, e.g. pip install 'gymnasium[box2d]' for Box2D "
+                       "environments.") from error
+    except TypeError as error:
+        raise EnvError(f"Cannot make the environment {what}: {error}. Check its keyword "
+                       "arguments (env.kwargs) against the environment's constructor.") from error
+    except Exception as error:
+        raise EnvError(f"Cannot make the environment {what}: {type(error).__name__}: "
+                       f"{error}.") from error
+    if not isinstance(made, gym.Env):
+        raise EnvError(f"The environment callable {what} returned a {type(made).__name__}, "
+                       "not a gymnasium.Env.")
+    return made
+
+
+class _SubEnv(gym.Wrapper[Any, Any, Any, Any]):
+    """Sub-env ``index`` of a vector env: its own spaces seeded from the run's seed (not from
+    OS entropy), and its failures raised as :class:`SubEnvError` naming it."""
+
+    def __init__(self, env: gym.Env[Any, Any], index: int, seed: int) -> None:
+        super().__init__(env)
+        self.index = index
+        env.action_space.seed(seed)
+        env.observation_space.seed(seed)
+
+    def step(self, action: Any) -> Any:
+        try:
+            return self.env.step(action)
+        except Exception as error:
+            raise self._failure("step", error) from error
+
+    def reset(self, **kwargs: Any) -> Any:
+        try:
+            return self.env.reset(**kwargs)
+        except Exception as error:
+            raise self._failure("reset", error) from error
+
+    def _failure(self, call: str, error: Exception) -> SubEnvError:
+        return SubEnvError(f"sub-env {self.index} raised {type(error).__name__} in {call}(): "
+                           f"{error}", self.index)
+
+
+def _make_sub_env(factory: Callable[[], gym.Env[Any, Any]], index: int,
+                  seed: int) -> gym.Env[Any, Any]:
+    return _SubEnv(factory(), index, seed)
+
+
 def env_name(env: EnvInit) -> str:
     """A short name for logs and run directories: the id, or the callable's name."""
     if isinstance(env, str):
@@ -86,12 +161,14 @@ def make_vector_env(
 
     The vector env autoresets in the same step (``AutoresetMode.SAME_STEP``): every step returns a
     real transition for every sub-env, and the true last observation of an ended episode is in
-    ``info["final_obs"]``. Observations are reset with ``seed`` by the caller (the runner).
+    ``info["final_obs"]``. Observations are reset with ``seed`` by the caller (the runner);
+    sub-env ``i``'s own spaces are seeded with ``seed + i``, and its exceptions are
+    :class:`SubEnvError` naming ``i``.
     """
     if num_envs < 1:
         raise ValueError(f"num_envs must be >= 1; got {num_envs}.")
     factory = env_factory(env)
-    fns = [factory] * num_envs
+    fns = [functools.partial(_make_sub_env, factory, i, seed + i) for i in range(num_envs)]
     envs: VectorEnv[Any, Any, Any]
     if vectorization == "sync":
         envs = SyncVectorEnv(fns, autoreset_mode=AutoresetMode.SAME_STEP)

@@ -92,6 +92,9 @@ class Optimization:
         self.interrupter = interrupter
         #: Why the last non-finite loss was refused (None while every loss was finite).
         self.non_finite_loss: str | None = None
+        #: Backward passes so far (not saved): a failed gradient step that made none left the
+        #: networks and optimizers as they were.
+        self.backward_calls = 0
         self.optimizers = dict(optimizers)
         self.progress = progress
         self.accumulate_grad_batches = accumulate_grad_batches
@@ -161,6 +164,7 @@ class Optimization:
         # Gradients go to this optimizer's parameters only: an actor loss that flows through
         # the critic or the world model leaves their (possibly accumulating) gradients alone.
         inputs = [p for p in self._params[name] if p.requires_grad]
+        self.backward_calls += 1
         (scaler.scale(loss) if scaler is not None else loss).backward(  # type: ignore[no-untyped-call]
             inputs=inputs)
         self._pending[name] += 1

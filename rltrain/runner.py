@@ -60,6 +60,9 @@ class Runner:
         # episode ends instead of counted every step (each small NumPy op costs 1-3 µs here).
         self.episode_starts = np.zeros(self.num_envs, dtype=np.int64)
         self._zero_copy = device.type == "cpu"
+        #: True once a step failed part-way: the sub-envs may have moved on from the runner's
+        #: observations, so checkpoints leave them out (a resumed run resets them).
+        self.envs_out_of_step = False
 
     @property
     def episode_lengths(self) -> np.ndarray:
@@ -97,8 +100,13 @@ class Runner:
         sub-env whose episode ended is reset.
         """
         obs = self.observations
-        next_obs, rewards, terminated, truncated, infos = self.envs.step(actions)
+        try:
+            next_obs, rewards, terminated, truncated, infos = self.envs.step(actions)
+        except BaseException:
+            self.envs_out_of_step = True
+            raise
         if not (np.isfinite(rewards).all() and np.isfinite(next_obs).all()):
+            self.envs_out_of_step = True
             self._raise_non_finite(next_obs, rewards)
         self.observations = next_obs
         progress = self.progress
@@ -159,7 +167,7 @@ class Runner:
             "spaces": self._spaces(),
             "envs": None,
         }
-        if isinstance(self.envs, SyncVectorEnv):
+        if isinstance(self.envs, SyncVectorEnv) and not self.envs_out_of_step:
             try:
                 data = pickle.dumps(list(self.envs.envs))
             except Exception:
@@ -195,7 +203,8 @@ class Runner:
             # back is a new env, as good as none.
             warnings.warn(
                 "The environments' state is not in this checkpoint (async vector envs, "
-                "unpicklable envs and EzPickle envs such as Box2D and MuJoCo cannot be saved): "
+                "unpicklable envs and EzPickle envs such as Box2D and MuJoCo cannot be saved, "
+                "nor envs that failed part-way through a step): "
                 "they were reset with a new seed, so the episodes running at the checkpoint "
                 "restart and the resumed run is not an exact continuation.", stacklevel=2)
             self.observations, _ = self.envs.reset(seed=self.seed + self.progress.vector_steps)

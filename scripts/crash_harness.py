@@ -92,7 +92,7 @@ try:
     ckpt_path = "last"
     print(f"CRASH-HARNESS RESUME {resolved.name}", flush=True)
 except FileNotFoundError:
-    listed = Checkpointer(checkpoints).manifest()["checkpoints"]
+    listed = Checkpointer(checkpoints).manifest().checkpoints
     if listed or list(checkpoints.glob("checkpoint-*.pt")):
         print("CRASH-HARNESS ERROR checkpoints exist but none resolves", flush=True)
         sys.exit(3)
@@ -288,10 +288,7 @@ def verify(checkpoints: Path) -> dict[str, Any]:
 
 def unlisted(checkpoints: Path) -> list[str]:
     """Checkpoint files neither listed in the manifest nor a temporary file (orphans)."""
-    manifest = Checkpointer(checkpoints).manifest()
-    listed = {e["file"] for e in manifest.get("checkpoints") or []}
-    if manifest.get("best"):
-        listed.add(manifest["best"]["file"])
+    listed = Checkpointer(checkpoints).manifest().names()
     if not checkpoints.is_dir():
         return []
     return sorted(p.name for p in checkpoints.iterdir()
@@ -509,8 +506,8 @@ def run(kills: int = 20, seed: int = 0, steps: int | None = None, work_dir: Path
         checked = verify(checkpoints)
         manifest = Checkpointer(checkpoints).manifest()
         last_steps = None
-        if manifest.get("checkpoints"):
-            last_steps = max(int(e["env_steps"]) for e in manifest["checkpoints"])
+        if manifest.checkpoints:
+            last_steps = max(e.env_steps for e in manifest.checkpoints)
         summary_steps = None
         summary_path = run_dir / "summary.json"
         if summary_path.exists():

@@ -23,6 +23,7 @@ from rltrain import DQN, DQNConfig, OffPolicyConfig, OffPolicyStrategy, Trainer
 from rltrain.agents.dreamer import Dreamer, DreamerConfig
 from rltrain.checkpoint import Checkpointer, atomic_save
 from rltrain.envs import EnvSpec
+from rltrain.errors import TrainingError
 
 DOCS = Path(__file__).resolve().parent.parent / "docs" / "bad_input.md"
 
@@ -115,15 +116,17 @@ CASES = [
          r"logger must be True, False, a log directory, a SummaryWriter or an object with "
          r"log_metrics\(metrics, step\); got int"),
     Case("NaN observation from the environment",
-         lambda d: trainer(d).fit(poisoned("observation"), dqn()), FloatingPointError,
-         r"Sub-env 0 returned a non-finite observation .* at env step 30 "),
+         lambda d: trainer(d).fit(poisoned("observation"), dqn()), TrainingError,
+         r"while collecting experience, in sub-env 0: FloatingPointError: Sub-env 0 returned a "
+         r"non-finite observation .* at env step 30 .*An emergency checkpoint"),
     Case("infinite reward from the environment",
-         lambda d: trainer(d).fit(poisoned("reward"), dqn()), FloatingPointError,
+         lambda d: trainer(d).fit(poisoned("reward"), dqn()), TrainingError,
          r"Sub-env 0 returned a non-finite reward \(inf\) at env step 30 "),
     Case("NaN loss with on_nan_loss='raise'",
          lambda d: trainer(d, on_nan_loss="raise").fit("CartPole-v1", NanLossDQN(
-             DQNConfig(hidden_sizes=[16]))), FloatingPointError,
-         r"Non-finite loss: the 'q' loss is nan at gradient step 3\. Lower the learning rate"),
+             DQNConfig(hidden_sizes=[16]))), TrainingError,
+         r"while training: FloatingPointError: Non-finite loss: the 'q' loss is nan at gradient "
+         r"step 3\. Lower the learning rate"),
     Case("missing checkpoint", lambda d: trainer(d).fit("CartPole-v1", dqn(), ckpt_path="last"),
          FileNotFoundError, r"No checkpoint: No intact last checkpoint in .*checkpoints"),
     Case("checkpoint of another agent type",
@@ -145,8 +148,8 @@ CASES = [
          r"gymnasium\.spaces\.discrete\.Discrete; only tensors and plain data are loaded"),
     Case("run directory already holding a run",
          lambda d: trainer(fitted(d)).fit("CartPole-v1", dqn()), FileExistsError,
-         r"already holds a run \(checkpoints, metrics.jsonl, summary.json\)|already holds a run"
-         r" \(checkpoints, summary.json\)"),
+         r"already holds a run \(checkpoints, config.yaml, model_summary.txt, summary.json\)\. "
+         r"Resume it with ckpt_path='last'"),
     Case("unwritable run directory", lambda d: _unwritable(d), PermissionError,
          r"Cannot write to the run directory .*Choose a run_dir you can write to"),
     Case("image observations for Dreamer's vector encoder",

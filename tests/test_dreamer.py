@@ -177,9 +177,10 @@ def test_fit_save_load_evaluate_round_trip(tmp_path: Path) -> None:
     for name, value in agent.state_dict().items():
         assert torch.equal(loaded.state_dict()[name], value), name
     assert trainer.evaluate(PENDULUM, loaded) == trainer.evaluate(PENDULUM, agent)
-    best = Checkpointer(tmp_path / "checkpoints").manifest()["best"]
+    best = Checkpointer(tmp_path / "checkpoints").manifest().best
+    assert best is not None
     assert trainer.evaluate(PENDULUM, Dreamer(tiny()), ckpt_path="best")[
-        "eval/return_mean"] == pytest.approx(best["eval_return"])
+        "eval/return_mean"] == pytest.approx(best.eval_return)
 
 
 @pytest.fixture(scope="module")

@@ -248,11 +248,12 @@ def test_evaluate_best_reproduces_the_best_evaluation_and_save_load_round_trip(
     watched: tuple[Trainer, WatchfulDQN, Path], tmp_path: Path,
 ) -> None:
     trainer, agent, run_dir = watched
-    best = Checkpointer(run_dir / "checkpoints").manifest()["best"]
+    best = Checkpointer(run_dir / "checkpoints").manifest().best
+    assert best is not None
     fresh = WatchfulDQN()
     metrics = trainer.evaluate(ENV, fresh, ckpt_path="best")
     assert metrics["eval/episodes"] == 3.0  # the trainer's eval_episodes
-    assert metrics["eval/return_mean"] == pytest.approx(best["eval_return"])
+    assert metrics["eval/return_mean"] == pytest.approx(best.eval_return)
 
     path = trainer.save_checkpoint(tmp_path / "weights.pt")
     saved = Checkpointer.load(path)

@@ -81,6 +81,8 @@ class DQNConfig:
              f"exploration_steps must be >= 0 env steps; got {self.exploration_steps}."),
             (all(h >= 1 for h in self.hidden_sizes),
              f"hidden_sizes must be positive widths; got {list(self.hidden_sizes)}."),
+            (self.huber_delta > 0,
+             f"huber_delta must be > 0 (the Huber loss's threshold); got {self.huber_delta}."),
         ]
         for ok, message in checks:
             if not ok:

@@ -48,7 +48,8 @@ def available_memory() -> int | None:
 
 def check_fits(nbytes: int, what: str) -> None:
     """Raise ``MemoryError`` when ``nbytes`` of storage exceed the memory available, so that a
-    buffer too large fails when the run starts rather than when it fills up."""
+    buffer too large fails when the run starts (before it is allocated) rather than when it
+    fills up."""
     available = available_memory()
     if available is not None and nbytes > available:
         raise MemoryError(f"{what} needs {nbytes / 1e9:.2f} GB; {available / 1e9:.2f} GB of "
@@ -92,13 +93,15 @@ class ReplayBuffer:
         obs_shape = observation_space.shape or ()
         act_shape = action_space.shape or ()
         obs_dtype, act_dtype = storage_dtypes(observation_space, action_space)
+        row = (2 * obs_dtype.itemsize * int(np.prod(obs_shape))
+               + act_dtype.itemsize * int(np.prod(act_shape)) + 3 * 4)
+        check_fits(capacity * row, f"A ReplayBuffer of {capacity:,} transitions")
         self.observations = np.zeros((capacity, *obs_shape), dtype=obs_dtype)
         self.next_observations = np.zeros((capacity, *obs_shape), dtype=obs_dtype)
         self.actions = np.zeros((capacity, *act_shape), dtype=act_dtype)
         self.rewards = np.zeros((capacity,), dtype=np.float32)
         self.terminated = np.zeros((capacity,), dtype=np.float32)
         self.truncated = np.zeros((capacity,), dtype=np.float32)
-        check_fits(self.nbytes, f"A ReplayBuffer of {capacity:,} transitions")
         self.cursor = 0
         self.size = 0
         self.rng = np.random.default_rng(seed)

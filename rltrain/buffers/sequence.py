@@ -83,6 +83,9 @@ class SequenceReplayBuffer:
         self.sequence_length = sequence_length
         self.device = torch.device(device)
         obs_dtype, act_dtype = storage_dtypes(observation_space, action_space)
+        row = (obs_dtype.itemsize * int(np.prod(observation_space.shape or ()))
+               + act_dtype.itemsize * int(np.prod(action_space.shape or ())) + 4 * 4)
+        check_fits(self.capacity * row, f"A SequenceReplayBuffer of {self.capacity:,} rows")
         rings = (num_envs, per_env)
         self.observations = np.zeros((*rings, *(observation_space.shape or ())), obs_dtype)
         self.actions = np.zeros((*rings, *(action_space.shape or ())), act_dtype)
@@ -90,7 +93,6 @@ class SequenceReplayBuffer:
         self.is_first = np.zeros(rings, np.float32)
         self.is_last = np.zeros(rings, np.float32)
         self.is_terminal = np.zeros(rings, np.float32)
-        check_fits(self.nbytes, f"A SequenceReplayBuffer of {self.capacity:,} rows")
         self.cursor = np.zeros(num_envs, np.int64)  # each ring's next row
         self.filled = np.zeros(num_envs, np.int64)  # each ring's valid rows
         self.in_episode = np.zeros(num_envs, bool)  # the episode's first row is written

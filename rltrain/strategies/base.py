@@ -5,6 +5,9 @@ from __future__ import annotations
 import math
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
+from typing import Any
+
+import gymnasium as gym
 
 from rltrain.agents.base import LearningAgent, Policy
 from rltrain.checkpoint import restore_progress
@@ -99,6 +102,13 @@ class RLStrategy(ABC):
     def train_loop(self, agent: LearningAgent, components: RLComponents,
                    env_init: EnvInit) -> Policy:
         """Run the training and return the trained policy (also when stopped early)."""
+
+    def check(self, agent: LearningAgent, components: RLComponents,
+              observation_space: gym.Space[Any], action_space: gym.Space[Any]) -> None:
+        """Check this strategy's settings against the run (its agent, built for the env's
+        spaces, and ``components.num_steps``) before anything is written: raise an error that
+        names the setting, or warn. Default: nothing to check."""
+        return None
 
     def hparams(self) -> dict[str, float | int | str | bool]:
         """The strategy's settings for TensorBoard's hyperparameters. Default: none."""

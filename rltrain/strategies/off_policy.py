@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass
 from typing import Any, cast
 
@@ -18,6 +19,7 @@ from rltrain.optim import Optimization
 from rltrain.runner import Runner
 from rltrain.seeding import GlobalRandomState, seed_everything
 from rltrain.strategies.base import RLStrategy
+from rltrain.strategies.failure import failed
 
 #: Evaluation environments reset with ``seed + EVAL_SEED_OFFSET``, apart from the training envs.
 EVAL_SEED_OFFSET = 1_000_003
@@ -95,6 +97,21 @@ class OffPolicyStrategy(RLStrategy):
         return flatten_hparams("strategy", self.config)
 
     @override
+    def check(self, agent: LearningAgent, components: RLComponents,
+              observation_space: gym.Space[Any], action_space: gym.Space[Any]) -> None:
+        cfg = self.config
+        if cfg.warmup_steps >= components.num_steps and cfg.train_steps:
+            warnings.warn(
+                f"warmup_steps ({cfg.warmup_steps:,}) >= num_steps ({components.num_steps:,}): "
+                "the run ends before its first gradient step, so the agent will not learn. "
+                "Lower strategy.warmup_steps or raise trainer.num_steps.", stacklevel=3)
+        # The agent's replay, made once and dropped (its pages are never touched): its own
+        # checks (memory, sequence length) then fail before the run directory is written.
+        agent.make_buffer(cfg.buffer_size, num_envs=cfg.num_envs,
+                          observation_space=observation_space, action_space=action_space,
+                          seed=cfg.seed, device=components.device)
+
+    @override
     def train_loop(self, agent: LearningAgent, components: RLComponents,
                    env_init: EnvInit) -> Policy:
         cfg = self.config
@@ -147,15 +164,28 @@ class _OffPolicyRun:
             "agent": agent, "optimization": self.optim, "buffer": self.buffer,
             "random": GlobalRandomState(), "metrics": self.events.metrics}
         self.hparams = strategy.run_hparams(agent, components)
+        #: What the loop is doing (``collect``, ``train``, ``evaluate``, ``save``), the env
+        #: steps of the last save, and the backward passes before the current gradient step:
+        #: what a failure report and its emergency checkpoint need.
+        self.phase, self.saved_at, self.backward_calls = "collect", -1, 0
         if components.checkpoint is not None:
             resume(components, agent, self.parts)
             self.sync_policy()
 
     def run(self) -> Policy:
-        """Collect, train, evaluate and save until ``num_steps`` or a stop request."""
+        """Collect, train, evaluate and save until ``num_steps`` or a stop request. An error
+        from the envs, the agent or a subscriber is re-raised as a
+        :class:`~rltrain.errors.TrainingError` naming where it happened, after an emergency
+        checkpoint when the state allows one (:func:`~rltrain.strategies.failure.failed`)."""
+        try:
+            return self.loop()
+        except Exception as error:
+            raise failed(self, error) from error
+
+    def loop(self) -> Policy:
         cfg, progress, interrupter = self.cfg, self.progress, self.interrupter
         eval_interval = self.components.evaluation.interval
-        evaluated_at = saved_at = -1
+        evaluated_at = -1
         self.train_pending()  # a round a stop cut short, when resuming
         while progress.env_steps < self.components.num_steps and not interrupter.should_stop():
             before = progress.env_steps
@@ -178,18 +208,18 @@ class _OffPolicyRun:
             if (self.checkpointer is not None and self.checkpointer.due(before, after)
                     and not self.refused()):
                 self.save()
-                saved_at = after
 
         end = progress.env_steps
         # The final policy is always evaluated and saved, unless that just happened.
         if evaluated_at != end and not interrupter.should_stop():
             self.evaluate()
-        if self.checkpointer is not None and saved_at != end and not self.refused():
+        if self.checkpointer is not None and self.saved_at != end and not self.refused():
             self.save()
         return self.policy
 
     def collect_step(self, *, warmup: bool) -> None:
         """One vector step (uniform random actions during warm-up) into the buffer."""
+        self.phase = "collect"
         runner, progress, events = self.runner, self.progress, self.events
         actions = runner.random_actions() if warmup else runner.act(self.policy)
         transitions, episodes = runner.step(actions, self.policy)
@@ -204,7 +234,9 @@ class _OffPolicyRun:
         progress = self.progress
         if not progress.pending_gradient_steps:
             return
+        self.phase = "train"
         while progress.pending_gradient_steps and not self.interrupter.should_stop():
+            self.backward_calls = self.optim.backward_calls
             metrics = self.optim.training_step(self.agent, self.buffer.sample(self.cfg.batch_size))
             progress.pending_gradient_steps -= 1
             self.events.emit(TrainStep(env_steps=progress.env_steps,
@@ -220,12 +252,14 @@ class _OffPolicyRun:
         """Greedy evaluation; a new best evaluation return is saved as ``best``."""
         if self.evaluator is None:
             return
+        self.phase = "evaluate"
         metrics = self.events.metrics
         best = metrics.best_eval_return
         self.evaluator.run(self.policy, env_steps=self.progress.env_steps, events=self.events,
                            interrupter=self.interrupter)
         checkpointer = self.checkpointer
         if checkpointer is not None and checkpointer.keep_best and metrics.best_eval_return > best:
+            self.phase = "save"
             self.announce(checkpointer.save_best(
                 self.state(), env_steps=self.progress.env_steps,
                 eval_return=metrics.best_eval_return), best=True)
@@ -233,7 +267,9 @@ class _OffPolicyRun:
     def save(self) -> None:
         """Write a checkpoint of every part and make it ``last``."""
         assert self.checkpointer is not None
+        self.phase = "save"
         self.announce(self.checkpointer.save(self.state(), env_steps=self.progress.env_steps))
+        self.saved_at = self.progress.env_steps
 
     def state(self) -> dict[str, Any]:
         return training_state(self.agent, self.parts, self.progress, self.hparams)

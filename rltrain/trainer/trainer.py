@@ -5,9 +5,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import json
-import shutil
-import tempfile
-import time
+import math
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, Union
@@ -17,22 +15,25 @@ from omegaconf import DictConfig, OmegaConf
 
 from rltrain.agents.base import LearningAgent
 from rltrain.callbacks import EarlyStopping
-from rltrain.checkpoint import Checkpointer, atomic_save, load_agent, training_state
+from rltrain.checkpoint import (
+    Checkpointer,
+    atomic_save,
+    atomic_write_text,
+    load_agent,
+    training_state,
+)
 from rltrain.components import EvaluationSettings, RLComponents, SummarySettings, resolve_dtype
 from rltrain.config import (
     AGENTS,
     STRATEGIES,
-    make_agent,
-    make_env,
     make_strategy,
     save_config,
     section_of,
     to_container,
     validate,
 )
-from rltrain.envs import EnvInit, EnvSpec, env_factory, env_name
+from rltrain.envs import EnvInit, EnvSpec, env_name
 from rltrain.evaluation import Evaluator
-from rltrain.events.events import EvaluationEnd
 from rltrain.events.processor import EventProcessor, Subscriber
 from rltrain.events.renderers import (
     ConsoleRenderer,
@@ -48,9 +49,18 @@ from rltrain.events.renderers.tensorboard import is_summary_writer
 from rltrain.interrupt import Interrupter, stop_on_signals
 from rltrain.model_summary import format_summary, summarize
 from rltrain.optim import check_autocast
-from rltrain.seeding import seed_everything
 from rltrain.strategies.base import RLResult, RLStrategy
-from rltrain.strategies.off_policy import EVAL_SEED_OFFSET, OffPolicyConfig, OffPolicyStrategy
+from rltrain.strategies.off_policy import OffPolicyConfig, OffPolicyStrategy
+from rltrain.trainer.preflight import (
+    check_resume_settings,
+    check_spaces,
+    default_run_dir,
+    evaluation_metrics,
+    evaluation_seed,
+    setup_agent,
+    strategy_seed,
+)
+from rltrain.trainer.run_dir import open_run
 
 if TYPE_CHECKING:
     from torch.utils.tensorboard import SummaryWriter
@@ -176,17 +186,20 @@ class Trainer:
             raise ValueError(f"num_threads must be >= 1 (or None); got {num_threads}.")
         if console_interval < 0:
             raise ValueError(f"console_interval must be >= 0 seconds; got {console_interval}.")
+        if return_threshold is not None and not math.isfinite(return_threshold):
+            raise ValueError(f"return_threshold must be a finite return (or None, to run all "
+                             f"num_steps); got {return_threshold}.")
+        if run_dir is not None and not str(run_dir).strip():
+            raise ValueError("run_dir is empty; give a directory for the run (or None for "
+                             "runs/<date>-<time>-<agent>-<env>). The current directory is "
+                             "never used unless named, as run_dir='.'.")
         self.num_steps = num_steps
         self.strategy = strategy
         self.evaluation = EvaluationSettings(interval=eval_interval, episodes=eval_episodes)
         self.return_threshold = return_threshold
-        self.device = torch.device(device)
-        self.inference_device = torch.device(
-            inference_device if inference_device is not None else device)
-        for where in {self.device, self.inference_device}:
-            if where.type == "cuda" and not torch.cuda.is_available():
-                raise ValueError(f"device {str(where)!r}: this torch build sees no CUDA GPU. "
-                                 "Train on device='cpu', or install a CUDA build of torch.")
+        self.device = parse_device(device, "device")
+        self.inference_device = parse_device(
+            inference_device if inference_device is not None else device, "inference_device")
         self.dtype = resolve_dtype(dtype)
         check_autocast(self.device.type, self.dtype)
         self.num_threads = num_threads
@@ -247,20 +260,25 @@ class Trainer:
         ``fit`` runs in the main thread) ends the run after the current step, with the agent
         saved; a second Ctrl-C aborts at once.
         """
+        self.interrupter.reset()  # a stop requested from here on ends this run
         run_dir = self.resolve_run_dir(env, agent)
         components = self._components(run_dir)
-        setup_agent(env, agent, components, seed=strategy_seed(self.strategy))
+        spaces = setup_agent(env, agent, components, seed=strategy_seed(self.strategy))
+        self.strategy.check(agent, components, *spaces)
         if ckpt_path is not None:
             components.checkpoint = self.checkpoint_path(ckpt_path, run_dir)
             check_resume_settings(components.checkpoint,
                                   self.strategy.run_hparams(agent, components))
-        prepare_run_dir(run_dir, resuming=components.checkpoint is not None,
-                        overwrite=self.overwrite)
         components.config = self.run_config(env, agent, run_dir)
         assert components.checkpointer is not None
         components.checkpointer.config = components.config
+        with open_run(run_dir, checkpoint_dir=components.checkpointer.directory,
+                      resuming=components.checkpoint is not None, overwrite=self.overwrite):
+            return self._fit(env, agent, components, run_dir)
+
+    def _fit(self, env: EnvInit, agent: LearningAgent, components: RLComponents,
+             run_dir: Path) -> RLResult:
         save_config(components.config, run_dir / "config.yaml")
-        self.interrupter.reset()
         agent.trainer = self
         self._fitted, self.last_run_dir = (agent, env, components), run_dir
         components.event_processor = events = EventProcessor(self._subscribers(run_dir, agent))
@@ -271,9 +289,8 @@ class Trainer:
         finally:
             events.close()
             agent.logger = None
-        summary_path = run_dir / "summary.json"
-        summary_path.write_text(
-            json.dumps(json_safe(dataclasses.asdict(result.summary)), indent=2) + "\n")
+        atomic_write_text(run_dir / "summary.json", json.dumps(
+            json_safe(dataclasses.asdict(result.summary)), indent=2) + "\n")
         return result
 
     def evaluate(self, env: EnvInit, agent: LearningAgent, *,
@@ -447,7 +464,7 @@ class Trainer:
 
     def _write_model_summary(self, agent: LearningAgent, run_dir: Path) -> None:
         table = format_summary(summarize(agent))
-        (run_dir / "model_summary.txt").write_text(table + "\n", encoding="utf-8")
+        atomic_write_text(run_dir / "model_summary.txt", table + "\n")
         if self.enable_console:
             print(f"{type(agent).__name__}\n{table}", flush=True)
 
@@ -485,132 +502,14 @@ class Trainer:
         return subscribers
 
 
-@dataclasses.dataclass
-class BuiltRun:
-    """What :func:`build` makes from a config: the trainer, the agent and the environment."""
-
-    trainer: Trainer
-    agent: LearningAgent
-    env: EnvInit
-
-    def fit(self, ckpt_path: str | Path | None = None) -> RLResult:
-        """``trainer.fit(env, agent, ckpt_path)``."""
-        return self.trainer.fit(self.env, self.agent, ckpt_path=ckpt_path)
-
-    def evaluate(self, ckpt_path: str | Path | None = None, episodes: int | None = None,
-                 seed: int | None = None) -> dict[str, float]:
-        """``trainer.evaluate(env, agent, ckpt_path=..., episodes=..., seed=...)``."""
-        return self.trainer.evaluate(self.env, self.agent, ckpt_path=ckpt_path,
-                                     episodes=episodes, seed=seed)
-
-
-def build(config: DictConfig | Mapping[str, Any], **trainer_overrides: Any) -> BuiltRun:
-    """Trainer, strategy, agent and environment from one run config (validated first);
-    ``trainer_overrides`` are further Trainer arguments (``callbacks``, ``interrupter``)."""
-    cfg = validate(config)
-    return BuiltRun(trainer=Trainer.from_config(cfg, **trainer_overrides),
-                    agent=make_agent(cfg.agent), env=make_env(cfg.env))
-
-
-def default_run_dir(agent_name: str, env_name: str) -> Path:
-    """``runs/<date>-<time>-<agent>-<env>`` under the current directory."""
-    return Path("runs") / f"{time.strftime('%Y%m%d-%H%M%S')}-{agent_name.lower()}-{env_name}"
-
-
-def check_resume_settings(checkpoint: Path, hparams: dict[str, Any]) -> None:
-    """Refuse to resume when the strategy's, agent's or optimisation settings changed."""
-    state = Checkpointer.load(checkpoint)
-    if state.get("weights_only"):
-        raise ValueError(
-            f"{checkpoint} holds an agent's weights only (Trainer.save_checkpoint), not a "
-            "training state: evaluate it (evaluate(ckpt_path=...)) or load it "
-            "(load_checkpoint), and resume from the run's own checkpoints ('last' or 'best').")
-    saved = state.get("hparams", {})
-    changed = sorted(k for k in set(saved) | set(hparams) if saved.get(k) != hparams.get(k))
-    if changed:
-        details = "; ".join(f"{k}: {saved.get(k)!r} in the checkpoint, {hparams.get(k)!r} now"
-                            for k in changed)
-        raise ValueError(
-            f"Cannot resume from {checkpoint}: settings differ from the checkpoint's ({details}). "
-            "Use the checkpoint's settings. On resume these may change: num_steps, evaluation, "
-            "logging and checkpoint settings, the run directory, the devices and on_nan_loss.")
-
-
-#: What marks a directory as holding a run (``config.yaml`` and ``model_summary.txt`` are
-#: rewritten by every fit).
-RUN_ARTEFACTS = ("checkpoints", "metrics.jsonl", "summary.json")
-
-
-def prepare_run_dir(run_dir: Path, *, resuming: bool, overwrite: bool) -> None:
-    """Create ``run_dir`` and check it is writable; refuse one holding another run unless
-    resuming it or told to overwrite it (then its checkpoints, logs and summary are removed)."""
-    existing = [name for name in RUN_ARTEFACTS if (run_dir / name).exists()]
-    if existing and not resuming:
-        if not overwrite:
-            raise FileExistsError(
-                f"{run_dir} already holds a run ({', '.join(existing)}). Resume it with "
-                f"ckpt_path='last' (rltrain fit --resume {run_dir}), replace it with "
-                "overwrite=True (--overwrite), or choose another run directory.")
-        for name in existing:
-            target = run_dir / name
-            if target.is_dir():
-                shutil.rmtree(target)
-            else:
-                target.unlink()
-        for events_file in run_dir.glob("events.out.tfevents.*"):
-            events_file.unlink()
+def parse_device(device: str | torch.device, name: str) -> torch.device:
+    """``torch.device(device)``, refused with the accepted forms named; CUDA needs a GPU."""
     try:
-        run_dir.mkdir(parents=True, exist_ok=True)
-        probe = tempfile.NamedTemporaryFile(dir=run_dir, prefix=".write-test-")
-        probe.close()
-    except OSError as error:
-        raise PermissionError(
-            f"Cannot write to the run directory {run_dir}: {error}. Choose a run_dir you can "
-            "write to (run_dir=..., or trainer.run_dir=... on the command line).") from error
-
-
-def setup_agent(env: EnvInit, agent: LearningAgent, components: RLComponents,
-                seed: int) -> None:
-    """Make one environment to check its spaces and build ``agent`` for them on the run's
-    device and dtype, with the run's counters, before any training starts. The networks are
-    initialised from the global generators seeded with ``seed`` (the strategy's), so a seed
-    gives the same initial weights whatever ran before."""
-    seed_everything(seed)
-    probe = env_factory(env)()
-    try:
-        agent.setup(observation_space=probe.observation_space, action_space=probe.action_space,
-                    device=components.device, progress=components.progress,
-                    dtype=components.dtype)
-    finally:
-        probe.close()
-
-
-def check_spaces(env: EnvInit, agent: LearningAgent) -> None:
-    """Make one environment and let ``agent`` check its spaces, before any training starts."""
-    probe = env_factory(env)()
-    try:
-        agent.check_spaces(probe.observation_space, probe.action_space)
-    finally:
-        probe.close()
-
-
-def strategy_seed(strategy: RLStrategy) -> int:
-    """A strategy's seed: its config's ``seed`` (0 when it has none)."""
-    config: Any = getattr(strategy, "config", None)
-    return int(getattr(config, "seed", 0))
-
-
-def evaluation_seed(strategy: RLStrategy) -> int:
-    """The reset seed of a strategy's evaluations (its seed + ``EVAL_SEED_OFFSET``)."""
-    return strategy_seed(strategy) + EVAL_SEED_OFFSET
-
-
-def evaluation_metrics(result: EvaluationEnd) -> dict[str, float]:
-    """``eval/return_mean``, ``eval/return_std``, ``eval/length_mean`` and ``eval/episodes``."""
-    lengths = result.lengths
-    return {
-        "eval/return_mean": result.return_mean,
-        "eval/return_std": result.return_std,
-        "eval/length_mean": sum(lengths) / len(lengths) if lengths else float("nan"),
-        "eval/episodes": float(len(result.returns)),
-    }
+        parsed = torch.device(device)
+    except (RuntimeError, TypeError, ValueError):
+        raise ValueError(f"{name} {str(device)!r} is not a device torch knows; use 'cpu', "
+                         "'cuda', 'cuda:<index>' or 'mps'.") from None
+    if parsed.type == "cuda" and not torch.cuda.is_available():
+        raise ValueError(f"{name} {str(parsed)!r}: this torch build sees no CUDA GPU. Train on "
+                         "device='cpu', or install a CUDA build of torch.")
+    return parsed

@@ -1,0 +1,123 @@
+"""What a checkpoint holds: the union of a run's ``Stateful`` parts, and loading it back."""
+
+from __future__ import annotations
+
+import dataclasses
+import pickle
+from collections.abc import Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Protocol
+
+import torch
+
+from rltrain.checkpoint.manifest import CHECKPOINT_FORMAT
+from rltrain.checkpoint.store import Checkpointer
+from rltrain.envs import EnvInit, make_probe_env
+
+if TYPE_CHECKING:
+    from rltrain.agents.base import LearningAgent
+    from rltrain.components import Progress, RLComponents
+
+
+def _version() -> str:
+    from rltrain import __version__
+
+    return __version__
+
+
+class Stateful(Protocol):
+    """Anything a checkpoint holds: it turns itself into tensors and plain data and back."""
+
+    def state_dict(self) -> dict[str, Any]: ...
+
+    def load_state_dict(self, state: dict[str, Any], /) -> Any: ...
+
+
+def training_state(agent: LearningAgent, parts: Mapping[str, Stateful], progress: Progress,
+                   hparams: Mapping[str, Any]) -> dict[str, Any]:
+    """A checkpoint: the union of ``parts``' state dicts, the counters and what made the run.
+
+    ``parts`` names every component with state (``"agent"``, ``"optimization"``, ``"buffer"``,
+    ``"runner"``, ``"random"``, ``"metrics"`` for the off-policy strategy); ``hparams`` are the
+    strategy's and agent's settings, compared on resume.
+    """
+    return {
+        "format": CHECKPOINT_FORMAT,
+        "agent_class": type(agent).__name__,
+        "versions": {"rltrain": _version(), "torch": str(torch.__version__)},
+        "hparams": dict(hparams),
+        "progress": dataclasses.asdict(progress),
+        **{name: part.state_dict() for name, part in parts.items()},
+    }
+
+
+def restore_progress(components: RLComponents) -> None:
+    """Set ``components.progress`` to the counters saved in ``components.checkpoint``."""
+    if components.checkpoint is None:
+        raise ValueError("restore_progress needs components.checkpoint (a file to resume from).")
+    path = components.checkpoint
+    saved = Checkpointer.load(path).get("progress")
+    fields = [f.name for f in dataclasses.fields(components.progress)]
+    if not isinstance(saved, dict) or sorted(saved) != sorted(fields) or not all(
+            isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in saved.values()):
+        raise ValueError(f"{path} has no valid counters ('progress': the counts {fields}); it "
+                         "was not written by rltrain, or it was altered.")
+    for name in fields:
+        setattr(components.progress, name, saved[name])
+
+
+def resume(components: RLComponents, agent: LearningAgent,
+           parts: Mapping[str, Stateful]) -> None:
+    """Load every part saved in ``components.checkpoint`` (the counters were restored by the
+    strategy template, :func:`restore_progress`, before the Start event)."""
+    path = components.checkpoint
+    if path is None:
+        raise ValueError("resume needs components.checkpoint (a file to resume from).")
+    state = Checkpointer.load(path)
+    if state.get("agent_class") != type(agent).__name__:
+        raise ValueError(
+            f"{path} holds a {state.get('agent_class')} checkpoint, not a {type(agent).__name__}."
+        )
+    missing = [name for name in parts if name not in state]
+    if missing:
+        raise ValueError(f"{path} has no {', '.join(missing)} state; it was saved by another "
+                         "strategy or an older rltrain.")
+    for name, part in parts.items():
+        try:
+            part.load_state_dict(state[name])
+        except pickle.UnpicklingError as error:
+            raise ValueError(f"{path}: refusing to load its {name} state: {error}") from error
+        except ValueError as error:  # the part's own message says what does not match
+            raise ValueError(f"{path}: {error}") from error
+        except (RuntimeError, KeyError, TypeError, IndexError, AttributeError) as error:
+            raise ValueError(f"{path}: its {name} state does not fit this run (saved with other "
+                             f"settings or on another environment?): {error}") from error
+
+
+def load_agent(agent: LearningAgent, path: str | Path, env: EnvInit) -> dict[str, Any]:
+    """Load a checkpoint's networks into ``agent``, building it for ``env``'s spaces first.
+
+    Returns the whole checkpoint (counters and optimizer states included). Raises ``ValueError``
+    when the checkpoint holds another agent type or networks of other shapes.
+    """
+    state = Checkpointer.load(path)
+    saved_class = state.get("agent_class")
+    if saved_class != type(agent).__name__:
+        raise ValueError(
+            f"{path} holds a {saved_class} checkpoint; it cannot be loaded into a "
+            f"{type(agent).__name__}. Build a {saved_class} to load it."
+        )
+    probe = make_probe_env(env)
+    try:
+        agent.setup(observation_space=probe.observation_space, action_space=probe.action_space,
+                    device=agent.device, progress=agent.progress)
+    finally:
+        probe.close()
+    try:
+        agent.load_state_dict(state["agent"])
+    except RuntimeError as error:
+        raise ValueError(
+            f"The networks in {path} do not fit this {type(agent).__name__} (were they trained "
+            f"with other sizes or on another environment?): {error}"
+        ) from error
+    return state

@@ -1,0 +1,376 @@
+"""Checkpoint files on disk: written atomically with checksums, loaded without running code."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import pickle
+import re
+import shutil
+import tempfile
+import time
+import warnings
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any, BinaryIO
+
+import torch
+
+from rltrain.checkpoint.manifest import (
+    BEST_NAME,
+    CHECKPOINT_NAME,
+    MANIFEST,
+    TEMPORARY_NAME,
+    Entry,
+    Manifest,
+    read_manifest,
+    step_of,
+    with_entry,
+)
+
+
+@dataclass(frozen=True)
+class SavedCheckpoint:
+    """What one save wrote.
+
+    Attributes:
+        path: The checkpoint file.
+        env_steps: Env steps done when it was taken.
+        size_bytes: Its size on disk.
+        seconds: Wall-clock seconds the save took (serialising, writing, syncing).
+    """
+
+    path: Path
+    env_steps: int
+    size_bytes: int
+    seconds: float
+
+
+class Checkpointer:
+    """Writes checkpoints atomically, with checksums, and keeps the last few and the best.
+
+    Each save writes ``checkpoint-<env_steps>.pt`` beside its final name, syncs it to disk and
+    renames it into place, then rewrites ``manifest.json`` the same way. The manifest lists every
+    kept checkpoint with its SHA-256 and size, names the ``last`` one and the ``best`` one
+    (``best-<env_steps>.pt``, written when an evaluation beats the best so far, with
+    ``best.pt`` linked to it). ``last.pt`` is a hard link to the newest checkpoint, for
+    convenience; :meth:`resolve` reads the manifest. A crash at any moment leaves the previous
+    checkpoints and manifest intact, and a file whose checksum does not match is reported and
+    skipped in favour of the newest good one.
+
+    The manifest is untrusted input (:mod:`rltrain.checkpoint.manifest`): only rltrain's own
+    file names in this folder are ever read or deleted, and nothing is deleted while the
+    manifest cannot be read.
+
+    Args:
+        directory: Where checkpoints go (created on first save).
+        interval: Env steps between saves; None saves only at the end (and on a stop).
+        keep_last: How many ``checkpoint-*.pt`` files to keep (older ones are deleted; ``best.pt``
+            is kept apart). Default 3.
+        keep_best: Save the best evaluation's agent as ``best``. Default True.
+        config: The run's configuration (plain dicts), stored in every checkpoint as
+            ``"config"``. Default None.
+    """
+
+    def __init__(self, directory: str | Path, *, interval: int | None = None,
+                 keep_last: int = 3, keep_best: bool = True,
+                 config: Mapping[str, Any] | None = None) -> None:
+        if interval is not None and interval < 1:
+            raise ValueError(
+                f"checkpoint interval must be >= 1 env step (or None); got {interval}."
+            )
+        if keep_last < 1:
+            raise ValueError(f"keep_last must be >= 1 checkpoint; got {keep_last}.")
+        self.directory = Path(directory)
+        self.interval = interval
+        self.keep_last = keep_last
+        self.keep_best = keep_best
+        self.config = config
+        self._swept = False
+
+    def due(self, previous_env_steps: int, env_steps: int) -> bool:
+        """True when an interval boundary lies in ``(previous_env_steps, env_steps]``."""
+        if self.interval is None:
+            return False
+        return env_steps // self.interval > previous_env_steps // self.interval
+
+    def path(self, env_steps: int) -> Path:
+        """Where the checkpoint taken at ``env_steps`` is written."""
+        return self.directory / f"checkpoint-{env_steps}.pt"
+
+    def save(self, state: dict[str, Any], *, env_steps: int) -> SavedCheckpoint:
+        """Write ``state`` as ``checkpoint-<env_steps>.pt``, make it ``last``, apply retention."""
+        start = time.perf_counter()
+        self._prepare()
+        path = self.path(env_steps)
+        manifest = self.manifest()
+        # Order by writing, not by env steps: a run resumed from an older checkpoint (best)
+        # starts a new timeline whose checkpoints are the newest, whatever their step counts.
+        sequence = 1 + max((e.sequence for e in manifest.checkpoints), default=0)
+        written = atomic_save(self._with_config(state), path)
+        entry = Entry(path.name, env_steps, sequence, **written)
+        manifest, dropped = with_entry(manifest, entry, self.keep_last)
+        self._write_manifest(manifest)
+        self._link(path, "last.pt")
+        for name in dropped:
+            (self.directory / name).unlink(missing_ok=True)
+        return SavedCheckpoint(path, env_steps, written["bytes"], time.perf_counter() - start)
+
+    def save_best(self, state: dict[str, Any], *, env_steps: int,
+                  eval_return: float) -> SavedCheckpoint:
+        """Write ``state`` as ``best-<env_steps>.pt``, make it ``best`` (and ``best.pt``), then
+        delete the previous best: the manifest always names an intact best."""
+        start = time.perf_counter()
+        self._prepare()
+        path = self.directory / f"best-{env_steps}.pt"
+        written = atomic_save(self._with_config(state), path)
+        entry = Entry(path.name, env_steps, eval_return=eval_return, **written)
+        manifest = self.manifest()
+        previous = manifest.best
+        recovered = [n for n in manifest.recovered if n != path.name]
+        self._write_manifest(replace(manifest, best=entry, recovered=recovered))
+        self._link(path, "best.pt")
+        if previous is not None and previous.file != path.name and previous.sha256 is not None:
+            (self.directory / previous.file).unlink(missing_ok=True)
+        return SavedCheckpoint(path, env_steps, written["bytes"], time.perf_counter() - start)
+
+    def _with_config(self, state: dict[str, Any]) -> dict[str, Any]:
+        return state if self.config is None else {**state, "config": dict(self.config)}
+
+    def manifest(self) -> Manifest:
+        """The folder's manifest (see :func:`~rltrain.checkpoint.manifest.read_manifest`)."""
+        if not self.directory.is_dir():
+            return Manifest()
+        return read_manifest(self.directory)
+
+    def resolve(self, which: str) -> Path:
+        """The newest intact checkpoint for ``which`` (``"last"`` or ``"best"``).
+
+        A listed file that is missing or fails its checksum is reported with a warning and the
+        next newest is tried; without a manifest the ``checkpoint-*.pt`` (or ``best-*.pt``)
+        files are tried newest first.
+        """
+        manifest = self.manifest()
+        pattern = BEST_NAME if which == "best" else CHECKPOINT_NAME
+        if which == "best":
+            candidates = [manifest.best] if manifest.best is not None else []
+        else:
+            candidates = list(reversed(manifest.checkpoints))  # newest written first
+        unchecked = manifest.recovered
+        if not manifest.names() and self.directory.is_dir():
+            unchecked = [p.name for p in self.directory.iterdir() if p.is_file()]
+        candidates += [Entry(n, step_of(n)) for n in sorted(
+            (n for n in unchecked if pattern.fullmatch(n)), key=step_of, reverse=True)]
+        for entry in candidates:
+            path = self.directory / entry.file
+            problem = check_entry(path, entry)
+            if problem is None:
+                return path
+            warnings.warn(f"Skipping checkpoint {path}: {problem}. Trying an older one.",
+                          stacklevel=2)
+        raise FileNotFoundError(
+            f"No intact {which} checkpoint in {self.directory}. Checkpoints are written to "
+            "<run_dir>/checkpoints/ while training (last: checkpoint-<env_steps>.pt, best: "
+            "best-<env_steps>.pt).")
+
+    @staticmethod
+    def load(path: str | Path) -> dict[str, Any]:
+        """Read a checkpoint with ``torch.load(weights_only=True)``: tensors and plain data only.
+
+        When the file is listed in its folder's manifest, its checksum is verified first.
+        Anything else than a readable checkpoint is a ``ValueError`` naming the file.
+        """
+        path = Path(path)
+        folder = Checkpointer(path.parent)
+        manifest = folder.manifest() if (path.parent / MANIFEST).exists() else Manifest()
+        if path.name in ("last.pt", "best.pt"):
+            # The links can lag a save behind after a crash: read what the manifest names.
+            named = manifest.last if path.name == "last.pt" else (
+                manifest.best.file if manifest.best is not None else None)
+            if named and (path.parent / named).is_file():
+                path = path.parent / named
+        if not path.is_file():
+            raise FileNotFoundError(
+                f"No checkpoint at {path}. Checkpoints are written to <run_dir>/checkpoints/ "
+                "(last.pt, best.pt, checkpoint-<env_steps>.pt).")
+        entries = manifest.entries(path.name)
+        if entries:
+            problems = [check_entry(path, entry) for entry in entries]
+            problem = None if None in problems else problems[0]
+            if problem is not None:
+                raise ValueError(f"{path} is corrupt: {problem}. Resume from another "
+                                 "checkpoint (ckpt_path='last' picks the newest intact one).")
+        state = _torch_load(path)
+        if not isinstance(state, dict):
+            raise ValueError(f"{path} is not an rltrain checkpoint: it holds a "
+                             f"{type(state).__name__}, not a training state.")
+        return state
+
+    def sweep(self) -> None:
+        """Delete what a crash can leave behind: rltrain's temporary files, and checkpoint files
+        the manifest does not list (written but never recorded). Called before a run's first
+        save; one run writes to a checkpoint folder at a time (the run directory's lock).
+        Nothing is deleted when there is no usable manifest: nothing then says which files are
+        garbage."""
+        if not (self.directory / MANIFEST).is_file():
+            return
+        manifest = self.manifest()
+        if manifest.fallback:
+            return
+        listed = manifest.names()
+        for path in self.directory.iterdir():
+            name = path.name
+            garbage = TEMPORARY_NAME.fullmatch(name) or (
+                (CHECKPOINT_NAME.fullmatch(name) or BEST_NAME.fullmatch(name))
+                and name not in listed)
+            if garbage and not path.is_dir():
+                path.unlink(missing_ok=True)
+
+    def _prepare(self) -> None:
+        if not self._swept:
+            self.directory.mkdir(parents=True, exist_ok=True)
+            self.sweep()
+            self._swept = True
+
+    def _write_manifest(self, manifest: Manifest) -> None:
+        data = (json.dumps(manifest.as_json(), indent=2) + "\n").encode()
+        atomic_write(self.directory / MANIFEST, lambda file: file.write(data))
+
+    def _link(self, path: Path, name: str) -> None:
+        """Point ``name`` (``last.pt``, ``best.pt``) at ``path``: a hard link swapped in
+        atomically, or an atomic copy where the filesystem has no hard links."""
+        alias = self.directory / name
+        link = alias.with_name(f".{name}.{os.getpid()}.tmp")
+        link.unlink(missing_ok=True)
+        try:
+            os.link(path, link)
+            os.replace(link, alias)
+        except OSError:
+            link.unlink(missing_ok=True)
+            def copy(file: BinaryIO) -> None:
+                with path.open("rb") as source:
+                    shutil.copyfileobj(source, file)
+
+            atomic_write(alias, copy)
+
+
+def check_entry(path: Path, entry: Entry) -> str | None:
+    """Why ``path`` does not match its manifest ``entry`` (None when it does)."""
+    if not path.is_file():
+        return "the file is missing"
+    if entry.sha256 is None:
+        return None
+    size = path.stat().st_size
+    if size != entry.bytes:
+        return f"it has {size:,} bytes where the manifest says {entry.bytes:,} (truncated?)"
+    if file_sha256(path) != entry.sha256:
+        return "its SHA-256 checksum does not match the manifest's"
+    return None
+
+
+def file_sha256(path: Path) -> str:
+    """The SHA-256 of a file's bytes, as hex (what the manifest records)."""
+    digest = hashlib.sha256()
+    with path.open("rb") as file:
+        for block in iter(lambda: file.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+#: How torch names a global its safe unpickler refused (2.6 to 2.13 wordings).
+_BLOCKED_GLOBAL = re.compile(r"(?:Unsupported global: GLOBAL|unsupported GLOBAL) ([\w.]+)")
+
+
+def _torch_load(path: Path) -> Any:
+    """``torch.load(path, weights_only=True)``, its failures as a ``ValueError`` that names the
+    file and never passes on torch's advice to load with ``weights_only=False``."""
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # notes about pickle protocols: not the user's
+            return torch.load(path, map_location="cpu", weights_only=True)
+    except pickle.UnpicklingError as error:
+        found = _BLOCKED_GLOBAL.search(str(error))
+        if found is None:
+            raise ValueError(
+                f"{path} is not an rltrain checkpoint: it is not a file of tensors and plain "
+                "data (its pickle uses an instruction a checkpoint never holds; nothing in it "
+                "ran). It was not written by rltrain, or it was altered.") from error
+        raise ValueError(
+            f"{path} holds objects a checkpoint must not contain (it names {found.group(1)}; "
+            "only tensors and plain data are loaded, so nothing in it ran). It was not written "
+            "by rltrain, or it was altered.") from error
+    except Exception as error:  # torch raises RuntimeError, EOFError, OSError, UnicodeError...
+        detail = str(error).splitlines()[0] if str(error) else type(error).__name__
+        if "weights_only" in detail:  # torch's legacy-format advice: unsafe, not passed on
+            detail = "it is not a torch checkpoint archive"
+        raise ValueError(f"{path} is not a readable checkpoint (truncated, corrupt, or not a "
+                         f"checkpoint file): {detail}.") from error
+
+
+class _HashingWriter:
+    """A binary file that also hashes and counts what is written to it."""
+
+    def __init__(self, file: BinaryIO) -> None:
+        self.file = file
+        self.sha256 = hashlib.sha256()
+        self.size = 0
+
+    def write(self, data: bytes) -> int:
+        self.sha256.update(data)
+        self.size += len(data)
+        return self.file.write(data)
+
+    def flush(self) -> None:
+        self.file.flush()
+
+
+def atomic_save(state: dict[str, Any], path: Path) -> dict[str, Any]:
+    """``torch.save`` to a temporary file beside ``path``, fsync it, then rename it over ``path``.
+
+    Returns ``{"sha256": ..., "bytes": ...}`` of what was written (hashed while writing).
+    """
+    result: dict[str, Any] = {}
+
+    def write(file: BinaryIO) -> None:
+        writer = _HashingWriter(file)
+        torch.save(state, writer)  # type: ignore[arg-type]
+        result.update(sha256=writer.sha256.hexdigest(), bytes=writer.size)
+
+    atomic_write(path, write)
+    return result
+
+
+def atomic_write(path: Path, write: Callable[[BinaryIO], object]) -> None:
+    """Write a file through ``write`` into a temporary file beside ``path``, sync it and rename
+    it over ``path``: readers see the old file or the whole new one, never a part; a symbolic
+    link at ``path`` is replaced, not followed. A failed write (a full disk) leaves ``path`` as
+    it was and removes the temporary file."""
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        os.chmod(tmp, 0o644)  # mkstemp creates 0600; a checkpoint is as readable as other files
+        with os.fdopen(fd, "wb") as file:
+            write(file)
+            file.flush()
+            os.fsync(file.fileno())
+        os.replace(tmp, path)
+        dir_fd = os.open(path.parent, os.O_RDONLY)  # make the rename itself durable
+        try:
+            os.fsync(dir_fd)
+        finally:
+            os.close(dir_fd)
+    except OSError as error:
+        Path(tmp).unlink(missing_ok=True)
+        if str(path) in str(error):
+            raise
+        raise OSError(error.errno, f"Cannot write {path}: {error.strerror or error}") from error
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def atomic_write_text(path: Path, text: str) -> None:
+    """:func:`atomic_write` of UTF-8 text."""
+    data = text.encode("utf-8")
+    atomic_write(path, lambda file: file.write(data))

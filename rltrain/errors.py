@@ -1,0 +1,28 @@
+"""The error a run raises when it fails while training (as opposed to bad input before it)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+
+class TrainingError(RuntimeError):
+    """Training failed part-way: an environment, the agent, a callback or the disk raised.
+
+    The message names the phase (``collect``, ``train``, ``evaluate``, ``save``), the env step,
+    the sub-env where known, the original error, and what was saved; the original error is the
+    ``__cause__``.
+
+    Attributes:
+        phase: What the run was doing.
+        env_steps: Env steps done when it failed.
+        sub_env: The sub-environment that raised, when an environment did.
+        checkpoint: The emergency checkpoint saved after the failure (None when none could be).
+    """
+
+    def __init__(self, message: str, *, phase: str, env_steps: int,
+                 sub_env: int | None = None, checkpoint: Path | None = None) -> None:
+        super().__init__(message)
+        self.phase = phase
+        self.env_steps = env_steps
+        self.sub_env = sub_env
+        self.checkpoint = checkpoint

@@ -1,0 +1,119 @@
+"""When training fails part-way: save what can be saved, and say where it failed.
+
+An exception from an environment, the agent, a subscriber or the disk ends the run. Before it
+propagates, an *emergency checkpoint* is written when the run's state is consistent (Lightning
+saves on exception too), so the work since the last checkpoint is not lost; the error is then
+re-raised as a :class:`~rltrain.errors.TrainingError` naming the phase, the env step, the
+sub-env and what was saved.
+"""
+
+from __future__ import annotations
+
+import warnings
+from pathlib import Path
+from typing import Any, Protocol
+
+from rltrain.checkpoint import Checkpointer, SavedCheckpoint
+from rltrain.components import Progress
+from rltrain.envs import SubEnvError
+from rltrain.errors import TrainingError
+from rltrain.optim import Optimization
+from rltrain.runner import Runner
+
+#: What each phase is doing, for the message.
+PHASES = {"collect": "collecting experience", "train": "training", "evaluate": "evaluating",
+          "save": "saving a checkpoint"}
+
+
+class FailingRun(Protocol):
+    """What :func:`failed` reads from a strategy's run."""
+
+    phase: str
+    saved_at: int
+    backward_calls: int
+    progress: Progress
+    runner: Runner
+    optim: Optimization
+    checkpointer: Checkpointer | None
+
+    def refused(self) -> bool: ...
+
+    def state(self) -> dict[str, Any]: ...
+
+    def announce(self, saved: SavedCheckpoint, *, best: bool = False) -> None: ...
+
+
+def failed(run: FailingRun, error: Exception) -> TrainingError:
+    """Write an emergency checkpoint of ``run`` when its state allows, and return the
+    :class:`~rltrain.errors.TrainingError` to raise from ``error``."""
+    progress = run.progress
+    sub_env = _sub_env(error, run.runner)
+    where = (f"after {progress.env_steps:,} env steps ({progress.vector_steps:,} vector steps, "
+             f"{progress.gradient_steps:,} gradient steps), while {PHASES[run.phase]}"
+             + (f", in sub-env {sub_env}" if sub_env is not None else ""))
+    cause = str(error) if isinstance(error, SubEnvError) else f"{type(error).__name__}: {error}"
+    cause = cause.rstrip(". ")
+    saved, outcome = _emergency_save(run)
+    message = (f"Training failed {where}: {cause}. {outcome} Fix the cause, then resume with "
+               "ckpt_path='last' (rltrain fit --resume RUN_DIR).")
+    return TrainingError(message, phase=run.phase, env_steps=progress.env_steps,
+                         sub_env=sub_env, checkpoint=saved)
+
+
+def _sub_env(error: Exception, runner: Runner) -> int | None:
+    index = getattr(error, "index", None) if isinstance(error, SubEnvError) else None
+    if index is None and runner.num_envs == 1 and runner.envs_out_of_step:
+        return 0
+    return index
+
+
+def _emergency_save(run: FailingRun) -> tuple[Path | None, str]:
+    """Save the run's state when it is consistent; returns the file and a sentence for the
+    message saying what was saved, or why nothing was and what is left."""
+    checkpointer = run.checkpointer
+    if checkpointer is None:
+        return None, "Nothing was saved (this run writes no checkpoints)."
+    why_not = _why_not_consistent(run)
+    if why_not is None and run.saved_at == run.progress.env_steps:
+        why_not = "the checkpoint of this env step was already written"
+    if why_not is None:
+        try:
+            saved = checkpointer.save(run.state(), env_steps=run.progress.env_steps)
+        except Exception as error:  # a full disk fails the emergency save too
+            why_not = f"writing it failed too ({type(error).__name__}: {error})"
+        else:
+            _announce(run, saved)
+            envs = (" The environments were not saved with it (they failed part-way through "
+                    "a step): a resumed run restarts their episodes."
+                    if run.runner.envs_out_of_step else "")
+            return saved.path, (f"An emergency checkpoint of the state before the failure was "
+                                f"saved: {saved.path} (it is now 'last').{envs}")
+    return None, f"No emergency checkpoint was saved: {why_not}. {_last(checkpointer)}"
+
+
+def _why_not_consistent(run: FailingRun) -> str | None:
+    if run.phase == "save":
+        return "the failure was in a save"
+    if run.refused():
+        return "a non-finite loss was refused before it, so nothing after it is saved"
+    if run.phase == "train" and run.optim.backward_calls != run.backward_calls:
+        return ("the failure came in the middle of a gradient step, after part of it was "
+                "applied")
+    return None
+
+
+def _last(checkpointer: Checkpointer) -> str:
+    try:
+        path = checkpointer.resolve("last")
+    except (FileNotFoundError, ValueError):
+        return "There is no earlier checkpoint."
+    return f"The last checkpoint, {path}, is intact."
+
+
+def _announce(run: FailingRun, saved: SavedCheckpoint) -> None:
+    """Tell the subscribers, unless one of them is what failed."""
+    try:
+        run.announce(saved)
+    except Exception as error:
+        warnings.warn(f"A subscriber failed on the emergency checkpoint's event: {error}",
+                      stacklevel=3)

@@ -1,0 +1,45 @@
+"""A run from one config: :func:`build` makes the Trainer, agent and environment it describes."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from omegaconf import DictConfig
+
+from rltrain.agents.base import LearningAgent
+from rltrain.config import make_agent, make_env, validate
+from rltrain.envs import EnvInit
+from rltrain.strategies.base import RLResult
+from rltrain.trainer.trainer import Trainer
+
+
+@dataclasses.dataclass
+class BuiltRun:
+    """What :func:`build` makes from a config: the trainer, the agent and the environment."""
+
+    trainer: Trainer
+    agent: LearningAgent
+    env: EnvInit
+
+    def fit(self, ckpt_path: str | Path | None = None) -> RLResult:
+        """``trainer.fit(env, agent, ckpt_path)``."""
+        return self.trainer.fit(self.env, self.agent, ckpt_path=ckpt_path)
+
+    def evaluate(self, ckpt_path: str | Path | None = None, episodes: int | None = None,
+                 seed: int | None = None) -> dict[str, float]:
+        """``trainer.evaluate(env, agent, ckpt_path=..., episodes=..., seed=...)``."""
+        return self.trainer.evaluate(self.env, self.agent, ckpt_path=ckpt_path,
+                                     episodes=episodes, seed=seed)
+
+
+def build(config: DictConfig | Mapping[str, Any], **trainer_overrides: Any) -> BuiltRun:
+    """Trainer, strategy, agent and environment from one run config (validated first);
+    ``trainer_overrides`` are further Trainer arguments (``callbacks``, ``interrupter``)."""
+    cfg = validate(config)
+    return BuiltRun(trainer=Trainer.from_config(cfg, **trainer_overrides),
+                    agent=make_agent(cfg.agent), env=make_env(cfg.env))
+
+

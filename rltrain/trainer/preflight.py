@@ -1,0 +1,94 @@
+"""What the Trainer checks and builds before a run writes anything: the agent for the env's
+spaces, the strategy's own checks, resume settings; and the seeds and metrics it reports."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+import gymnasium as gym
+
+from rltrain.agents.base import LearningAgent
+from rltrain.checkpoint import Checkpointer
+from rltrain.components import RLComponents
+from rltrain.envs import EnvInit, make_probe_env
+from rltrain.events.events import EvaluationEnd
+from rltrain.seeding import seed_everything
+from rltrain.strategies.base import RLStrategy
+from rltrain.strategies.off_policy import EVAL_SEED_OFFSET
+
+
+def default_run_dir(agent_name: str, env_name: str) -> Path:
+    """``runs/<date>-<time>-<agent>-<env>`` under the current directory."""
+    return Path("runs") / f"{time.strftime('%Y%m%d-%H%M%S')}-{agent_name.lower()}-{env_name}"
+
+
+def check_resume_settings(checkpoint: Path, hparams: dict[str, Any]) -> None:
+    """Refuse to resume when the strategy's, agent's or optimisation settings changed."""
+    state = Checkpointer.load(checkpoint)
+    if state.get("weights_only"):
+        raise ValueError(
+            f"{checkpoint} holds an agent's weights only (Trainer.save_checkpoint), not a "
+            "training state: evaluate it (evaluate(ckpt_path=...)) or load it "
+            "(load_checkpoint), and resume from the run's own checkpoints ('last' or 'best').")
+    saved = state.get("hparams", {})
+    if not isinstance(saved, dict):
+        raise ValueError(f"{checkpoint} has no valid settings ('hparams'); it was not written "
+                         "by rltrain, or it was altered.")
+    changed = sorted(k for k in set(saved) | set(hparams) if saved.get(k) != hparams.get(k))
+    if changed:
+        details = "; ".join(f"{k}: {saved.get(k)!r} in the checkpoint, {hparams.get(k)!r} now"
+                            for k in changed)
+        raise ValueError(
+            f"Cannot resume from {checkpoint}: settings differ from the checkpoint's ({details}). "
+            "Use the checkpoint's settings. On resume these may change: num_steps, evaluation, "
+            "logging and checkpoint settings, the run directory, the devices and on_nan_loss.")
+
+
+def setup_agent(env: EnvInit, agent: LearningAgent, components: RLComponents,
+                seed: int) -> tuple[gym.Space[Any], gym.Space[Any]]:
+    """Make one environment to check its spaces and build ``agent`` for them on the run's
+    device and dtype, with the run's counters, before any training starts. The networks are
+    initialised from the global generators seeded with ``seed`` (the strategy's), so a seed
+    gives the same initial weights whatever ran before."""
+    seed_everything(seed)
+    probe = make_probe_env(env)
+    try:
+        agent.setup(observation_space=probe.observation_space, action_space=probe.action_space,
+                    device=components.device, progress=components.progress,
+                    dtype=components.dtype)
+        return probe.observation_space, probe.action_space
+    finally:
+        probe.close()
+
+
+def check_spaces(env: EnvInit, agent: LearningAgent) -> None:
+    """Make one environment and let ``agent`` check its spaces, before any training starts."""
+    probe = make_probe_env(env)
+    try:
+        agent.check_spaces(probe.observation_space, probe.action_space)
+    finally:
+        probe.close()
+
+
+def strategy_seed(strategy: RLStrategy) -> int:
+    """A strategy's seed: its config's ``seed`` (0 when it has none)."""
+    config: Any = getattr(strategy, "config", None)
+    return int(getattr(config, "seed", 0))
+
+
+def evaluation_seed(strategy: RLStrategy) -> int:
+    """The reset seed of a strategy's evaluations (its seed + ``EVAL_SEED_OFFSET``)."""
+    return strategy_seed(strategy) + EVAL_SEED_OFFSET
+
+
+def evaluation_metrics(result: EvaluationEnd) -> dict[str, float]:
+    """``eval/return_mean``, ``eval/return_std``, ``eval/length_mean`` and ``eval/episodes``."""
+    lengths = result.lengths
+    return {
+        "eval/return_mean": result.return_mean,
+        "eval/return_std": result.return_std,
+        "eval/length_mean": sum(lengths) / len(lengths) if lengths else float("nan"),
+        "eval/episodes": float(len(result.returns)),
+    }

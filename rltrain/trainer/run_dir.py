@@ -1,0 +1,237 @@
+"""Run directories: marked as rltrain's, one writer at a time, and only rltrain's files touched.
+
+A run directory holds a marker file (:data:`MARKER`) written when the run starts, and a lock
+file (:data:`LOCK`) that the writing process holds locked (``flock``) for the run's life; the
+kernel releases it when that process ends, however it ends. A directory that holds files with
+rltrain's names but no marker is not a run: it is refused rather than overwritten, and
+``overwrite`` removes only the files rltrain writes, never the rest of a folder.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import os
+import re
+import socket
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from rltrain.checkpoint import MANIFEST, atomic_write_text
+from rltrain.checkpoint.manifest import BEST_NAME, CHECKPOINT_NAME, LINKS, TEMPORARY_NAME
+
+#: Written in every run directory when its first run starts: what makes a folder a run.
+MARKER = ".rltrain-run.json"
+#: Held locked by the process writing the run (its PID, host and start time inside).
+LOCK = ".rltrain.lock"
+#: The files rltrain writes at the top of a run directory (``--overwrite`` removes these).
+RUN_FILES = ("config.yaml", "model_summary.txt", "metrics.jsonl", "summary.json")
+TENSORBOARD_FILE = re.compile(r"events\.out\.tfevents\..+")
+
+
+class RunDirectoryLocked(OSError):
+    """Another process is writing to this run directory."""
+
+
+@dataclass(frozen=True)
+class RunDirectory:
+    """What a folder holds, as rltrain sees it.
+
+    Attributes:
+        path: The folder.
+        marked: It holds :data:`MARKER` (an rltrain run, or a folder prepared for one).
+        ours: rltrain's files in it (top-level names, and ``checkpoints``).
+    """
+
+    path: Path
+    marked: bool
+    ours: tuple[str, ...]
+
+    @classmethod
+    def inspect(cls, path: Path) -> RunDirectory:
+        if not path.is_dir():
+            return cls(path, False, ())
+        names = sorted(p.name for p in path.iterdir())
+        ours = tuple(n for n in names if n in RUN_FILES or n == "checkpoints"
+                     or TENSORBOARD_FILE.fullmatch(n))
+        return cls(path, MARKER in names, ours)
+
+    @property
+    def legacy_run(self) -> bool:
+        """A run written before runs were marked: its config and a checkpoint manifest."""
+        return ("config.yaml" in self.ours
+                and (self.path / "checkpoints" / MANIFEST).is_file())
+
+    @property
+    def holds_run(self) -> bool:
+        """It holds a run's results (checkpoints, metrics or a summary)."""
+        return bool({"checkpoints", "metrics.jsonl", "summary.json"} & set(self.ours)) and (
+            self.marked or self.legacy_run)
+
+
+@contextlib.contextmanager
+def open_run(run_dir: Path, *, checkpoint_dir: Path, resuming: bool,
+             overwrite: bool) -> Iterator[None]:
+    """Take ``run_dir`` for one run: refuse a folder that is not rltrain's, lock it (and a
+    ``checkpoint_dir`` outside it) for as long as the ``with`` block runs, refuse a run already
+    there unless ``resuming`` it or told to ``overwrite`` it (then rltrain's files only are
+    removed), and mark it. Nothing is created or changed before the checks that need no lock
+    have passed."""
+    folders = [run_dir] + ([checkpoint_dir] if not _inside(checkpoint_dir, run_dir) else [])
+    _refuse_foreign(RunDirectory.inspect(run_dir))
+    if len(folders) == 2:
+        _refuse_foreign_checkpoints(checkpoint_dir)
+    with contextlib.ExitStack() as stack:
+        for folder in folders:
+            _make_dir(folder)
+            stack.enter_context(_locked(folder))
+        existing = RunDirectory.inspect(run_dir)
+        checkpoints = checkpoint_files(checkpoint_dir)
+        if not resuming and (existing.holds_run or checkpoints):
+            if not overwrite:
+                held = [*existing.ours] if existing.holds_run else []
+                held += [] if _inside(checkpoint_dir, run_dir) else [str(checkpoint_dir)]
+                raise FileExistsError(
+                    f"{run_dir} already holds a run ({', '.join(held)}). Resume it with "
+                    f"ckpt_path='last' (rltrain fit --resume {run_dir}), replace it with "
+                    "overwrite=True (--overwrite), or choose another run directory.")
+            remove_run_files(run_dir, checkpoint_dir)
+        for folder in folders:
+            if not (folder / MARKER).exists():
+                _mark(folder)
+        _check_writable(run_dir)
+        yield
+
+
+def checkpoint_files(directory: Path) -> list[Path]:
+    """rltrain's files in a checkpoint folder: checkpoints, links, manifest, temporary files."""
+    if not directory.is_dir():
+        return []
+    return sorted(p for p in directory.iterdir() if _is_checkpoint_file(p.name))
+
+
+def remove_run_files(run_dir: Path, checkpoint_dir: Path) -> None:
+    """Delete the files rltrain writes in ``run_dir`` and ``checkpoint_dir`` (an emptied
+    ``checkpoints`` folder too); every other file stays."""
+    for path in checkpoint_files(checkpoint_dir):
+        path.unlink(missing_ok=True)
+    with contextlib.suppress(OSError):  # not empty: it holds files rltrain did not write
+        if checkpoint_dir == run_dir / "checkpoints":
+            checkpoint_dir.rmdir()
+    for name in RunDirectory.inspect(run_dir).ours:
+        path = run_dir / name
+        if name != "checkpoints" and (path.is_symlink() or path.is_file()):
+            path.unlink()
+
+
+def _is_checkpoint_file(name: str) -> bool:
+    return bool(name in (MANIFEST, *LINKS) or CHECKPOINT_NAME.fullmatch(name)
+                or BEST_NAME.fullmatch(name) or TEMPORARY_NAME.fullmatch(name))
+
+
+def _inside(path: Path, folder: Path) -> bool:
+    return path.resolve() == folder.resolve() or folder.resolve() in path.resolve().parents
+
+
+def _refuse_foreign(folder: RunDirectory) -> None:
+    """Refuse a folder holding rltrain's file names that rltrain did not mark as a run."""
+    path = folder.path
+    _refuse_odd(path)
+    if (path / "checkpoints").is_symlink():
+        raise FileExistsError(f"{path / 'checkpoints'} is a symbolic link; rltrain writes "
+                              "checkpoints only into real directories. Choose another run_dir.")
+    if folder.marked or not folder.ours or folder.legacy_run:
+        return
+    raise FileExistsError(
+        f"{path} is not an rltrain run (it has no {MARKER}) but holds "
+        f"{', '.join(folder.ours)}, which rltrain would overwrite. rltrain only writes into a "
+        "new or empty directory, a directory of other tools' files, or its own runs: choose "
+        "another run_dir, or move those files away.")
+
+
+def _refuse_foreign_checkpoints(path: Path) -> None:
+    """Refuse a checkpoint folder holding checkpoint file names but neither rltrain's marker nor
+    its manifest."""
+    _refuse_odd(path)
+    found = checkpoint_files(path)
+    if found and not (path / MARKER).exists() and not (path / MANIFEST).is_file():
+        raise FileExistsError(
+            f"{path} holds {', '.join(p.name for p in found[:5])} but is not an rltrain "
+            f"checkpoint folder (no {MARKER} or {MANIFEST}); rltrain will not overwrite or "
+            "delete files it did not write. Choose another checkpoint_dir.")
+
+
+def _refuse_odd(path: Path) -> None:
+    if path.exists() and not path.is_dir():
+        raise FileExistsError(f"{path} is a file, not a directory. Choose a directory that "
+                              "exists or does not exist yet.")
+
+
+def _make_dir(path: Path) -> None:
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as error:
+        raise PermissionError(
+            f"Cannot write to the run directory {path}: {error}. Choose a run_dir you can "
+            "write to (run_dir=..., or trainer.run_dir=... on the command line).") from error
+
+
+def _check_writable(run_dir: Path) -> None:
+    probe = run_dir / f".write-test-{os.getpid()}"
+    try:
+        probe.write_bytes(b"")
+        probe.unlink()
+    except OSError as error:
+        raise PermissionError(
+            f"Cannot write to the run directory {run_dir}: {error}. Choose a run_dir you can "
+            "write to (run_dir=..., or trainer.run_dir=... on the command line).") from error
+
+
+def _mark(folder: Path) -> None:
+    from rltrain import __version__
+
+    atomic_write_text(folder / MARKER, json.dumps(
+        {"format": 1, "rltrain": __version__, "created": time.strftime("%Y-%m-%dT%H:%M:%S%z")},
+        indent=2) + "\n")
+
+
+@contextlib.contextmanager
+def _locked(folder: Path) -> Iterator[None]:
+    """Hold ``folder``'s lock file locked, or raise :class:`RunDirectoryLocked` naming the
+    process that holds it. The lock file itself is never deleted (so every process locks the
+    same file)."""
+    path = folder / LOCK
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
+    except OSError as error:
+        raise PermissionError(f"Cannot create the lock file {path}: {error}. Choose a run_dir "
+                              "you can write to.") from error
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise RunDirectoryLocked(
+                f"{folder} is in use by another rltrain run ({_holder(fd)}); one process "
+                "writes a run directory at a time. Wait for that run to end, stop it, or "
+                "choose another run directory.") from None
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, json.dumps({"pid": os.getpid(), "host": socket.gethostname(),
+                                  "since": time.strftime("%Y-%m-%d %H:%M:%S")}).encode(), 0)
+        try:
+            yield
+        finally:
+            fcntl.flock(fd, fcntl.LOCK_UN)
+    finally:
+        os.close(fd)
+
+
+def _holder(fd: int) -> str:
+    try:
+        holder = json.loads(os.pread(fd, 4096, 0).decode())
+        return (f"PID {int(holder['pid'])} on {str(holder['host'])[:64]}, since "
+                f"{str(holder['since'])[:32]}")
+    except (OSError, ValueError, KeyError, TypeError):
+        return "its PID is not yet written"
