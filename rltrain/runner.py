@@ -142,6 +142,18 @@ class Runner:
                 "action": str(self.envs.single_action_space),
                 "num_envs": str(self.num_envs)}
 
+    def _check_shapes(self, state: dict[str, Any]) -> None:
+        """Refuse saved per-env arrays that do not fit this vector env (an altered file)."""
+        expected = {"observations": tuple(np.shape(self.observations)),
+                    "episode_returns": (self.num_envs,), "episode_starts": (self.num_envs,)}
+        for name, shape in expected.items():
+            value = state.get(name)
+            if not isinstance(value, torch.Tensor) or tuple(value.shape) != shape:
+                found = tuple(value.shape) if isinstance(value, torch.Tensor) else type(value)
+                raise ValueError(f"The checkpoint's runner {name} has shape {found}; this run's "
+                                 f"{self.num_envs} environments need {shape}. It was saved "
+                                 "with another num_envs or environment, or altered.")
+
     def _raise_non_finite(self, observations: np.ndarray, rewards: np.ndarray) -> None:
         what = "reward" if not np.isfinite(rewards).all() else "observation"
         values = rewards if what == "reward" else observations
@@ -184,11 +196,17 @@ class Runner:
             raise ValueError(
                 f"The checkpoint was saved on an environment with spaces {state['spaces']}; "
                 f"this one has {self._spaces()}. Resume on the environment it was trained on.")
+        self._check_shapes(state)
         saved_envs = state["envs"]
         restored = None
         if saved_envs is not None and isinstance(self.envs, SyncVectorEnv):
             allowed = env_classes(self.envs.envs)
             restored = safe_pickle.loads(saved_envs.numpy().tobytes(), allowed)
+            if not isinstance(restored, list) or len(restored) != self.num_envs:
+                count = len(restored) if isinstance(restored, list) else "no list of"
+                raise ValueError(f"The checkpoint holds {count} environments; this run has "
+                                 f"{self.num_envs} (num_envs). Resume with the checkpoint's "
+                                 "num_envs.")
         if (isinstance(self.envs, SyncVectorEnv) and restored is not None
                 and not any(isinstance(e.unwrapped, EzPickle) for e in restored)):
             for env in self.envs.envs:

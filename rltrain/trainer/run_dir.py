@@ -140,9 +140,12 @@ def _refuse_foreign(folder: RunDirectory) -> None:
     """Refuse a folder holding rltrain's file names that rltrain did not mark as a run."""
     path = folder.path
     _refuse_odd(path)
-    if (path / "checkpoints").is_symlink():
-        raise FileExistsError(f"{path / 'checkpoints'} is a symbolic link; rltrain writes "
-                              "checkpoints only into real directories. Choose another run_dir.")
+    links = [n for n in ("checkpoints", MARKER, LOCK, *RUN_FILES) if (path / n).is_symlink()]
+    if links:
+        raise FileExistsError(
+            f"{path} holds symbolic links where rltrain writes its own files "
+            f"({', '.join(links)}); rltrain never writes through a link in a run directory. "
+            "Remove the links or choose another run_dir.")
     if folder.marked or not folder.ours or folder.legacy_run:
         return
     raise FileExistsError(

@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import os
 from pathlib import Path
 from typing import IO, Any
 
@@ -38,7 +39,9 @@ class JsonlRenderer(Subscriber):
     @override
     def on_start(self, event: Start, metrics: Metrics) -> None:
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        self._file = self.path.open("a", encoding="utf-8")
+        # Appended, never followed through a symbolic link (a run directory is untrusted).
+        fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW, 0o644)
+        self._file = os.fdopen(fd, "a", encoding="utf-8")
         self.schedule.start(event.start_env_steps)
         self._write({"event": "start", "env_steps": event.start_env_steps,
                      "total_env_steps": event.total_env_steps, "hparams": dict(event.hparams),
@@ -82,8 +85,11 @@ class JsonlRenderer(Subscriber):
     def _write(self, row: dict[str, Any]) -> None:
         if self._file is None:
             return
-        self._file.write(json.dumps(json_safe(row)) + "\n")
-        self._file.flush()
+        try:
+            self._file.write(json.dumps(json_safe(row)) + "\n")
+            self._file.flush()
+        except OSError as error:
+            raise OSError(error.errno, f"Cannot write {self.path}: {error.strerror}") from error
 
     @override
     def close(self) -> None:
