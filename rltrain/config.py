@@ -85,6 +85,11 @@ class TrainerConfig:
         if not isinstance(self.logger, (bool, str)):
             raise ValueError(f"logger must be true, false or a log directory; got "
                              f"{self.logger!r}.")
+        for name in ("run_dir", "checkpoint_dir", "logger"):
+            value = getattr(self, name)
+            if isinstance(value, str) and not value.strip():
+                raise ValueError(f"{name} is empty; give a directory, or null for the default "
+                                 "(the current directory is used only when named, as '.').")
         # The components check these settings (with the messages a Trainer would give).
         RLComponents(num_steps=self.num_steps, grad_accumulation=self.accumulate_grad_batches,
                      gradient_clip_val=self.gradient_clip_val,

@@ -13,6 +13,9 @@ import warnings
 from pathlib import Path
 from typing import Any, Protocol
 
+import torch
+
+from rltrain.buffers import Buffer
 from rltrain.checkpoint import Checkpointer, SavedCheckpoint
 from rltrain.components import Progress
 from rltrain.envs import SubEnvError
@@ -25,12 +28,47 @@ PHASES = {"collect": "collecting experience", "train": "training", "evaluate": "
           "save": "saving a checkpoint"}
 
 
+class StepStart:
+    """What a gradient step may change before it fails part-way, as it was when the step began:
+    the count of backward passes (none more means no weights changed), and the generators the
+    step draws from first (the replay sampler's, torch's CPU generator). Taken before every
+    gradient step (a few microseconds) and put back by :func:`failed`, so that the emergency
+    checkpoint of a step that failed before its first backward pass is the state before it."""
+
+    def __init__(self) -> None:
+        self.backward_calls = 0
+        self._sampler: Any = None
+        self._torch: torch.Tensor | None = None
+
+    def take(self, optim: Optimization, buffer: Buffer) -> None:
+        self.backward_calls = optim.backward_calls
+        rng = getattr(buffer, "rng", None)
+        self._sampler = rng.bit_generator.state if rng is not None else None
+        self._torch = torch.get_rng_state()
+
+    def finish(self, optim: Optimization) -> None:
+        """The step is done: nothing to put back."""
+        self.backward_calls = optim.backward_calls
+        self._sampler = self._torch = None
+
+    def applied(self, optim: Optimization) -> bool:
+        """True when the current step already ran a backward pass (it changed gradients)."""
+        return optim.backward_calls != self.backward_calls
+
+    def rewind(self, buffer: Buffer) -> None:
+        if self._sampler is not None:
+            buffer.rng.bit_generator.state = self._sampler  # type: ignore[attr-defined]
+        if self._torch is not None:
+            torch.set_rng_state(self._torch)
+
+
 class FailingRun(Protocol):
     """What :func:`failed` reads from a strategy's run."""
 
     phase: str
     saved_at: int
-    backward_calls: int
+    step_start: StepStart
+    buffer: Buffer
     progress: Progress
     runner: Runner
     optim: Optimization
@@ -77,6 +115,8 @@ def _emergency_save(run: FailingRun) -> tuple[Path | None, str]:
     if why_not is None and run.saved_at == run.progress.env_steps:
         why_not = "the checkpoint of this env step was already written"
     if why_not is None:
+        if run.phase == "train":
+            run.step_start.rewind(run.buffer)
         try:
             saved = checkpointer.save(run.state(), env_steps=run.progress.env_steps)
         except Exception as error:  # a full disk fails the emergency save too
@@ -96,7 +136,7 @@ def _why_not_consistent(run: FailingRun) -> str | None:
         return "the failure was in a save"
     if run.refused():
         return "a non-finite loss was refused before it, so nothing after it is saved"
-    if run.phase == "train" and run.optim.backward_calls != run.backward_calls:
+    if run.phase == "train" and run.step_start.applied(run.optim):
         return ("the failure came in the middle of a gradient step, after part of it was "
                 "applied")
     return None

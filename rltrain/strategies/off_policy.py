@@ -14,12 +14,12 @@ from rltrain.checkpoint import SavedCheckpoint, Stateful, resume, training_state
 from rltrain.components import RLComponents
 from rltrain.envs import EnvInit, Vectorization, make_vector_env
 from rltrain.evaluation import Evaluator
-from rltrain.events.events import Checkpoint, EnvStep, TrainStep, flatten_hparams
+from rltrain.events.events import Checkpoint, EnvStep, EpisodeEnd, TrainStep, flatten_hparams
 from rltrain.optim import Optimization
 from rltrain.runner import Runner
 from rltrain.seeding import GlobalRandomState, seed_everything
 from rltrain.strategies.base import RLStrategy
-from rltrain.strategies.failure import failed
+from rltrain.strategies.failure import StepStart, failed
 
 #: Evaluation environments reset with ``seed + EVAL_SEED_OFFSET``, apart from the training envs.
 EVAL_SEED_OFFSET = 1_000_003
@@ -165,9 +165,9 @@ class _OffPolicyRun:
             "random": GlobalRandomState(), "metrics": self.events.metrics}
         self.hparams = strategy.run_hparams(agent, components)
         #: What the loop is doing (``collect``, ``train``, ``evaluate``, ``save``), the env
-        #: steps of the last save, and the backward passes before the current gradient step:
-        #: what a failure report and its emergency checkpoint need.
-        self.phase, self.saved_at, self.backward_calls = "collect", -1, 0
+        #: steps of the last save, and what the current gradient step may change before it
+        #: fails: what a failure report and its emergency checkpoint need.
+        self.phase, self.saved_at, self.step_start = "collect", -1, StepStart()
         if components.checkpoint is not None:
             resume(components, agent, self.parts)
             self.sync_policy()
@@ -189,16 +189,19 @@ class _OffPolicyRun:
         self.train_pending()  # a round a stop cut short, when resuming
         while progress.env_steps < self.components.num_steps and not interrupter.should_stop():
             before = progress.env_steps
-            self.collect_step(warmup=before < cfg.warmup_steps)
+            episodes = self.collect_step(warmup=before < cfg.warmup_steps)
             after = progress.env_steps
 
             # Learn once the buffer holds warmup_steps transitions (after a resume, too), one
             # round per train_interval boundary crossed (several when num_envs > train_interval).
+            # The round is owed before the step's events go out, so a checkpoint taken when a
+            # subscriber fails on them still owes it.
             rounds = after // cfg.train_interval - before // cfg.train_interval
             if (rounds and len(self.buffer) >= min(cfg.warmup_steps, cfg.buffer_size)
                     and self.buffer.can_sample()):
                 progress.pending_gradient_steps += rounds * cfg.train_steps
-                self.train_pending()
+            self.emit_step(episodes)
+            self.train_pending()
 
             if (eval_interval is not None and _crossed(eval_interval, before, after)
                     and not interrupter.should_stop()):
@@ -217,13 +220,19 @@ class _OffPolicyRun:
             self.save()
         return self.policy
 
-    def collect_step(self, *, warmup: bool) -> None:
-        """One vector step (uniform random actions during warm-up) into the buffer."""
+    def collect_step(self, *, warmup: bool) -> list[EpisodeEnd]:
+        """One vector step (uniform random actions during warm-up) into the buffer; returns the
+        episodes it ended, for :meth:`emit_step` once the step's training round is owed."""
         self.phase = "collect"
-        runner, progress, events = self.runner, self.progress, self.events
+        runner = self.runner
         actions = runner.random_actions() if warmup else runner.act(self.policy)
         transitions, episodes = runner.step(actions, self.policy)
         self.buffer.add(transitions)
+        return episodes
+
+    def emit_step(self, episodes: list[EpisodeEnd]) -> None:
+        """The EnvStep and EpisodeEnd events of the vector step just taken."""
+        progress, events = self.progress, self.events
         events.emit(EnvStep(env_steps=progress.env_steps, vector_steps=progress.vector_steps))
         for episode in episodes:
             events.emit(episode)
@@ -236,9 +245,10 @@ class _OffPolicyRun:
             return
         self.phase = "train"
         while progress.pending_gradient_steps and not self.interrupter.should_stop():
-            self.backward_calls = self.optim.backward_calls
+            self.step_start.take(self.optim, self.buffer)
             metrics = self.optim.training_step(self.agent, self.buffer.sample(self.cfg.batch_size))
             progress.pending_gradient_steps -= 1
+            self.step_start.finish(self.optim)
             self.events.emit(TrainStep(env_steps=progress.env_steps,
                                        gradient_steps=progress.gradient_steps, metrics=metrics))
         self.sync_policy()
