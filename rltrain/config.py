@@ -224,10 +224,10 @@ def _validate(config: Mapping[str, Any] | DictConfig | ListConfig) -> DictConfig
     for section in ("trainer", "env", "strategy", "agent"):
         try:
             OmegaConf.to_object(merged[section])  # runs the dataclass's own checks
+        except OmegaConfBaseException as error:  # before ValueError: some are ValueErrors
+            raise ConfigError(_omegaconf_message(error)) from None
         except ValueError as error:
             raise ConfigError(f"{section}: {error}") from None
-        except OmegaConfBaseException as error:
-            raise ConfigError(_omegaconf_message(error)) from None
     try:
         check_env_id(str(merged.env.id))
     except ValueError as error:

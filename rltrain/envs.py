@@ -97,12 +97,13 @@ def make_probe_env(env: EnvInit) -> gym.Env[Any, Any]:
     what = f"{env_name(env)!r}" + (f" with kwargs {kwargs}" if kwargs else "")
     try:
         made = factory()
-    except ImportError as error:  # gymnasium's DependencyNotInstalled is an ImportError
+    except (ImportError, gym.error.DependencyNotInstalled) as error:
         raise EnvError(f"Cannot make the environment {what}: a package it needs is missing "
                        f"({error}). Install it, e.g. pip install 'gymnasium[box2d]' for Box2D "
                        "environments.") from error
     except TypeError as error:
-        raise EnvError(f"Cannot make the environment {what}: {error}. Check its keyword "
+        reason = str(error).split(" was raised from the environment creator")[0]
+        raise EnvError(f"Cannot make the environment {what}: {reason}. Check its keyword "
                        "arguments (env.kwargs) against the environment's constructor.") from error
     except Exception as error:
         raise EnvError(f"Cannot make the environment {what}: {type(error).__name__}: "

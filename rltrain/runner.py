@@ -6,6 +6,7 @@ import pickle
 import warnings
 from typing import Any, NamedTuple
 
+import gymnasium as gym
 import numpy as np
 import torch
 from gymnasium.utils import EzPickle
@@ -138,21 +139,8 @@ class Runner:
         return transitions, episodes
 
     def _spaces(self) -> dict[str, str]:
-        return {"observation": str(self.envs.single_observation_space),
-                "action": str(self.envs.single_action_space),
-                "num_envs": str(self.num_envs)}
-
-    def _check_shapes(self, state: dict[str, Any]) -> None:
-        """Refuse saved per-env arrays that do not fit this vector env (an altered file)."""
-        expected = {"observations": tuple(np.shape(self.observations)),
-                    "episode_returns": (self.num_envs,), "episode_starts": (self.num_envs,)}
-        for name, shape in expected.items():
-            value = state.get(name)
-            if not isinstance(value, torch.Tensor) or tuple(value.shape) != shape:
-                found = tuple(value.shape) if isinstance(value, torch.Tensor) else type(value)
-                raise ValueError(f"The checkpoint's runner {name} has shape {found}; this run's "
-                                 f"{self.num_envs} environments need {shape}. It was saved "
-                                 "with another num_envs or environment, or altered.")
+        return saved_spaces(self.envs.single_observation_space, self.envs.single_action_space,
+                            self.num_envs)
 
     def _raise_non_finite(self, observations: np.ndarray, rewards: np.ndarray) -> None:
         what = "reward" if not np.isfinite(rewards).all() else "observation"
@@ -192,11 +180,8 @@ class Runner:
         """Restore :meth:`state_dict`'s output. Environments that could not be saved (async
         workers, unpicklable envs) are reset instead, seeded from the reset seed and the vector
         step, with a warning."""
-        if state["spaces"] != self._spaces():
-            raise ValueError(
-                f"The checkpoint was saved on an environment with spaces {state['spaces']}; "
-                f"this one has {self._spaces()}. Resume on the environment it was trained on.")
-        self._check_shapes(state)
+        check_saved_runner(state, self.envs.single_observation_space,
+                           self.envs.single_action_space, self.num_envs)
         saved_envs = state["envs"]
         restored = None
         if saved_envs is not None and isinstance(self.envs, SyncVectorEnv):
@@ -229,3 +214,32 @@ class Runner:
             self.episode_returns[:] = 0.0
             self.episode_starts[:] = self.progress.vector_steps
         self.envs.action_space.np_random.bit_generator.state = state["action_space_rng"]
+
+
+def saved_spaces(observation_space: gym.Space[Any], action_space: gym.Space[Any],
+                 num_envs: int) -> dict[str, str]:
+    """What a runner's checkpoint records of its vector env, compared on resume."""
+    return {"observation": str(observation_space), "action": str(action_space),
+            "num_envs": str(num_envs)}
+
+
+def check_saved_runner(state: Any, observation_space: gym.Space[Any],
+                       action_space: gym.Space[Any], num_envs: int) -> None:
+    """Refuse a runner state saved on other spaces or another number of sub-envs, or whose
+    per-env arrays do not fit them (an altered file), with the reason. Called before a run
+    directory is touched (by the strategy's check) and again when the state is loaded."""
+    spaces = saved_spaces(observation_space, action_space, num_envs)
+    saved = state.get("spaces") if isinstance(state, dict) else None
+    if saved != spaces:
+        raise ValueError(
+            f"The checkpoint was saved on an environment with spaces {saved}; this one has "
+            f"{spaces}. Resume on the environment it was trained on, with its num_envs.")
+    expected = {"observations": (num_envs, *(observation_space.shape or ())),
+                "episode_returns": (num_envs,), "episode_starts": (num_envs,)}
+    for name, shape in expected.items():
+        value = state.get(name)
+        if not isinstance(value, torch.Tensor) or tuple(value.shape) != shape:
+            found = tuple(value.shape) if isinstance(value, torch.Tensor) else type(value)
+            raise ValueError(f"The checkpoint's runner {name} has shape {found}; this run's "
+                             f"{num_envs} environments need {shape}. It was saved with another "
+                             "num_envs or environment, or altered.")

@@ -2,12 +2,24 @@
 
 The cases here are the table in docs/bad_input.md; ``test_the_docs_table_lists_every_case``
 keeps the two in step (regenerate the table with ``python scripts/bad_input_table.py``).
+A bad input found before training leaves every file as it was
+(``test_a_bad_input_found_before_training_writes_nothing``): the early-check promise, tested.
 """
 
 from __future__ import annotations
 
+import importlib.util
+import json
 import math
+import os
+import random
 import re
+import shlex
+import stat
+import subprocess
+import sys
+import time
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -18,12 +30,16 @@ import numpy as np
 import pytest
 import torch
 from conftest import QUIET
+from omegaconf import DictConfig
 
-from rltrain import DQN, DQNConfig, OffPolicyConfig, OffPolicyStrategy, Trainer
+from rltrain import DQN, DQNConfig, OffPolicyConfig, OffPolicyStrategy, SpaceError, Trainer
 from rltrain.agents.dreamer import Dreamer, DreamerConfig
-from rltrain.checkpoint import Checkpointer, atomic_save
-from rltrain.envs import EnvSpec
+from rltrain.checkpoint import Checkpointer, ManifestError, atomic_save, load_agent
+from rltrain.cli import resumed_config
+from rltrain.config import ConfigError, compose
+from rltrain.envs import EnvError, EnvSpec
 from rltrain.errors import TrainingError
+from rltrain.trainer import RunDirectoryLocked, build
 
 DOCS = Path(__file__).resolve().parent.parent / "docs" / "bad_input.md"
 
@@ -86,20 +102,81 @@ def fitted(run_dir: Path, **kwargs: Any) -> Path:
     return run_dir
 
 
-# Each case: (what is wrong, a function that does it, the exception, a regex of the message).
+def resumed(run_dir: Path, ckpt_path: str | Path = "last") -> object:
+    """Continue the ``fitted`` run in ``run_dir`` to 400 env steps from ``ckpt_path``."""
+    return trainer(run_dir, 400).fit("CartPole-v1", dqn(), ckpt_path=ckpt_path)
+
+
+def strict(action: Callable[[], object]) -> object:
+    """Run ``action`` with UserWarnings raised as errors: the warning is what the case checks."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", UserWarning)
+        return action()
+
+
+#: A whole run from overrides: tiny, quiet, never evaluating (``configured`` adds run_dir).
+TINY = ["trainer.num_steps=200", "trainer.eval_interval=null", "trainer.logger=false",
+        "trainer.enable_progress_bar=false", "trainer.enable_console=false",
+        "trainer.enable_metrics_file=false", "strategy.warmup_steps=50",
+        "strategy.train_interval=25", "strategy.train_steps=2", "strategy.batch_size=16",
+        "strategy.buffer_size=1000", "agent.hidden_sizes=[16]"]
+
+
+def configured(run_dir: Path, *overrides: str) -> DictConfig:
+    """``compose`` of ``TINY`` and ``overrides``, with ``run_dir`` as the run directory."""
+    config = compose([], [*TINY, *overrides])
+    config.trainer.run_dir = str(run_dir)
+    return config
+
+
+#: An environment whose package is not installed: LunarLander needs Box2D; where Box2D is
+#: installed, an id registered here whose entry point's module does not exist.
+MISSING_PACKAGE_ENV = "LunarLander-v3"
+if importlib.util.find_spec("Box2D") is not None:
+    MISSING_PACKAGE_ENV = "rltrain-test/NoSuchPackage-v0"
+    gym.register(MISSING_PACKAGE_ENV, entry_point="rltrain_no_such_package.envs:Env")
+
+#: The file a command named by a malicious checkpoint or config would create.
+RAN = "the-command-ran"
+
+
+def never_ran(run_dir: Path) -> bool:
+    return not (run_dir / RAN).exists()
+
+
 @dataclass(frozen=True)
 class Case:
+    """One bad input, and the error it must get.
+
+    Attributes:
+        name: What is wrong (the first column of docs/bad_input.md).
+        run: Does the bad thing, given the run directory (which may not exist yet).
+        error: The exception's type (exactly: not a subclass, not a wrapper of another error).
+        message: A regex the message must match; the message is one line.
+        setup: Prepares what the bad thing needs (a fitted run, a planted file) in the run
+            directory before it; not part of what is checked.
+        before_training: Found before training, so no file may be written; False for what
+            only training finds (non-finite observations, rewards, losses).
+        absent: Texts the message must not contain.
+        after: Must hold after the error (the command a file names never ran).
+    """
+
     name: str
     run: Callable[[Path], object]
     error: type[BaseException]
     message: str
+    setup: Callable[[Path], object] | None = None
+    before_training: bool = True
+    absent: tuple[str, ...] = ()
+    after: Callable[[Path], bool] | None = None
 
 
 CASES = [
+    # Settings
     Case("unknown env id", lambda d: trainer(d).fit("CartPol-v1", dqn()), ValueError,
          r"Unknown Gymnasium environment id 'CartPol-v1'\. Did you mean 'CartPole-v1'"),
     Case("action space the agent cannot handle",
-         lambda d: trainer(d).fit("Pendulum-v1", dqn()), ValueError,
+         lambda d: trainer(d).fit("Pendulum-v1", dqn()), SpaceError,
          r"DQN needs a Discrete action space; got Box.*Use an agent for continuous actions"),
     Case("num_steps < 1", lambda d: Trainer(num_steps=0), ValueError,
          r"num_steps must be >= 1 env step; got 0"),
@@ -112,53 +189,181 @@ CASES = [
          r"warmup_steps must be >= 0; got -1"),
     Case("learning rate <= 0", lambda d: DQNConfig(lr=0.0), ValueError,
          r"DQNConfig: lr must be > 0; got 0\.0"),
-    Case("logger of an unknown type", lambda d: Trainer(logger=42), TypeError,
+    Case("huber_delta <= 0", lambda d: DQNConfig(huber_delta=0.0), ValueError,
+         r"DQNConfig: huber_delta must be > 0 \(the Huber loss's threshold\); got 0\.0"),
+    Case("return_threshold that is NaN", lambda d: Trainer(return_threshold=math.nan),
+         ValueError, r"return_threshold must be a finite return \(or None, to run all "
+                     r"num_steps\); got nan"),
+    Case("warmup_steps >= num_steps (a warning)",
+         lambda d: strict(lambda: trainer(d, 50, strategy=small(warmup_steps=50)).fit(
+             "CartPole-v1", dqn())), UserWarning,
+         r"warmup_steps \(50\) >= num_steps \(50\): the run ends before its first gradient "
+         r"step, so the agent will not learn\. Lower strategy\.warmup_steps or raise "
+         r"trainer\.num_steps"),
+    Case("device torch does not know", lambda d: Trainer(device="cpux"), ValueError,
+         r"device 'cpux' is not a device torch knows; use 'cpu', 'cuda', 'cuda:<index>' or "
+         r"'mps'"),
+    Case("replay buffer larger than the memory",
+         lambda d: trainer(d, strategy=small(buffer_size=10**12)).fit("CartPole-v1", dqn()),
+         MemoryError, r"A ReplayBuffer of 1,000,000,000,000 transitions needs [\d.]+ GB; "
+                      r"[\d.]+ GB of memory is available\. Lower buffer_size"),
+    Case("empty run_dir", lambda d: Trainer(run_dir=""), ValueError,
+         r"run_dir is empty; give a directory for the run \(or None for "
+         r"runs/<date>-<time>-<agent>-<env>\)"),
+    Case("logger of an unknown type", lambda d: Trainer(logger=42),  # type: ignore[arg-type]
+         TypeError,
          r"logger must be True, False, a log directory, a SummaryWriter or an object with "
          r"log_metrics\(metrics, step\); got int"),
+    # Environments
+    Case("unknown env.kwargs key",
+         lambda d: build(configured(d, "env.kwargs={bogus: 1}")).fit(), EnvError,
+         r"Cannot make the environment 'CartPole-v1' with kwargs \{'bogus': 1\}: .*unexpected "
+         r"keyword argument 'bogus'.*Check its keyword arguments \(env\.kwargs\)"),
+    Case("environment whose package is not installed",
+         lambda d: build(configured(d, f"env.id={MISSING_PACKAGE_ENV}")).fit(), EnvError,
+         rf"Cannot make the environment '{re.escape(MISSING_PACKAGE_ENV)}': a package it needs "
+         r"is missing \(.+\)\. Install it"),
+    # Config files (and overrides)
+    Case("YAML syntax error in a config file", lambda d: compose([d / "bad.yaml"]), ConfigError,
+         r"bad\.yaml is not a valid YAML config \(line 3, column 16\): mapping values are not "
+         r"allowed here", setup=lambda d: _config_file(d, "bad.yaml", (
+             "trainer:\n  num_steps: 300\n  run_dir: runs: cartpole\n"))),
+    Case("Python object tag in a config file", lambda d: compose([d / "tag.yaml"]), ConfigError,
+         r"tag\.yaml is not a valid YAML config \(line 2, column \d+\): it uses a Python object "
+         r"tag \(!!python/\.\.\.\); configs hold plain values only",
+         setup=lambda d: _config_file(d, "tag.yaml", (
+             "trainer:\n  run_dir: !!python/object/apply:os.system "
+             f"[{json.dumps('touch ' + shlex.quote(str(d / RAN)))}]\n")), after=never_ran),
+    Case("malformed ${...} interpolation in a config file",
+         lambda d: compose([d / "interpolation.yaml"]), ConfigError,
+         r"interpolation\.yaml: env\.id: .*'\$\{foo'\. Interpolations are written "
+         r"\$\{section\.key\} or \$\{oc\.env:NAME\}",
+         setup=lambda d: _config_file(d, "interpolation.yaml", "env:\n  id: ${foo\n")),
+    Case("interpolation of a key that does not exist",
+         lambda d: compose([], ["trainer.run_dir=${no_such_key}"]), ConfigError,
+         r"trainer\.run_dir: .*Interpolation key 'no_such_key' not found"),
+    Case("interpolation of an unset environment variable",
+         lambda d: compose([], ["env.id=${oc.env:RLTRAIN_TEST_UNSET_VARIABLE}"]), ConfigError,
+         r"env\.id: .*Environment variable 'RLTRAIN_TEST_UNSET_VARIABLE' not found"),
+    # Training
     Case("NaN observation from the environment",
          lambda d: trainer(d).fit(poisoned("observation"), dqn()), TrainingError,
          r"while collecting experience, in sub-env 0: FloatingPointError: Sub-env 0 returned a "
-         r"non-finite observation .* at env step 30 .*An emergency checkpoint"),
+         r"non-finite observation .* at env step 30 .*An emergency checkpoint",
+         before_training=False),
     Case("infinite reward from the environment",
          lambda d: trainer(d).fit(poisoned("reward"), dqn()), TrainingError,
-         r"Sub-env 0 returned a non-finite reward \(inf\) at env step 30 "),
+         r"Sub-env 0 returned a non-finite reward \(inf\) at env step 30 ",
+         before_training=False),
     Case("NaN loss with on_nan_loss='raise'",
          lambda d: trainer(d, on_nan_loss="raise").fit("CartPole-v1", NanLossDQN(
              DQNConfig(hidden_sizes=[16]))), TrainingError,
          r"while training: FloatingPointError: Non-finite loss: the 'q' loss is nan at gradient "
-         r"step 3\. Lower the learning rate"),
+         r"step 3\. Lower the learning rate", before_training=False),
+    # Checkpoints
     Case("missing checkpoint", lambda d: trainer(d).fit("CartPole-v1", dqn(), ckpt_path="last"),
          FileNotFoundError, r"No checkpoint: No intact last checkpoint in .*checkpoints"),
     Case("checkpoint of another agent type",
-         lambda d: _other_agent(d), ValueError,
-         r"holds a SAC checkpoint; it cannot be loaded into a DQN"),
+         lambda d: load_agent(dqn(), d / "sac.pt", "CartPole-v1"), ValueError,
+         r"holds a SAC checkpoint; it cannot be loaded into a DQN", setup=lambda d: _sac(d)),
     Case("checkpoint with mismatched network shapes",
-         lambda d: trainer(fitted(d), 400).fit("CartPole-v1", DQN(DQNConfig(hidden_sizes=[8])),
-                                             ckpt_path="last"), ValueError,
+         lambda d: trainer(d, 400).fit("CartPole-v1", DQN(DQNConfig(hidden_sizes=[8])),
+                                       ckpt_path="last"), ValueError,
          r"settings differ from the checkpoint's \(agent/hidden_sizes: '\[16\]' in the "
-         r"checkpoint, '\[8\]' now\)"),
+         r"checkpoint, '\[8\]' now\)", setup=fitted),
     Case("observation space differs from the checkpoint's",
-         lambda d: trainer(fitted(d), 400).fit(EnvSpec("CartPole-v1", wrappers=(_extra_feature,)),
-                                             dqn(), ckpt_path="last"), ValueError,
-         r"saved on an environment with spaces .*Resume on the environment it was trained on"),
-    Case("corrupt checkpoint file", lambda d: _corrupt(d), ValueError,
-         r"checkpoint-200\.pt is corrupt: its SHA-256 checksum does not match"),
-    Case("checkpoint that is not a checkpoint", lambda d: _foreign(d), ValueError,
+         lambda d: trainer(d, 400).fit(EnvSpec("CartPole-v1", wrappers=(_extra_feature,)),
+                                       dqn(), ckpt_path="last"), ValueError,
+         r"saved on an environment with spaces .*Resume on the environment it was trained on",
+         setup=fitted),
+    Case("checkpoint whose runner state has another number of envs",
+         lambda d: resumed(d, d / "tampered.pt"), ValueError,
+         r"tampered\.pt: The checkpoint's runner episode_returns has shape \(3,\); this run's 1 "
+         r"environments need \(1,\)\. It was saved with another num_envs or environment",
+         setup=lambda d: _other_num_envs(d), absent=("zip()",)),
+    Case("corrupt checkpoint file",
+         lambda d: Checkpointer.load(d / "checkpoints" / "checkpoint-200.pt"), ValueError,
+         r"checkpoint-200\.pt is corrupt: its SHA-256 checksum does not match",
+         setup=lambda d: _corrupt(d)),
+    Case("checkpoint file of zeros", lambda d: resumed(d, d / "zeros.pt"), ValueError,
+         r"zeros\.pt is not a readable checkpoint \(truncated, corrupt, or not a checkpoint "
+         r"file\)", setup=lambda d: _planted(d, "zeros.pt", bytes(4096)),
+         absent=("weights_only",)),
+    Case("checkpoint file of random bytes", lambda d: resumed(d, d / "random.pt"), ValueError,
+         r"random\.pt is not an rltrain checkpoint: it is not a file of tensors and plain data",
+         setup=lambda d: _planted(d, "random.pt", random.Random(0).randbytes(4096)),
+         absent=("codec can't decode", "weights_only")),
+    Case("checkpoint that is not a checkpoint",
+         lambda d: Checkpointer.load(d / "foreign.pt"), ValueError,
          r"foreign\.pt holds objects a checkpoint must not contain \(it names "
-         r"gymnasium\.spaces\.discrete\.Discrete; only tensors and plain data are loaded"),
-    Case("run directory already holding a run",
-         lambda d: trainer(fitted(d)).fit("CartPole-v1", dqn()), FileExistsError,
+         r"gymnasium\.spaces\.discrete\.Discrete; only tensors and plain data are loaded",
+         setup=lambda d: _foreign(d)),
+    Case("checkpoint whose pickle runs a command", lambda d: resumed(d, d / "command.pt"),
+         ValueError, r"command\.pt holds objects a checkpoint must not contain \(it names "
+                     r"posix\.system; only tensors and plain data are loaded, so nothing in it "
+                     r"ran\)", setup=lambda d: _command_pickle(d), absent=("weights_only",),
+         after=never_ran),
+    # Manifests
+    Case("manifest naming a file outside its folder (../x)", resumed, ManifestError,
+         r"manifest\.json: its entry checkpoints\[0\] names '\.\./x', which is not a plain file "
+         r"name of this folder", setup=lambda d: _manifest(d, _entry_file("../x"))),
+    Case("manifest naming an absolute path", resumed, ManifestError,
+         r"manifest\.json: its entry checkpoints\[0\] names '/.+/x', which is not a plain file "
+         r"name of this folder",
+         setup=lambda d: _manifest(d, lambda m, run: _entry_file(str(run / "x"))(m, run))),
+    Case("manifest whose last is not a file name", resumed, ManifestError,
+         r"manifest\.json: its entry last names \['checkpoint-200\.pt'\]",
+         setup=lambda d: _manifest(d, lambda m, run: json.dumps(
+             {**m, "last": ["checkpoint-200.pt"]}))),
+    Case("manifest.json holding a JSON list (a warning)", lambda d: strict(lambda: resumed(d)),
+         UserWarning, r"checkpoints/manifest\.json is unusable: it holds a JSON list, not an "
+                      r"object\. Using the checkpoint files in the folder instead "
+                      r"\(checkpoint-200\.pt\), unchecked",
+         setup=lambda d: _manifest(d, lambda m, run: json.dumps([m]))),
+    Case("manifest.json that is not JSON (a warning)", lambda d: strict(lambda: resumed(d)),
+         UserWarning, r"checkpoints/manifest\.json is unusable: it is not valid JSON .*Using the "
+                      r"checkpoint files in the folder instead",
+         setup=lambda d: _manifest(d, lambda m, run: json.dumps(m)[:-7])),
+    Case("manifest.json nested too deep (a warning)", lambda d: strict(lambda: resumed(d)),
+         UserWarning, r"checkpoints/manifest\.json is unusable: .*Using the checkpoint files in "
+                      r"the folder instead",
+         setup=lambda d: _manifest(d, lambda m, run: "[" * 100_000 + "]" * 100_000)),
+    # Run directories
+    Case("run directory already holding a run", lambda d: trainer(d).fit("CartPole-v1", dqn()),
+         FileExistsError,
          r"already holds a run \(checkpoints, config.yaml, model_summary.txt, summary.json\)\. "
-         r"Resume it with ckpt_path='last'"),
-    Case("unwritable run directory", lambda d: _unwritable(d), PermissionError,
-         r"Cannot write to the run directory .*Choose a run_dir you can write to"),
+         r"Resume it with ckpt_path='last'", setup=fitted),
+    Case("directory that is not an rltrain run but holds a config.yaml",
+         lambda d: trainer(d).fit("CartPole-v1", dqn()), FileExistsError,
+         r"is not an rltrain run \(it has no \.rltrain-run\.json\) but holds config\.yaml, which "
+         r"rltrain would overwrite",
+         setup=lambda d: _config_file(d, "config.yaml", "my: own file\n")),
+    Case("run directory whose checkpoints folder is a symbolic link",
+         lambda d: trainer(d).fit("CartPole-v1", dqn()), FileExistsError,
+         r"holds symbolic links where rltrain writes its own files \(checkpoints\); rltrain "
+         r"never writes through a link in a run directory", setup=lambda d: _linked(d)),
+    Case("run directory another process is writing",
+         lambda d: trainer(d).fit("CartPole-v1", dqn()), RunDirectoryLocked,
+         r"is in use by another rltrain run \(PID \d+ on .*, since .*\); one process "
+         r"writes a run directory at a time\. Wait for that run to end",
+         setup=lambda d: _held_by_another_process(d), after=lambda d: _release(d)),
+    Case("stored config sending checkpoints outside its run",
+         lambda d: resumed_config(str(d), []), ConfigError,
+         r"The run's saved config sets trainer\.checkpoint_dir=.*elsewhere, outside the run "
+         r"directory .*untrusted: confirm that folder on the command line",
+         setup=lambda d: _checkpoints_elsewhere(d)),
+    Case("unwritable run directory",
+         lambda d: trainer(d / "a-file" / "run").fit("CartPole-v1", dqn()), PermissionError,
+         r"Cannot write to the run directory .*Choose a run_dir you can write to",
+         setup=lambda d: _config_file(d, "a-file", "not a directory")),
+    # Dreamer
     Case("image observations for Dreamer's vector encoder",
          lambda d: trainer(d).fit(EnvSpec("CartPole-v1", wrappers=(_as_image,)), dreamer()),
-         ValueError, r"Dreamer needs a flat Box observation space \(a vector\); got Box of "
+         SpaceError, r"Dreamer needs a flat Box observation space \(a vector\); got Box of "
                      r"shape \(2, 2\)\. Flatten it \(gymnasium\.wrappers\.FlattenObservation\)"),
     Case("unbounded continuous actions for Dreamer",
          lambda d: trainer(d).fit(EnvSpec("Pendulum-v1", wrappers=(_unbounded,)), dreamer()),
-         ValueError, r"Dreamer scales its tanh actions to the action bounds, which must be "
+         SpaceError, r"Dreamer scales its tanh actions to the action bounds, which must be "
                      r"finite; got Box\(-inf, inf.*gymnasium\.wrappers\.RescaleAction"),
     Case("Dreamer sequences longer than the replay ring",
          lambda d: trainer(d).fit("Pendulum-v1", dreamer(sequence_length=2_000)), ValueError,
@@ -195,17 +400,6 @@ def _unbounded(env: gym.Env[Any, Any]) -> gym.Env[Any, Any]:
     return _Unbounded(env)
 
 
-def _other_agent(run_dir: Path) -> object:
-    fitted(run_dir)
-    path = run_dir / "checkpoints" / "last.pt"
-    state = Checkpointer.load(path)
-    state["agent_class"] = "SAC"
-    foreign = run_dir / "sac.pt"
-    atomic_save(state, foreign)
-    from rltrain.checkpoint import load_agent
-    return load_agent(dqn(), foreign, "CartPole-v1")
-
-
 def _extra_feature(env: gym.Env[Any, Any]) -> gym.Env[Any, Any]:
     low = np.append(env.observation_space.low, 0.0).astype(np.float32)  # type: ignore[attr-defined]
     high = np.append(env.observation_space.high, 1.0).astype(np.float32)  # type: ignore[attr-defined]
@@ -214,46 +408,192 @@ def _extra_feature(env: gym.Env[Any, Any]) -> gym.Env[Any, Any]:
                                              space)
 
 
-def _corrupt(run_dir: Path) -> object:
+def _planted(run_dir: Path, name: str, data: bytes) -> None:
+    run_dir.mkdir(parents=True, exist_ok=True)
+    (run_dir / name).write_bytes(data)
+
+
+#: The processes holding a run directory's lock for the "another process" case, by folder.
+HOLDERS: dict[Path, subprocess.Popen[str]] = {}
+
+HOLD = """
+import sys
+from pathlib import Path
+from rltrain.trainer.run_dir import open_run
+run_dir = Path(sys.argv[1])
+with open_run(run_dir, checkpoint_dir=run_dir / "checkpoints", resuming=False,
+              overwrite=False):
+    print("holding", flush=True)
+    sys.stdin.readline()  # until the test lets go (or its pipe closes)
+"""
+
+
+def _held_by_another_process(run_dir: Path) -> None:
+    holder = subprocess.Popen([sys.executable, "-c", HOLD, str(run_dir)], text=True,
+                              stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+    assert holder.stdout is not None and holder.stdout.readline().strip() == "holding"
+    HOLDERS[run_dir] = holder
+
+
+def _release(run_dir: Path) -> bool:
+    holder = HOLDERS.pop(run_dir)
+    holder.communicate("\n", timeout=30)  # also closes its pipes
+    return holder.returncode == 0
+
+
+def _checkpoints_elsewhere(run_dir: Path) -> None:
+    fitted(run_dir)
+    config = run_dir / "config.yaml"
+    config.write_text(config.read_text().replace(
+        "checkpoint_dir: null", f"checkpoint_dir: {run_dir.parent / 'elsewhere'}"))
+
+
+def _config_file(run_dir: Path, name: str, text: str) -> None:
+    _planted(run_dir, name, text.encode())
+
+
+def _sac(run_dir: Path) -> None:
+    """A real checkpoint relabelled as a SAC's, as ``sac.pt``."""
+    fitted(run_dir)
+    state = Checkpointer.load(run_dir / "checkpoints" / "last.pt")
+    state["agent_class"] = "SAC"
+    atomic_save(state, run_dir / "sac.pt")
+
+
+def _other_num_envs(run_dir: Path) -> None:
+    """A real checkpoint whose runner state is for 3 envs, as ``tampered.pt`` (a file no
+    manifest lists, so no checksum says it was altered)."""
+    fitted(run_dir)
+    state = Checkpointer.load(run_dir / "checkpoints" / "last.pt")
+    state["runner"]["episode_returns"] = torch.zeros(3, dtype=torch.float64)
+    atomic_save(state, run_dir / "tampered.pt")
+
+
+def _corrupt(run_dir: Path) -> None:
     fitted(run_dir)
     path = run_dir / "checkpoints" / "checkpoint-200.pt"
     data = bytearray(path.read_bytes())
     data[len(data) // 2] ^= 0xFF
     (run_dir / "checkpoints" / "last.pt").unlink()
     path.write_bytes(bytes(data))
-    return Checkpointer.load(path)
 
 
-def _foreign(run_dir: Path) -> object:
+def _foreign(run_dir: Path) -> None:
     run_dir.mkdir(parents=True, exist_ok=True)
-    path = run_dir / "foreign.pt"
-    torch.save({"model": gym.spaces.Discrete(3)}, path)
-    return Checkpointer.load(path)
+    torch.save({"model": gym.spaces.Discrete(3)}, run_dir / "foreign.pt")
 
 
-def _unwritable(run_dir: Path) -> object:
+class _RunsACommand:
+    """Unpickles by calling ``os.system(command)``: what a malicious checkpoint does."""
+
+    def __init__(self, command: str) -> None:
+        self.command = command
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (os.system, (self.command,))
+
+
+def _command_pickle(run_dir: Path) -> None:
     run_dir.mkdir(parents=True, exist_ok=True)
-    blocker = run_dir / "a-file"
-    blocker.write_text("not a directory")
-    return trainer(blocker / "run").fit("CartPole-v1", dqn())
+    command = f"touch {shlex.quote(str(run_dir / RAN))}"
+    torch.save({"agent": _RunsACommand(command)}, run_dir / "command.pt")
+
+
+def _manifest(run_dir: Path, edit: Callable[[dict[str, Any], Path], str]) -> None:
+    """A ``fitted`` run whose manifest is replaced by ``edit(manifest, run_dir)``."""
+    fitted(run_dir)
+    path = run_dir / "checkpoints" / "manifest.json"
+    path.write_text(edit(json.loads(path.read_text()), run_dir))
+
+
+def _entry_file(name: str) -> Callable[[dict[str, Any], Path], str]:
+    """An edit naming ``name`` as the manifest's first checkpoint file."""
+    def edit(manifest: dict[str, Any], run_dir: Path) -> str:
+        manifest["checkpoints"][0]["file"] = name
+        return json.dumps(manifest)
+    return edit
+
+
+def _linked(run_dir: Path) -> None:
+    """A run directory whose ``checkpoints`` is a link to a folder beside it."""
+    elsewhere = run_dir.parent / "elsewhere"
+    elsewhere.mkdir(parents=True)
+    run_dir.mkdir()
+    (run_dir / "checkpoints").symlink_to(elsewhere, target_is_directory=True)
 
 
 def raised(case: Case, run_dir: Path) -> BaseException:
+    """The error ``case.run`` raises (its type exactly ``case.error``)."""
     with pytest.raises(case.error) as info:
         case.run(run_dir)
-    return info.value
+    error = info.value
+    assert type(error) is case.error, f"{type(error).__name__}: {error}"
+    return error
+
+
+def prepared(case: Case, tmp_path: Path) -> Path:
+    """The case's run directory, with its setup done."""
+    run_dir = tmp_path / "run"
+    if case.setup is not None:
+        case.setup(run_dir)
+    return run_dir
 
 
 @pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
 def test_bad_input_gets_a_clear_error(case: Case, tmp_path: Path) -> None:
-    error = raised(case, tmp_path / "run")
-    assert re.search(case.message, str(error)), str(error)
+    run_dir = prepared(case, tmp_path)
+    message = str(raised(case, run_dir))
+    assert re.search(case.message, message), message
+    assert "\n" not in message.strip(), f"not one line: {message!r}"
+    for text in case.absent:
+        assert text not in message, message
+    if case.after is not None:
+        assert case.after(run_dir)
 
 
-def test_a_bad_input_found_before_training_writes_no_run(tmp_path: Path) -> None:
-    for case in CASES[:2]:
-        raised(case, tmp_path / "run")
-    assert not (tmp_path / "run").exists()
+def backdate(root: Path) -> None:
+    """Set the times of everything under ``root`` an hour back, so that any write shows in the
+    modification times, however coarse the file system's clock."""
+    past = time.time_ns() - 3600 * 10**9
+    for folder, dirs, files in os.walk(root):
+        for name in dirs + files:
+            os.utime(Path(folder, name), ns=(past, past), follow_symlinks=False)
+
+
+def tree(root: Path) -> dict[str, tuple[int, int, int, int]]:
+    """Every path under ``root`` (links not followed), with what a write changes: its kind,
+    size, modification time and inode (a file replaced by a rename has a new one)."""
+    found = {}
+    for folder, dirs, files in os.walk(root):
+        for name in dirs + files:
+            path = Path(folder, name)
+            info = path.lstat()
+            found[str(path.relative_to(root))] = (stat.S_IFMT(info.st_mode), info.st_size,
+                                                  info.st_mtime_ns, info.st_ino)
+    return found
+
+
+def change(before: tuple[int, ...] | None, after: tuple[int, ...] | None) -> str:
+    return "new" if before is None else "gone" if after is None else "changed"
+
+
+BEFORE_TRAINING = [c for c in CASES if c.before_training]
+
+
+@pytest.mark.parametrize("case", BEFORE_TRAINING, ids=[c.name for c in BEFORE_TRAINING])
+def test_a_bad_input_found_before_training_writes_nothing(case: Case, tmp_path: Path) -> None:
+    """The early-check promise: every file (the setup's run included) is left as it was."""
+    run_dir = prepared(case, tmp_path)
+    backdate(tmp_path)
+    before = tree(tmp_path)
+    raised(case, run_dir)
+    after = tree(tmp_path)
+    written = [f"{path} ({change(before.get(path), after.get(path))})"
+               for path in sorted(before.keys() | after.keys())
+               if before.get(path) != after.get(path)]
+    if case.after is not None:
+        assert case.after(run_dir)
+    assert not written, f"written before the error: {', '.join(written)}"
 
 
 def test_nan_loss_stops_the_run_and_keeps_the_last_good_checkpoint(tmp_path: Path) -> None:

@@ -9,6 +9,7 @@ so that a crafted manifest cannot make retention delete, or loading read, a file
 from __future__ import annotations
 
 import json
+import math
 import re
 import warnings
 from dataclasses import dataclass, field, replace
@@ -116,8 +117,8 @@ def read_manifest(directory: Path) -> Manifest:
         return _fallback(directory, f"it cannot be read ({error})")
     try:
         data = json.loads(text)
-    except ValueError as error:
-        return _fallback(directory, f"it is not valid JSON ({error})")
+    except (ValueError, RecursionError) as error:
+        return _fallback(directory, f"it is not valid JSON ({str(error)[:200]})")
     try:
         return parse_manifest(data, path)
     except _Malformed as error:
@@ -141,7 +142,8 @@ def parse_manifest(data: Any, path: Path) -> Manifest:
     best = data.get("best")
     best_entry = None if best is None else _entry(best, "best", path, BEST_NAME)
     last = data.get("last")
-    if last is not None and last not in {e.file for e in checkpoints}:
+    if last is not None and (not isinstance(last, str)
+                             or last not in {e.file for e in checkpoints}):
         _refuse(path, "last", last, "one of the files its 'checkpoints' lists")
     recovered = data.get("recovered", [])
     if not isinstance(recovered, list):
@@ -172,7 +174,8 @@ def _entry(item: Any, where: str, path: Path, pattern: re.Pattern[str]) -> Entry
         raise _Malformed(f"its {where} has a sha256 that is not 64 hex digits")
     if (digest is None) != (numbers["bytes"] is None):
         raise _Malformed(f"its {where} has one of sha256 and bytes without the other")
-    if eval_return is not None and not isinstance(eval_return, (int, float)):
+    if eval_return is not None and (not isinstance(eval_return, (int, float))
+                                    or not math.isfinite(eval_return)):
         raise _Malformed(f"its {where} has eval_return={eval_return!r}, not a number")
     steps = int(matched.group(1))
     return Entry(name, numbers["env_steps"] if numbers["env_steps"] is not None else steps,

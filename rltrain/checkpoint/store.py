@@ -302,9 +302,9 @@ def _torch_load(path: Path) -> Any:
             "only tensors and plain data are loaded, so nothing in it ran). It was not written "
             "by rltrain, or it was altered.") from error
     except Exception as error:  # torch raises RuntimeError, EOFError, OSError, UnicodeError...
-        detail = str(error).splitlines()[0] if str(error) else type(error).__name__
-        if "weights_only" in detail:  # torch's legacy-format advice: unsafe, not passed on
-            detail = "it is not a torch checkpoint archive"
+        detail = str(error).splitlines()[0] if str(error) else ""
+        if not detail.startswith("PytorchStreamReader"):  # torch's internals, or its unsafe
+            detail = "its bytes are not a torch checkpoint archive"  # weights_only advice
         raise ValueError(f"{path} is not a readable checkpoint (truncated, corrupt, or not a "
                          f"checkpoint file): {detail}.") from error
 

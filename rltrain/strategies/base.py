@@ -106,8 +106,9 @@ class RLStrategy(ABC):
     def check(self, agent: LearningAgent, components: RLComponents,
               observation_space: gym.Space[Any], action_space: gym.Space[Any]) -> None:
         """Check this strategy's settings against the run (its agent, built for the env's
-        spaces, and ``components.num_steps``) before anything is written: raise an error that
-        names the setting, or warn. Default: nothing to check."""
+        spaces, ``components.num_steps``, and ``components.checkpoint`` when resuming) before
+        anything is written: raise an error that names the setting, or warn. Default: nothing
+        to check."""
         return None
 
     def hparams(self) -> dict[str, float | int | str | bool]:

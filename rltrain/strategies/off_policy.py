@@ -10,13 +10,13 @@ import gymnasium as gym
 from typing_extensions import override
 
 from rltrain.agents.base import LearningAgent, Policy
-from rltrain.checkpoint import SavedCheckpoint, Stateful, resume, training_state
+from rltrain.checkpoint import Checkpointer, SavedCheckpoint, Stateful, resume, training_state
 from rltrain.components import RLComponents
 from rltrain.envs import EnvInit, Vectorization, make_vector_env
 from rltrain.evaluation import Evaluator
 from rltrain.events.events import Checkpoint, EnvStep, EpisodeEnd, TrainStep, flatten_hparams
 from rltrain.optim import Optimization
-from rltrain.runner import Runner
+from rltrain.runner import Runner, check_saved_runner
 from rltrain.seeding import GlobalRandomState, seed_everything
 from rltrain.strategies.base import RLStrategy
 from rltrain.strategies.failure import StepStart, failed
@@ -110,6 +110,13 @@ class OffPolicyStrategy(RLStrategy):
         agent.make_buffer(cfg.buffer_size, num_envs=cfg.num_envs,
                           observation_space=observation_space, action_space=action_space,
                           seed=cfg.seed, device=components.device)
+        if components.checkpoint is not None:
+            path = components.checkpoint
+            try:
+                check_saved_runner(Checkpointer.load(path).get("runner"), observation_space,
+                                   action_space, cfg.num_envs)
+            except ValueError as error:
+                raise ValueError(f"{path}: {error}") from None
 
     @override
     def train_loop(self, agent: LearningAgent, components: RLComponents,

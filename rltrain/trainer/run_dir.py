@@ -84,26 +84,33 @@ def open_run(run_dir: Path, *, checkpoint_dir: Path, resuming: bool,
     _refuse_foreign(RunDirectory.inspect(run_dir))
     if len(folders) == 2:
         _refuse_foreign_checkpoints(checkpoint_dir)
+    if not (resuming or overwrite):
+        _refuse_existing_run(run_dir, checkpoint_dir)  # before the lock file is touched
     with contextlib.ExitStack() as stack:
         for folder in folders:
             _make_dir(folder)
             stack.enter_context(_locked(folder))
-        existing = RunDirectory.inspect(run_dir)
-        checkpoints = checkpoint_files(checkpoint_dir)
-        if not resuming and (existing.holds_run or checkpoints):
-            if not overwrite:
-                held = [*existing.ours] if existing.holds_run else []
-                held += [] if _inside(checkpoint_dir, run_dir) else [str(checkpoint_dir)]
-                raise FileExistsError(
-                    f"{run_dir} already holds a run ({', '.join(held)}). Resume it with "
-                    f"ckpt_path='last' (rltrain fit --resume {run_dir}), replace it with "
-                    "overwrite=True (--overwrite), or choose another run directory.")
+        if not resuming and overwrite:
             remove_run_files(run_dir, checkpoint_dir)
+        elif not resuming:  # again under the lock: another run may have started meanwhile
+            _refuse_existing_run(run_dir, checkpoint_dir)
         for folder in folders:
             if not (folder / MARKER).exists():
                 _mark(folder)
         _check_writable(run_dir)
         yield
+
+
+def _refuse_existing_run(run_dir: Path, checkpoint_dir: Path) -> None:
+    existing = RunDirectory.inspect(run_dir)
+    checkpoints = checkpoint_files(checkpoint_dir)
+    if existing.holds_run or checkpoints:
+        held = [*existing.ours] if existing.holds_run else []
+        held += [] if _inside(checkpoint_dir, run_dir) else [str(checkpoint_dir)]
+        raise FileExistsError(
+            f"{run_dir} already holds a run ({', '.join(held)}). Resume it with "
+            f"ckpt_path='last' (rltrain fit --resume {run_dir}), replace it with "
+            "overwrite=True (--overwrite), or choose another run directory.")
 
 
 def checkpoint_files(directory: Path) -> list[Path]:

@@ -264,11 +264,11 @@ class Trainer:
         run_dir = self.resolve_run_dir(env, agent)
         components = self._components(run_dir)
         spaces = setup_agent(env, agent, components, seed=strategy_seed(self.strategy))
-        self.strategy.check(agent, components, *spaces)
         if ckpt_path is not None:
             components.checkpoint = self.checkpoint_path(ckpt_path, run_dir)
             check_resume_settings(components.checkpoint,
                                   self.strategy.run_hparams(agent, components))
+        self.strategy.check(agent, components, *spaces)
         components.config = self.run_config(env, agent, run_dir)
         assert components.checkpointer is not None
         components.checkpointer.config = components.config
