@@ -24,6 +24,7 @@ from rltrain.config import (
     shipped_configs,
     validate,
 )
+from rltrain.envs import SubEnvError
 from rltrain.errors import TrainingError
 from rltrain.trainer import build
 
@@ -115,6 +116,9 @@ def report(error: Exception) -> int:
     """Print ``error`` as one message on stderr; returns the exit status it calls for."""
     if isinstance(error, TrainingError):
         print(f"rltrain: training failed: {error}", file=sys.stderr)
+        return EXIT_TRAINING_FAILED
+    if isinstance(error, SubEnvError):  # while evaluating: the environment's failure
+        print(f"rltrain: the environment failed: {error}", file=sys.stderr)
         return EXIT_TRAINING_FAILED
     if isinstance(error, (ValueError, OSError, MemoryError, ImportError)):
         print(f"rltrain: error: {error}", file=sys.stderr)

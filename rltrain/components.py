@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -48,6 +49,19 @@ class SummarySettings:
 
     return_threshold: float | None = None
     window: int = 100
+
+    def __post_init__(self) -> None:
+        if self.return_threshold is not None and not math.isfinite(self.return_threshold):
+            raise ValueError(f"return_threshold must be a finite return (or None, to run all "
+                             f"num_steps); got {self.return_threshold}.")
+
+
+def check_folder(name: str, folder: object) -> None:
+    """Refuse an empty folder setting (``run_dir``, ``checkpoint_dir``, a log directory): an
+    empty path would silently mean the current directory."""
+    if isinstance(folder, (str, Path)) and not str(folder).strip():
+        raise ValueError(f"{name} is empty; give a directory, or None for the default (the "
+                         "current directory is used only when named, as '.').")
 
 
 @dataclass

@@ -33,7 +33,7 @@ from rltrain.agents.base import LearningAgent
 from rltrain.agents.dqn import DQN, DQNConfig
 from rltrain.agents.dreamer import Dreamer, DreamerConfig
 from rltrain.checkpoint import atomic_write_text
-from rltrain.components import EvaluationSettings, RLComponents
+from rltrain.components import EvaluationSettings, RLComponents, SummarySettings, check_folder
 from rltrain.envs import EnvInit, EnvSpec, check_env_id
 from rltrain.strategies.base import RLStrategy
 from rltrain.strategies.off_policy import OffPolicyConfig, OffPolicyStrategy
@@ -86,16 +86,14 @@ class TrainerConfig:
             raise ValueError(f"logger must be true, false or a log directory; got "
                              f"{self.logger!r}.")
         for name in ("run_dir", "checkpoint_dir", "logger"):
-            value = getattr(self, name)
-            if isinstance(value, str) and not value.strip():
-                raise ValueError(f"{name} is empty; give a directory, or null for the default "
-                                 "(the current directory is used only when named, as '.').")
+            check_folder(name, getattr(self, name))
         # The components check these settings (with the messages a Trainer would give).
         RLComponents(num_steps=self.num_steps, grad_accumulation=self.accumulate_grad_batches,
                      gradient_clip_val=self.gradient_clip_val,
                      gradient_clip_algorithm=self.gradient_clip_algorithm,  # type: ignore[arg-type]
                      on_nan_loss=self.on_nan_loss,  # type: ignore[arg-type]
                      evaluation=EvaluationSettings(self.eval_interval, self.eval_episodes),
+                     summary=SummarySettings(return_threshold=self.return_threshold),
                      dtype=self.dtype)  # type: ignore[arg-type]
 
 

@@ -208,8 +208,14 @@ CASES = [
          MemoryError, r"A ReplayBuffer of 1,000,000,000,000 transitions needs [\d.]+ GB; "
                       r"[\d.]+ GB of memory is available\. Lower buffer_size"),
     Case("empty run_dir", lambda d: Trainer(run_dir=""), ValueError,
-         r"run_dir is empty; give a directory for the run \(or None for "
-         r"runs/<date>-<time>-<agent>-<env>\)"),
+         r"run_dir is empty; give a directory, or None for the default \(the current directory "
+         r"is used only when named, as '\.'\)"),
+    Case("empty checkpoint_dir", lambda d: Trainer(checkpoint_dir=" "), ValueError,
+         r"checkpoint_dir is empty; give a directory, or None for the default"),
+    Case("return_threshold that is infinite, in a config",
+         lambda d: compose([], ["trainer.return_threshold=.inf"]), ConfigError,
+         r"trainer: return_threshold must be a finite return \(or None, to run all num_steps\);"
+         r" got inf"),
     Case("logger of an unknown type", lambda d: Trainer(logger=42),  # type: ignore[arg-type]
          TypeError,
          r"logger must be True, False, a log directory, a SummaryWriter or an object with "

@@ -105,13 +105,18 @@ class Manifest:
 
 
 def read_manifest(directory: Path) -> Manifest:
-    """The manifest of ``directory``: empty when there is none; made from the checkpoint files
-    in the folder, with a warning, when it cannot be read. Raises :class:`ManifestError` when
-    it names anything but a checkpoint file of the folder."""
+    """The manifest of ``directory``: empty when there is none and no checkpoint file either;
+    else, when there is none or it cannot be read (with a warning), made from the checkpoint
+    files in the folder, which are then never deleted. Raises :class:`ManifestError` when it
+    names anything but a checkpoint file of the folder."""
     path = directory / MANIFEST
     try:
         text = path.read_text(encoding="utf-8")
     except FileNotFoundError:
+        if any(CHECKPOINT_NAME.fullmatch(p.name) or BEST_NAME.fullmatch(p.name)
+               for p in directory.iterdir()):
+            # A crash before the first manifest, or a deleted one: the files are kept, silently.
+            return _fallback(directory, "", warn=False)
         return Manifest()
     except (OSError, UnicodeDecodeError) as error:
         return _fallback(directory, f"it cannot be read ({error})")
@@ -191,9 +196,11 @@ def _refuse(path: Path, where: str, name: Any, expected: str) -> NoReturn:
         "the checkpoint files in the folder.")
 
 
-def _fallback(directory: Path, why: str) -> Manifest:
+def _fallback(directory: Path, why: str, *, warn: bool = True) -> Manifest:
     found = [p.name for p in directory.iterdir() if not p.is_symlink() and p.is_file()
              and (CHECKPOINT_NAME.fullmatch(p.name) or BEST_NAME.fullmatch(p.name))]
+    if not warn:
+        return Manifest(recovered=sorted(found, key=step_of), fallback=True)
     warnings.warn(
         f"{directory / MANIFEST} is unusable: {why}. Using the checkpoint files in the folder "
         f"instead ({', '.join(sorted(found, key=step_of)) or 'none'}), unchecked; none of "

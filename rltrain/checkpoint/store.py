@@ -149,8 +149,8 @@ class Checkpointer:
         """The newest intact checkpoint for ``which`` (``"last"`` or ``"best"``).
 
         A listed file that is missing or fails its checksum is reported with a warning and the
-        next newest is tried; without a manifest the ``checkpoint-*.pt`` (or ``best-*.pt``)
-        files are tried newest first.
+        next newest is tried; without a usable manifest the ``checkpoint-*.pt`` (or
+        ``best-*.pt``) files are tried, most env steps first.
         """
         manifest = self.manifest()
         pattern = BEST_NAME if which == "best" else CHECKPOINT_NAME
@@ -158,11 +158,8 @@ class Checkpointer:
             candidates = [manifest.best] if manifest.best is not None else []
         else:
             candidates = list(reversed(manifest.checkpoints))  # newest written first
-        unchecked = manifest.recovered
-        if not manifest.names() and self.directory.is_dir():
-            unchecked = [p.name for p in self.directory.iterdir() if p.is_file()]
         candidates += [Entry(n, step_of(n)) for n in sorted(
-            (n for n in unchecked if pattern.fullmatch(n)), key=step_of, reverse=True)]
+            (n for n in manifest.recovered if pattern.fullmatch(n)), key=step_of, reverse=True)]
         for entry in candidates:
             path = self.directory / entry.file
             problem = check_entry(path, entry)
@@ -302,7 +299,7 @@ def _torch_load(path: Path) -> Any:
             "only tensors and plain data are loaded, so nothing in it ran). It was not written "
             "by rltrain, or it was altered.") from error
     except Exception as error:  # torch raises RuntimeError, EOFError, OSError, UnicodeError...
-        detail = str(error).splitlines()[0] if str(error) else ""
+        detail = str(error).splitlines()[0].rstrip(". ") if str(error) else ""
         if not detail.startswith("PytorchStreamReader"):  # torch's internals, or its unsafe
             detail = "its bytes are not a torch checkpoint archive"  # weights_only advice
         raise ValueError(f"{path} is not a readable checkpoint (truncated, corrupt, or not a "

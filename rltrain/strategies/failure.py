@@ -88,7 +88,8 @@ def failed(run: FailingRun, error: Exception) -> TrainingError:
     sub_env = _sub_env(error, run.runner)
     where = (f"after {progress.env_steps:,} env steps ({progress.vector_steps:,} vector steps, "
              f"{progress.gradient_steps:,} gradient steps), while {PHASES[run.phase]}"
-             + (f", in sub-env {sub_env}" if sub_env is not None else ""))
+             + (f", in {'evaluation ' if run.phase == 'evaluate' else ''}sub-env {sub_env}"
+                if sub_env is not None else ""))
     cause = str(error) if isinstance(error, SubEnvError) else f"{type(error).__name__}: {error}"
     cause = cause.rstrip(". ")
     saved, outcome = _emergency_save(run)

@@ -5,7 +5,6 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import json
-import math
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, Union
@@ -22,7 +21,13 @@ from rltrain.checkpoint import (
     load_agent,
     training_state,
 )
-from rltrain.components import EvaluationSettings, RLComponents, SummarySettings, resolve_dtype
+from rltrain.components import (
+    EvaluationSettings,
+    RLComponents,
+    SummarySettings,
+    check_folder,
+    resolve_dtype,
+)
 from rltrain.config import (
     AGENTS,
     STRATEGIES,
@@ -186,13 +191,9 @@ class Trainer:
             raise ValueError(f"num_threads must be >= 1 (or None); got {num_threads}.")
         if console_interval < 0:
             raise ValueError(f"console_interval must be >= 0 seconds; got {console_interval}.")
-        if return_threshold is not None and not math.isfinite(return_threshold):
-            raise ValueError(f"return_threshold must be a finite return (or None, to run all "
-                             f"num_steps); got {return_threshold}.")
-        if run_dir is not None and not str(run_dir).strip():
-            raise ValueError("run_dir is empty; give a directory for the run (or None for "
-                             "runs/<date>-<time>-<agent>-<env>). The current directory is "
-                             "never used unless named, as run_dir='.'.")
+        for name, folder in (("run_dir", run_dir), ("checkpoint_dir", checkpoint_dir),
+                             ("logger", logger)):
+            check_folder(name, folder)
         self.num_steps = num_steps
         self.strategy = strategy
         self.evaluation = EvaluationSettings(interval=eval_interval, episodes=eval_episodes)
@@ -225,7 +226,8 @@ class Trainer:
         # Validate every setting now, before any run directory exists.
         RLComponents(num_steps=num_steps, grad_accumulation=accumulate_grad_batches,
                      gradient_clip_val=gradient_clip_val,
-                     gradient_clip_algorithm=gradient_clip_algorithm, on_nan_loss=on_nan_loss)
+                     gradient_clip_algorithm=gradient_clip_algorithm, on_nan_loss=on_nan_loss,
+                     summary=SummarySettings(return_threshold=return_threshold))
         LogSchedule(log_interval)
         Checkpointer(".", interval=checkpoint_interval, keep_last=keep_last_checkpoints)
         self._fitted: tuple[LearningAgent, EnvInit, RLComponents] | None = None
