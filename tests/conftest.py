@@ -1,12 +1,17 @@
 """Shared test settings: one torch thread (small MLPs, 2-core CI), ``QUIET``, and helpers for
 the exact-resume tests."""
 
+import importlib.util
+import sys
 from collections.abc import Callable, Collection
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 import pytest
 import torch
+
+from rltrain import DQN, DQNConfig, OffPolicyConfig, OffPolicyStrategy, Trainer
 
 torch.set_num_threads(1)
 
@@ -14,6 +19,38 @@ torch.set_num_threads(1)
 #: or metrics.jsonl); checkpoints and summary.json are still written.
 QUIET: dict[str, Any] = dict(logger=False, enable_progress_bar=False, enable_console=False,
                              enable_metrics_file=False)
+
+
+def small(**overrides: Any) -> OffPolicyStrategy:
+    """A tiny off-policy strategy: 50 warm-up steps, then 2 gradient steps on batches of 16
+    every 25 env steps, from a 1,000-transition buffer."""
+    settings: dict[str, Any] = dict(warmup_steps=50, train_interval=25, train_steps=2,
+                                    batch_size=16, buffer_size=1000)
+    settings.update(overrides)
+    return OffPolicyStrategy(OffPolicyConfig(**settings))
+
+
+def trainer(run_dir: Path, num_steps: int = 200, **kwargs: Any) -> Trainer:
+    """A quiet Trainer of the ``small()`` strategy that never evaluates (unless told)."""
+    kwargs.setdefault("eval_interval", None)
+    return Trainer(num_steps=num_steps, strategy=kwargs.pop("strategy", small()),
+                   run_dir=run_dir, **QUIET, **kwargs)
+
+
+def dqn() -> DQN:
+    """A DQN with one hidden layer of 16 units."""
+    return DQN(DQNConfig(hidden_sizes=[16]))
+
+
+class NanLossDQN(DQN):
+    """A DQN whose loss is NaN from the 3rd gradient step on."""
+
+    def training_step(self, batch: Any, optim: Any) -> Any:
+        if self.progress.gradient_steps >= 2:
+            loss = self.q_network(batch.observations).sum() * torch.tensor(float("nan"))
+            optim.step("q", loss)
+            return {"loss": loss.detach()}
+        return super().training_step(batch, optim)
 
 
 def assert_same_tensors(a: Any, b: Any, where: str = "", skip: Collection[str] = ()) -> None:
@@ -43,3 +80,15 @@ def straight_and_resumed(fit: Callable[..., object], factory: pytest.TempPathFac
     fit(split, num_steps // 2)
     fit(split, num_steps, ckpt_path="last")
     return straight, split
+
+
+def load_script(name: str) -> ModuleType:
+    """``scripts/<name>.py`` as a module (registered under ``name``: dataclasses look their
+    module up by name), for the tests that run a script's short version."""
+    path = Path(__file__).resolve().parent.parent / "scripts" / f"{name}.py"
+    spec = importlib.util.spec_from_file_location(name, path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module

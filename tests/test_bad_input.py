@@ -29,10 +29,10 @@ import gymnasium as gym
 import numpy as np
 import pytest
 import torch
-from conftest import QUIET
+from conftest import QUIET, NanLossDQN, dqn, small, trainer
 from omegaconf import DictConfig
 
-from rltrain import DQN, DQNConfig, OffPolicyConfig, OffPolicyStrategy, SpaceError, Trainer
+from rltrain import DQN, DQNConfig, OffPolicyConfig, SpaceError, Trainer
 from rltrain.agents.dreamer import Dreamer, DreamerConfig
 from rltrain.checkpoint import Checkpointer, ManifestError, atomic_save, load_agent
 from rltrain.cli import resumed_config
@@ -42,24 +42,6 @@ from rltrain.errors import TrainingError
 from rltrain.trainer import RunDirectoryLocked, build
 
 DOCS = Path(__file__).resolve().parent.parent / "docs" / "bad_input.md"
-
-
-def small(**overrides: Any) -> OffPolicyStrategy:
-    settings: dict[str, Any] = dict(warmup_steps=50, train_interval=25, train_steps=2,
-                                    batch_size=16, buffer_size=1000)
-    settings.update(overrides)
-    return OffPolicyStrategy(OffPolicyConfig(**settings))
-
-
-def trainer(run_dir: Path, num_steps: int = 200, **kwargs: Any) -> Trainer:
-    """A quiet Trainer of the ``small()`` strategy that never evaluates (unless told)."""
-    kwargs.setdefault("eval_interval", None)
-    return Trainer(num_steps=num_steps, strategy=kwargs.pop("strategy", small()),
-                   run_dir=run_dir, **QUIET, **kwargs)
-
-
-def dqn() -> DQN:
-    return DQN(DQNConfig(hidden_sizes=[16]))
 
 
 class Poisoned(gym.Wrapper[Any, Any, Any, Any]):
@@ -84,17 +66,6 @@ def poisoned(what: str) -> Callable[[], gym.Env[Any, Any]]:
     def make() -> gym.Env[Any, Any]:
         return Poisoned(gym.make("CartPole-v1"), at=30, what=what)
     return make
-
-
-class NanLossDQN(DQN):
-    """A DQN whose loss is NaN from the 3rd gradient step on."""
-
-    def training_step(self, batch: Any, optim: Any) -> Any:
-        if self.progress.gradient_steps >= 2:
-            loss = self.q_network(batch.observations).sum() * torch.tensor(float("nan"))
-            optim.step("q", loss)
-            return {"loss": loss.detach()}
-        return super().training_step(batch, optim)
 
 
 def fitted(run_dir: Path, **kwargs: Any) -> Path:

@@ -7,25 +7,13 @@ run resumes from that checkpoint's env steps; the run then finishes with every s
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 from pathlib import Path
-from types import ModuleType
 
-HARNESS = Path(__file__).resolve().parent.parent / "scripts" / "crash_harness.py"
-
-
-def load_harness() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("crash_harness", HARNESS)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules["crash_harness"] = module  # dataclasses look their module up by name
-    spec.loader.exec_module(module)
-    return module
+from conftest import load_script
 
 
 def test_three_sigkills_recover_with_intact_checkpoints(tmp_path: Path) -> None:
-    harness = load_harness()
+    harness = load_script("crash_harness")
     result = harness.run(kills=3, seed=0, steps=3_000, work_dir=tmp_path, quick=True,
                          verbose=False, final_timeout=60)
     report = "\n".join([result["table"], *result["failures"]])

@@ -21,9 +21,9 @@ from typing import Any
 import gymnasium as gym
 import pytest
 import torch
-from conftest import QUIET, assert_same_tensors
+from conftest import NanLossDQN, assert_same_tensors, dqn, small, trainer
 
-from rltrain import DQN, DQNConfig, OffPolicyConfig, OffPolicyStrategy, Subscriber, Trainer
+from rltrain import DQN, DQNConfig, Subscriber
 from rltrain.checkpoint import Checkpointer
 from rltrain.envs import SubEnvError
 from rltrain.errors import TrainingError
@@ -33,24 +33,6 @@ from rltrain.strategies.off_policy import EVAL_SEED_OFFSET
 ROOT = Path(__file__).resolve().parent.parent
 
 # With small(): gradient rounds of 2 steps at env steps 50, 75, 100, ... (warm-up 50, every 25).
-
-
-def small(**overrides: Any) -> OffPolicyStrategy:
-    settings: dict[str, Any] = dict(warmup_steps=50, train_interval=25, train_steps=2,
-                                    batch_size=16, buffer_size=1000)
-    settings.update(overrides)
-    return OffPolicyStrategy(OffPolicyConfig(**settings))
-
-
-def trainer(run_dir: Path, num_steps: int = 200, **kwargs: Any) -> Trainer:
-    """A quiet Trainer of the ``small()`` strategy that never evaluates (unless told)."""
-    kwargs.setdefault("eval_interval", None)
-    return Trainer(num_steps=num_steps, strategy=kwargs.pop("strategy", small()),
-                   run_dir=run_dir, **QUIET, **kwargs)
-
-
-def dqn() -> DQN:
-    return DQN(DQNConfig(hidden_sizes=[16]))
 
 
 class RaiseAt(gym.Wrapper[Any, Any, Any, Any]):
@@ -99,17 +81,6 @@ class FailingDQN(DQN):
                 super().training_step(batch, optim)
                 raise RuntimeError("boom after an update")
             raise RuntimeError("boom before an update")
-        return super().training_step(batch, optim)
-
-
-class NanLossDQN(DQN):
-    """A DQN whose loss is NaN from the 3rd gradient step on."""
-
-    def training_step(self, batch: Any, optim: Any) -> Any:
-        if self.progress.gradient_steps >= 2:
-            loss = self.q_network(batch.observations).sum() * torch.tensor(float("nan"))
-            optim.step("q", loss)
-            return {"loss": loss.detach()}
         return super().training_step(batch, optim)
 
 

@@ -84,8 +84,10 @@ def open_run(run_dir: Path, *, checkpoint_dir: Path, resuming: bool,
     _refuse_foreign(RunDirectory.inspect(run_dir))
     if len(folders) == 2:
         _refuse_foreign_checkpoints(checkpoint_dir)
+    for folder in folders:  # before the lock file is touched: nothing written on refusal
+        refuse_if_locked(folder)
     if not (resuming or overwrite):
-        _refuse_existing_run(run_dir, checkpoint_dir)  # before the lock file is touched
+        _refuse_existing_run(run_dir, checkpoint_dir)
     with contextlib.ExitStack() as stack:
         for folder in folders:
             _make_dir(folder)
@@ -208,6 +210,11 @@ def _mark(folder: Path) -> None:
         indent=2) + "\n")
 
 
+#: Bytes of the lock file's holder record: written whole in one write, padded with spaces, so a
+#: reader sees the previous holder's record or the new one, never an empty or partial file.
+HOLDER_BYTES = 256
+
+
 @contextlib.contextmanager
 def _locked(folder: Path) -> Iterator[None]:
     """Hold ``folder``'s lock file locked, or raise :class:`RunDirectoryLocked` naming the
@@ -220,16 +227,11 @@ def _locked(folder: Path) -> Iterator[None]:
         raise PermissionError(f"Cannot create the lock file {path}: {error}. Choose a run_dir "
                               "you can write to.") from error
     try:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            raise RunDirectoryLocked(
-                f"{folder} is in use by another rltrain run ({_holder(fd)}); one process "
-                "writes a run directory at a time. Wait for that run to end, stop it, or "
-                "choose another run directory.") from None
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, json.dumps({"pid": os.getpid(), "host": socket.gethostname(),
-                                  "since": time.strftime("%Y-%m-%d %H:%M:%S")}).encode(), 0)
+        if not _try_lock(fd, fcntl.LOCK_EX, patience=0.2):  # a probe's lock lasts microseconds
+            raise _in_use(folder, fd)
+        record = json.dumps({"pid": os.getpid(), "host": socket.gethostname(),
+                             "since": time.strftime("%Y-%m-%d %H:%M:%S")})
+        os.pwrite(fd, record.encode()[:HOLDER_BYTES].ljust(HOLDER_BYTES), 0)
         try:
             yield
         finally:
@@ -238,10 +240,64 @@ def _locked(folder: Path) -> Iterator[None]:
         os.close(fd)
 
 
-def _holder(fd: int) -> str:
+def refuse_if_locked(folder: Path) -> None:
+    """Raise :class:`RunDirectoryLocked` when a process holds ``folder``'s lock, writing nothing
+    (the lock file is opened read-only and only tried)."""
     try:
-        holder = json.loads(os.pread(fd, 4096, 0).decode())
-        return (f"PID {int(holder['pid'])} on {str(holder['host'])[:64]}, since "
-                f"{str(holder['since'])[:32]}")
-    except (OSError, ValueError, KeyError, TypeError):
-        return "its PID is not yet written"
+        fd = os.open(folder / LOCK, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError:
+        return  # no lock file: no run has held this folder
+    try:
+        if not _try_lock(fd, fcntl.LOCK_SH, patience=0.0):
+            raise _in_use(folder, fd)
+        fcntl.flock(fd, fcntl.LOCK_UN)
+    finally:
+        os.close(fd)
+
+
+def _try_lock(fd: int, kind: int, patience: float) -> bool:
+    """``flock(fd, kind)`` without blocking, tried again for up to ``patience`` seconds."""
+    deadline = time.monotonic() + patience
+    while True:
+        try:
+            fcntl.flock(fd, kind | fcntl.LOCK_NB)
+            return True
+        except BlockingIOError:
+            if time.monotonic() >= deadline:
+                return False
+            time.sleep(0.01)
+
+
+def _in_use(folder: Path, fd: int) -> RunDirectoryLocked:
+    return RunDirectoryLocked(
+        f"{folder} is in use by another rltrain run ({_holder(fd)}); one process writes a run "
+        "directory at a time. Wait for that run to end, stop it, or choose another run "
+        "directory.")
+
+
+def _holder(fd: int, patience: float = 1.0) -> str:
+    """Who holds the lock, from its record. The holder writes the record just after it locks:
+    a record that is missing, or names a process that is gone (the previous holder's), is
+    read again for up to ``patience`` seconds."""
+    deadline = time.monotonic() + patience
+    while True:
+        try:
+            holder = json.loads(os.pread(fd, HOLDER_BYTES, 0).decode())
+            pid, host = int(holder["pid"]), str(holder["host"])[:64]
+            current = host != socket.gethostname() or _alive(pid)
+            if current or time.monotonic() > deadline:
+                return f"PID {pid} on {host}, since {str(holder['since'])[:32]}"
+        except (OSError, ValueError, KeyError, TypeError):
+            if time.monotonic() > deadline:
+                return "its PID could not be read from the lock file"
+        time.sleep(0.02)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True  # alive, another user's
+    return True
