@@ -2,10 +2,11 @@
 
 Some practitioners train episodically (collect a whole episode, then a burst of gradient steps
 proportional to its length), as in many continuous-control codebases. ``OffPolicyStrategy`` does
-not do that, so this file writes the loop as an ``RLStrategy`` subclass. It reuses the framework's
-pieces: the ``Runner`` (vector env stepping, autoreset, episode statistics), the ``ReplayBuffer``,
-``Optimization`` (backward, clipping, accumulation) and the events (so the progress bar,
-TensorBoard, console and JSONL renderers all work unchanged), and ``Evaluator``.
+not do that, so this file writes the loop as an ``RLStrategy`` subclass over a ``Run``, the
+framework's assembly: the run owns the environments, the replay, ``Optimization``, the policy and
+their state, and honours every Trainer setting (evaluation and checkpoint intervals, the best
+checkpoint, the final evaluation and save, exact resume, policy sync). The loop is the only
+thing written here.
 
 Run it:  python examples/custom_strategy.py --steps 20000
 """
@@ -14,27 +15,21 @@ from __future__ import annotations
 
 import argparse
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 
 from rltrain import (
     DQN,
-    Evaluator,
+    EnvInit,
     LearningAgent,
-    Optimization,
     Policy,
-    ReplayBuffer,
     RLComponents,
     RLStrategy,
-    Runner,
+    Run,
     Trainer,
-    make_vector_env,
+    replay,
 )
-from rltrain.checkpoint import Stateful, resume, training_state
-from rltrain.envs import EnvInit
-from rltrain.events import EnvStep, TrainStep
-from rltrain.seeding import GlobalRandomState, seed_everything
-from rltrain.strategies.off_policy import EVAL_SEED_OFFSET
 
 
 @dataclass
@@ -48,8 +43,8 @@ class EpisodicConfig:
         batch_size: Transitions per gradient step. Default 64.
         seed: Seeds every random stream. Default 0.
 
-    When and how long to evaluate is the Trainer's setting (``Trainer(eval_interval=...,
-    eval_episodes=...)``), which the strategy receives as ``components.evaluation``.
+    When and how long to evaluate, and when to save, are the Trainer's settings
+    (``Trainer(eval_interval=..., checkpoint_interval=...)``): the run applies them.
     """
 
     updates_per_step: float = 0.5
@@ -75,71 +70,23 @@ class EpisodicStrategy(RLStrategy):
     def train_loop(self, agent: LearningAgent, components: RLComponents,
                    env_init: EnvInit) -> Policy:
         cfg = self.config
-        seed_everything(cfg.seed)
-        envs = make_vector_env(env_init, num_envs=1, seed=cfg.seed)
-        progress, events = components.progress, components.event_processor
-        stop = components.interrupter.should_stop
-        eval_interval = components.evaluation.interval  # None: never evaluate
-        evaluator: Evaluator | None = None
-        try:
-            if eval_interval is not None:
-                evaluator = Evaluator(env_init, episodes=components.evaluation.episodes,
-                                      seed=cfg.seed + EVAL_SEED_OFFSET,
-                                      device=components.inference_device)
-            agent.setup(observation_space=envs.single_observation_space,
-                        action_space=envs.single_action_space,
-                        device=components.device, progress=progress, dtype=components.dtype)
-            buffer = ReplayBuffer(cfg.buffer_size, observation_space=envs.single_observation_space,
-                                  action_space=envs.single_action_space, seed=cfg.seed,
-                                  device=components.device)
-            optim = Optimization.for_run(agent.configure_optimizers(), components)
-            policy = agent.policy(components.inference_device)
-            runner = Runner(envs, device=components.inference_device, progress=progress)
-            runner.reset(seed=cfg.seed, policy=policy)
-            # Everything with state: a checkpoint is their union, and resuming restores it all.
-            parts: dict[str, Stateful] = {
-                "agent": agent, "optimization": optim, "buffer": buffer, "runner": runner,
-                "random": GlobalRandomState(), "metrics": events.metrics}
-            if components.checkpoint is not None:  # the template restored the counters
-                resume(components, agent, parts)
+        with Run(self, agent, components, env_init, seed=cfg.seed,
+                 storage=replay(cfg.buffer_size)) as run:
 
-            while progress.env_steps < components.num_steps and not stop():
-                before = progress.env_steps
+            def batch() -> Any:
+                return run.storage.sample(cfg.batch_size)
+
+            run.train_owed(batch)  # what a stop left owed, when resuming
+            while not run.should_stop():
+                before = run.progress.env_steps
                 warm = before >= cfg.warmup_steps
-                actions = runner.act(policy) if warm else runner.random_actions()
-                transitions, episodes = runner.step(actions, policy)
-                buffer.add(transitions)
-                events.emit(EnvStep(env_steps=progress.env_steps,
-                                    vector_steps=progress.vector_steps))
-                for episode in episodes:
-                    events.emit(episode)
-                    if not warm:
-                        continue
-                    # The episodic schedule: updates proportional to the episode's length.
-                    for _ in range(int(episode.episode_length * cfg.updates_per_step)):
-                        if stop():
-                            break
-                        metrics = optim.training_step(agent, buffer.sample(cfg.batch_size))
-                        events.emit(TrainStep(env_steps=progress.env_steps,
-                                              gradient_steps=progress.gradient_steps,
-                                              metrics=metrics))
-                    if components.inference_device != components.device:
-                        agent.sync_policy(policy)
-                if (evaluator is not None and eval_interval is not None
-                        and progress.env_steps // eval_interval > before // eval_interval
-                        and not stop()):
-                    evaluator.run(policy, env_steps=progress.env_steps, events=events,
-                                  interrupter=components.interrupter)
-            if components.checkpointer is not None:
-                state = training_state(agent, parts, progress,
-                                       self.run_hparams(agent, components))
-                components.checkpointer.save(state,
-                                             env_steps=progress.env_steps)
-            return policy
-        finally:
-            envs.close()
-            if evaluator is not None:
-                evaluator.close()
+                episodes = run.collect(random=not warm)
+                if warm:  # the episodic schedule: updates proportional to episode length
+                    run.owe(sum(int(e.episode_length * cfg.updates_per_step) for e in episodes))
+                run.emit(episodes)
+                run.train_owed(batch)
+                run.after_step(before)
+            return run.finish()
 
 
 def main() -> None:

@@ -6,7 +6,7 @@ from rltrain.callbacks import EarlyStopping
 from rltrain.checkpoint import Checkpointer
 from rltrain.components import EvaluationSettings, Progress, RLComponents, SummarySettings
 from rltrain.config import ConfigError, EnvConfig, TrainerConfig, compose, validate
-from rltrain.envs import EnvSpec, make_vector_env
+from rltrain.envs import EnvInit, EnvSpec, make_vector_env
 from rltrain.evaluation import Evaluator
 from rltrain.events import EventProcessor, Metrics, Subscriber
 from rltrain.interrupt import Interrupter
@@ -17,7 +17,9 @@ from rltrain.strategies import (
     OffPolicyStrategy,
     RLResult,
     RLStrategy,
+    Run,
     Summary,
+    replay,
 )
 from rltrain.trainer import BuiltRun, Trainer, build
 
@@ -31,6 +33,7 @@ __all__ = [
     "DQNConfig",
     "EarlyStopping",
     "EnvConfig",
+    "EnvInit",
     "EnvSpec",
     "EvaluationSettings",
     "Evaluator",
@@ -48,6 +51,7 @@ __all__ = [
     "RLStrategy",
     "ReplayBatch",
     "ReplayBuffer",
+    "Run",
     "Runner",
     "SpaceError",
     "Subscriber",
@@ -60,5 +64,6 @@ __all__ = [
     "build",
     "compose",
     "make_vector_env",
+    "replay",
     "validate",
 ]

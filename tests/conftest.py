@@ -2,12 +2,14 @@
 the exact-resume tests."""
 
 import importlib.util
+import pickle
 import sys
 from collections.abc import Callable, Collection
 from pathlib import Path
 from types import ModuleType
 from typing import Any
 
+import numpy as np
 import pytest
 import torch
 
@@ -69,6 +71,25 @@ def assert_same_tensors(a: Any, b: Any, where: str = "", skip: Collection[str] =
             assert_same_tensors(x, y, f"{where}[{i}]", skip)
     else:
         assert a == b, f"{where}: {a!r} != {b!r}"
+
+
+def env_snapshot(data: torch.Tensor) -> list[Any]:
+    """Every attribute of every wrapper layer of the pickled sub-envs, generators by state.
+
+    (The pickled bytes themselves may differ for equal environments: pickle's memo order.)
+    """
+    snapshot = []
+    for env in pickle.loads(data.numpy().tobytes()):
+        layer = env
+        while layer is not None:
+            for key, value in sorted(vars(layer).items()):
+                if key == "env":
+                    continue
+                if isinstance(value, np.random.Generator):
+                    value = value.bit_generator.state
+                snapshot.append((type(layer).__name__, key, repr(value)))
+            layer = getattr(layer, "env", None)
+    return snapshot
 
 
 def straight_and_resumed(fit: Callable[..., object], factory: pytest.TempPathFactory,

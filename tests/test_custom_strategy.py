@@ -11,11 +11,12 @@ from types import ModuleType
 from typing import Any
 
 import pytest
-from conftest import QUIET
+from conftest import QUIET, assert_same_tensors, env_snapshot, straight_and_resumed
 from typing_extensions import override
 
-from rltrain import DQN, DQNConfig, Metrics, Subscriber, Trainer
+from rltrain import DQN, Checkpointer, DQNConfig, Metrics, Subscriber, Trainer
 from rltrain.events import (
+    Checkpoint,
     End,
     EnvStep,
     EpisodeEnd,
@@ -98,12 +99,13 @@ def test_episodic_strategy_trains_after_each_episode_in_template_order(
         warm = episode.env_steps - 1 >= cfg.warmup_steps
         assert burst[id(episode)] == (int(episode.episode_length * 0.5) if warm else 0)
 
-    # One evaluation, at the 1,000-env-step boundary, with its two episodes.
+    # An evaluation at the 1,000-env-step boundary and the final one (the run's, not the
+    # example's), each with its two episodes.
     starts, ends = recorder.of(EvaluationStart), recorder.of(EvaluationEnd)
-    assert [e.env_steps for e in starts] == [1_000] and len(ends) == 1
+    assert [e.env_steps for e in starts] == [1_000, 1_500] and len(ends) == 2
     assert events.index(starts[0]) < events.index(ends[0])
-    assert ends[0].complete and len(ends[0].returns) == 2
-    assert summary.best_eval_return == pytest.approx(ends[0].return_mean)
+    assert all(e.complete and len(e.returns) == 2 for e in ends)
+    assert summary.best_eval_return == pytest.approx(max(e.return_mean for e in ends))
 
     assert (tmp_path / "checkpoints" / "last.pt").is_file()
     assert (tmp_path / "summary.json").is_file()
@@ -142,3 +144,46 @@ def test_stop_from_another_thread_ends_the_episodic_strategy_early(
     assert [e.reason for e in interrupted] == ["stopped by test"]
     assert recorder.events[-2] is interrupted[0] and isinstance(recorder.events[-1], End)
     assert (tmp_path / "checkpoints" / "last.pt").is_file()
+
+
+def test_a_custom_strategy_gets_checkpoint_interval_best_and_final_evaluation(
+        example: ModuleType, tmp_path: Path) -> None:
+    """The example writes none of these: the run object applies the Trainer's settings."""
+    recorder = EventRecorder()
+    trainer = Trainer(num_steps=1_200, strategy=small_strategy(example), eval_interval=500,
+                      eval_episodes=2, checkpoint_interval=300, keep_last_checkpoints=10,
+                      run_dir=tmp_path, callbacks=[recorder], **QUIET)
+    result = trainer.fit("CartPole-v1", DQN(DQNConfig(hidden_sizes=[32, 32])))
+    assert [e.env_steps for e in recorder.of(EvaluationStart)] == [500, 1_000, 1_200]
+    saves = [(e.env_steps, e.best) for e in recorder.of(Checkpoint)]
+    assert [steps for steps, best in saves if not best] == [300, 600, 900, 1_200]
+    manifest = Checkpointer(tmp_path / "checkpoints").manifest()
+    assert [e.file for e in manifest.checkpoints] == [
+        f"checkpoint-{n}.pt" for n in (300, 600, 900, 1_200)]
+    assert manifest.best is not None
+    assert manifest.best.eval_return == pytest.approx(result.summary.best_eval_return)
+    assert [steps for steps, best in saves if best][-1] == manifest.best.env_steps
+
+
+@pytest.fixture(scope="module")
+def episodic_resume(example: ModuleType, tmp_path_factory: pytest.TempPathFactory
+                    ) -> tuple[dict[str, Any], dict[str, Any]]:
+    def fit(run_dir: Path, num_steps: int, ckpt_path: str | None = None) -> None:
+        Trainer(num_steps=num_steps, strategy=small_strategy(example), **EVALUATION,
+                run_dir=run_dir, **QUIET).fit("CartPole-v1", DQN(DQNConfig(hidden_sizes=[32])),
+                                              ckpt_path=ckpt_path)
+
+    straight, split = straight_and_resumed(fit, tmp_path_factory, 1_200)
+    return (Checkpointer.load(straight / "checkpoints" / "last.pt"),
+            Checkpointer.load(split / "checkpoints" / "last.pt"))
+
+
+@pytest.mark.parametrize("part", ["agent", "optimization", "buffer", "runner", "random",
+                                  "metrics", "progress"])
+def test_a_custom_strategy_resumes_bit_for_bit(
+        episodic_resume: tuple[dict[str, Any], dict[str, Any]], part: str) -> None:
+    straight, split = episodic_resume
+    if part == "runner":
+        assert env_snapshot(straight["runner"].pop("envs")) == env_snapshot(
+            split["runner"].pop("envs"))
+    assert_same_tensors(straight[part], split[part], part)

@@ -7,10 +7,9 @@ import warnings
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import pytest
 import torch
-from conftest import QUIET, assert_same_tensors, straight_and_resumed
+from conftest import QUIET, assert_same_tensors, env_snapshot, straight_and_resumed
 
 from rltrain import DQN, DQNConfig, OffPolicyConfig, OffPolicyStrategy, Trainer
 from rltrain.checkpoint import Checkpointer, atomic_save
@@ -45,25 +44,6 @@ def fit(run_dir: Path, num_steps: int, ckpt_path: str | None = None, *,
     trained = agent()
     trainer.fit(ENV, trained, ckpt_path=ckpt_path)
     return trained, trainer
-
-
-def env_snapshot(data: torch.Tensor) -> list[Any]:
-    """Every attribute of every wrapper layer of the pickled sub-envs, generators by state.
-
-    (The pickled bytes themselves may differ for equal environments: pickle's memo order.)
-    """
-    snapshot = []
-    for env in pickle.loads(data.numpy().tobytes()):
-        layer = env
-        while layer is not None:
-            for key, value in sorted(vars(layer).items()):
-                if key == "env":
-                    continue
-                if isinstance(value, np.random.Generator):
-                    value = value.bit_generator.state
-                snapshot.append((type(layer).__name__, key, repr(value)))
-            layer = getattr(layer, "env", None)
-    return snapshot
 
 
 @pytest.fixture(scope="module")

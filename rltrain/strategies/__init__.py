@@ -3,12 +3,16 @@
 from rltrain.seeding import seed_everything
 from rltrain.strategies.base import RLResult, RLStrategy, Summary
 from rltrain.strategies.off_policy import OffPolicyConfig, OffPolicyStrategy
+from rltrain.strategies.run import EVAL_SEED_OFFSET, Run, replay
 
 __all__ = [
+    "EVAL_SEED_OFFSET",
     "OffPolicyConfig",
     "OffPolicyStrategy",
     "RLResult",
     "RLStrategy",
+    "Run",
     "Summary",
+    "replay",
     "seed_everything",
 ]

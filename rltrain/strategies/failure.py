@@ -40,7 +40,7 @@ class StepStart:
         self._sampler: Any = None
         self._torch: torch.Tensor | None = None
 
-    def take(self, optim: Optimization, buffer: Buffer) -> None:
+    def take(self, optim: Optimization, buffer: Buffer | None) -> None:
         self.backward_calls = optim.backward_calls
         rng = getattr(buffer, "rng", None)
         self._sampler = rng.bit_generator.state if rng is not None else None
@@ -55,9 +55,10 @@ class StepStart:
         """True when the current step already ran a backward pass (it changed gradients)."""
         return optim.backward_calls != self.backward_calls
 
-    def rewind(self, buffer: Buffer) -> None:
-        if self._sampler is not None:
-            buffer.rng.bit_generator.state = self._sampler  # type: ignore[attr-defined]
+    def rewind(self, buffer: Buffer | None) -> None:
+        rng = getattr(buffer, "rng", None)
+        if self._sampler is not None and rng is not None:
+            rng.bit_generator.state = self._sampler
         if self._torch is not None:
             torch.set_rng_state(self._torch)
 
@@ -68,7 +69,7 @@ class FailingRun(Protocol):
     phase: str
     saved_at: int
     step_start: StepStart
-    buffer: Buffer
+    storage: Any
     progress: Progress
     runner: Runner
     optim: Optimization
@@ -117,7 +118,7 @@ def _emergency_save(run: FailingRun) -> tuple[Path | None, str]:
         why_not = "the checkpoint of this env step was already written"
     if why_not is None:
         if run.phase == "train":
-            run.step_start.rewind(run.buffer)
+            run.step_start.rewind(run.storage)
         try:
             saved = checkpointer.save(run.state(), env_steps=run.progress.env_steps)
         except Exception as error:  # a full disk fails the emergency save too

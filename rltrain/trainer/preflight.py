@@ -16,7 +16,7 @@ from rltrain.envs import EnvInit, make_probe_env
 from rltrain.events.events import EvaluationEnd
 from rltrain.seeding import seed_everything
 from rltrain.strategies.base import RLStrategy
-from rltrain.strategies.off_policy import EVAL_SEED_OFFSET
+from rltrain.strategies.run import EVAL_SEED_OFFSET
 
 
 def default_run_dir(agent_name: str, env_name: str) -> Path:

@@ -1,0 +1,287 @@
+"""The run object: everything a training loop needs, assembled once for every strategy.
+
+A strategy's ``train_loop`` opens a :class:`Run` and writes only its loop over it::
+
+    with Run(self, agent, components, env_init, seed=cfg.seed, storage=replay(50_000)) as run:
+        while not run.should_stop():
+            before = run.progress.env_steps
+            run.step(random=before < 1_000)          # act, step the envs, store, EnvStep events
+            run.owe(2)                               # gradient steps this vector step earned
+            run.train_owed(lambda: run.storage.sample(64))
+            run.after_step(before)                   # evaluation, checkpoint, best: when due
+        return run.finish()                          # final evaluation and save
+
+The run honours every Trainer setting without the loop naming them: evaluation and checkpoint
+cadence, the best checkpoint, the "nothing saved after a refused loss" rule, policy sync to the
+inference device, exact resume (every stateful part is in each checkpoint and restored on
+entry), and a failure part-way (an emergency checkpoint, then a
+:class:`~rltrain.errors.TrainingError`; :mod:`rltrain.strategies.failure`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from types import TracebackType
+from typing import TYPE_CHECKING, Any
+
+import gymnasium as gym
+
+from rltrain.agents.base import LearningAgent, Policy
+from rltrain.buffers import Buffer
+from rltrain.checkpoint import SavedCheckpoint, Stateful, resume, training_state
+from rltrain.components import RLComponents
+from rltrain.envs import EnvInit, Vectorization, make_vector_env
+from rltrain.evaluation import Evaluator
+from rltrain.events.events import Checkpoint, EnvStep, EpisodeEnd, MetricValue, TrainStep
+from rltrain.optim import Optimization
+from rltrain.runner import Runner
+from rltrain.seeding import GlobalRandomState, seed_everything
+from rltrain.strategies.failure import StepStart, failed
+
+if TYPE_CHECKING:
+    from rltrain.strategies.base import RLStrategy
+
+#: Evaluation environments reset with ``seed + EVAL_SEED_OFFSET``, apart from the training envs.
+EVAL_SEED_OFFSET = 1_000_003
+
+#: Makes a run's experience storage for the sub-env spaces: ``(observation_space,
+#: action_space, num_envs, seed, device) -> storage``.
+StorageFactory = Callable[..., Buffer]
+
+
+def replay(capacity: int) -> StorageFactory:
+    """The agent's own replay (``LearningAgent.make_buffer``) of ``capacity`` transitions, as a
+    :class:`Run`'s ``storage``. The run's agent is passed in by the run."""
+
+    def make(agent: LearningAgent, observation_space: gym.Space[Any],
+             action_space: gym.Space[Any], num_envs: int, seed: int, device: Any) -> Buffer:
+        return agent.make_buffer(capacity, num_envs=num_envs, observation_space=observation_space,
+                                 action_space=action_space, seed=seed, device=device)
+
+    return make
+
+
+class Run:
+    """One training run: envs, evaluator, runner, storage, optimization, policy and their state.
+
+    Made inside a strategy's ``train_loop``; entering it (``with Run(...) as run``) restores a
+    resumed run's state, and leaving it closes the environments, also on an error. An error
+    raised inside the ``with`` block becomes a :class:`~rltrain.errors.TrainingError` after an
+    emergency checkpoint where the state allows one.
+
+    Args:
+        strategy: The strategy running (its ``run_hparams`` go into every checkpoint).
+        agent: The agent; built here for the envs' spaces.
+        components: The run's components (settings, counters, events, checkpointer).
+        env_init: The environment.
+        seed: Seeds the global generators, the envs, their spaces and the storage's sampler;
+            evaluation resets with ``seed + EVAL_SEED_OFFSET``.
+        storage: Makes the experience storage (e.g. :func:`replay`); None keeps none.
+        num_envs: Sub-environments stepped together. Default 1.
+        vectorization: ``"sync"`` or ``"async"``. Default ``"sync"``.
+        parts: More stateful parts of the strategy's own, saved and restored with the rest.
+    """
+
+    def __init__(self, strategy: RLStrategy, agent: LearningAgent, components: RLComponents,
+                 env_init: EnvInit, *, seed: int, storage: StorageFactory | None = None,
+                 num_envs: int = 1, vectorization: Vectorization = "sync",
+                 parts: Mapping[str, Stateful] | None = None) -> None:
+        self.agent, self.components, self.seed = agent, components, seed
+        self.progress, self.events = components.progress, components.event_processor
+        self.interrupter, self.checkpointer = components.interrupter, components.checkpointer
+        seed_everything(seed)
+        self.envs = make_vector_env(env_init, num_envs=num_envs, vectorization=vectorization,
+                                    seed=seed)
+        self.evaluator: Evaluator | None = None
+        try:
+            self._assemble(strategy, env_init, storage, dict(parts or {}))
+        except BaseException:
+            self.close()
+            raise
+
+    def _assemble(self, strategy: RLStrategy, env_init: EnvInit,
+                  storage: StorageFactory | None, extra: dict[str, Stateful]) -> None:
+        components, agent, envs = self.components, self.agent, self.envs
+        if components.evaluation.interval is not None:
+            self.evaluator = Evaluator(env_init, episodes=components.evaluation.episodes,
+                                       seed=self.seed + EVAL_SEED_OFFSET,
+                                       device=components.inference_device)
+        spaces = envs.single_observation_space, envs.single_action_space
+        agent.setup(observation_space=spaces[0], action_space=spaces[1],
+                    device=components.device, progress=self.progress, dtype=components.dtype)
+        self.storage: Any = None if storage is None else storage(
+            agent, *spaces, envs.num_envs, self.seed, components.device)
+        self.optim = Optimization.for_run(agent.configure_optimizers(), components)
+        self.policy = agent.policy(components.inference_device)
+        self.runner = Runner(envs, device=components.inference_device, progress=self.progress)
+        self.runner.reset(seed=self.seed, policy=self.policy)
+        # Everything with state, saved and restored as one (the checkpoint is their union).
+        self.parts: dict[str, Stateful] = {
+            "runner": self.runner,  # first: it checks the environment matches the checkpoint's
+            "agent": agent, "optimization": self.optim,
+            **({"buffer": self.storage} if self.storage is not None else {}),
+            "random": GlobalRandomState(), "metrics": self.events.metrics, **extra}
+        self.hparams = strategy.run_hparams(agent, components)
+        #: What the loop is doing (``collect``, ``train``, ``evaluate``, ``save``), the env
+        #: steps of the last evaluation and save, and what the current gradient step may change
+        #: before it fails: what the cadence, a failure report and its checkpoint need.
+        self.phase, self.evaluated_at, self.saved_at = "collect", -1, -1
+        self.step_start = StepStart()
+
+    def __enter__(self) -> Run:
+        if self.components.checkpoint is not None:
+            try:
+                resume(self.components, self.agent, self.parts)
+            except BaseException:
+                self.close()
+                raise
+            self.sync_policy()
+        return self
+
+    def __exit__(self, kind: type[BaseException] | None, error: BaseException | None,
+                 traceback: TracebackType | None) -> None:
+        try:
+            if isinstance(error, Exception):
+                raise failed(self, error) from error
+        finally:
+            self.close()
+
+    def close(self) -> None:
+        """Close the training and evaluation environments."""
+        self.envs.close()
+        if self.evaluator is not None:
+            self.evaluator.close()
+
+    @property
+    def num_envs(self) -> int:
+        """Sub-environments stepped together."""
+        return self.runner.num_envs
+
+    def should_stop(self) -> bool:
+        """True once ``num_steps`` env steps are done or a stop was requested."""
+        return (self.progress.env_steps >= self.components.num_steps
+                or self.interrupter.should_stop())
+
+    def collect(self, *, random: bool = False) -> list[EpisodeEnd]:
+        """One vector step into the storage: the policy's actions (uniform random ones with
+        ``random``), the envs stepped, the transitions stored. Returns the episodes it ended;
+        :meth:`emit` announces the step (owe its gradient steps first, see :meth:`owe`)."""
+        self.phase = "collect"
+        runner = self.runner
+        actions = runner.random_actions() if random else runner.act(self.policy)
+        transitions, episodes = runner.step(actions, self.policy)
+        if self.storage is not None:
+            self.storage.add(transitions)
+        return episodes
+
+    def emit(self, episodes: list[EpisodeEnd]) -> None:
+        """The EnvStep and EpisodeEnd events of the vector step just collected."""
+        progress, events = self.progress, self.events
+        events.emit(EnvStep(env_steps=progress.env_steps, vector_steps=progress.vector_steps))
+        for episode in episodes:
+            events.emit(episode)
+
+    def step(self, *, random: bool = False) -> list[EpisodeEnd]:
+        """:meth:`collect`, then :meth:`emit`; returns the episodes the step ended."""
+        episodes = self.collect(random=random)
+        self.emit(episodes)
+        return episodes
+
+    def owe(self, gradient_steps: int) -> None:
+        """Owe ``gradient_steps`` more gradient steps (``progress.pending_gradient_steps``):
+        saved in checkpoints, so a stop or a failure between here and :meth:`train_owed` leaves
+        a resumed run owing exactly them."""
+        self.progress.pending_gradient_steps += gradient_steps
+
+    def gradient_step(self, batch: Callable[[], Any], *, owed: bool = False
+                      ) -> dict[str, MetricValue]:
+        """One gradient step on the batch ``batch()`` returns (``agent.training_step`` through
+        :class:`~rltrain.optim.Optimization`), then its TrainStep event; returns its metrics.
+        ``owed``: it is one of the owed steps (:meth:`owe`), counted off before the event."""
+        self.phase = "train"
+        self.step_start.take(self.optim, self.storage)
+        metrics = self.optim.training_step(self.agent, batch())
+        if owed:
+            self.progress.pending_gradient_steps -= 1
+        self.step_start.finish(self.optim)
+        self.events.emit(TrainStep(env_steps=self.progress.env_steps,
+                                   gradient_steps=self.progress.gradient_steps, metrics=metrics))
+        return metrics
+
+    def train_owed(self, batch: Callable[[], Any]) -> None:
+        """The owed gradient steps, each on a new ``batch()``, then the policy synced. A stop
+        leaves the rest owed, so a resumed run does exactly the steps a straight run would."""
+        progress = self.progress
+        if not progress.pending_gradient_steps:
+            return
+        while progress.pending_gradient_steps and not self.interrupter.should_stop():
+            self.gradient_step(batch, owed=True)
+        self.sync_policy()
+
+    def sync_policy(self) -> None:
+        """Refresh the acting policy's copy of the weights when it lives on another device."""
+        if self.components.inference_device != self.components.device:
+            self.agent.sync_policy(self.policy)
+
+    def after_step(self, before: int) -> None:
+        """What is due once a vector step took the run from ``before`` env steps to now: an
+        evaluation (and a best checkpoint) at each ``eval_interval``, a checkpoint at each
+        ``checkpoint_interval``."""
+        after = self.progress.env_steps
+        interval = self.components.evaluation.interval
+        if (interval is not None and after // interval > before // interval
+                and not self.interrupter.should_stop()):
+            self.evaluate()
+        if (self.checkpointer is not None and self.checkpointer.due(before, after)
+                and not self.refused()):
+            self.save()
+
+    def finish(self) -> Policy:
+        """The final evaluation and save (each unless it just happened; no evaluation after a
+        stop request); returns the trained policy."""
+        end = self.progress.env_steps
+        if self.evaluated_at != end and not self.interrupter.should_stop():
+            self.evaluate()
+        if self.checkpointer is not None and self.saved_at != end and not self.refused():
+            self.save()
+        return self.policy
+
+    def evaluate(self) -> None:
+        """Greedy evaluation; a new best evaluation return is saved as ``best``."""
+        if self.evaluator is None:
+            return
+        self.phase = "evaluate"
+        metrics = self.events.metrics
+        best = metrics.best_eval_return
+        self.evaluator.run(self.policy, env_steps=self.progress.env_steps, events=self.events,
+                           interrupter=self.interrupter)
+        self.evaluated_at = self.progress.env_steps
+        checkpointer = self.checkpointer
+        if checkpointer is not None and checkpointer.keep_best and metrics.best_eval_return > best:
+            self.phase = "save"
+            self.announce(checkpointer.save_best(
+                self.state(), env_steps=self.progress.env_steps,
+                eval_return=metrics.best_eval_return), best=True)
+
+    def save(self) -> None:
+        """Write a checkpoint of every part and make it ``last``."""
+        assert self.checkpointer is not None
+        self.phase = "save"
+        self.announce(self.checkpointer.save(self.state(), env_steps=self.progress.env_steps))
+        self.saved_at = self.progress.env_steps
+
+    def state(self) -> dict[str, Any]:
+        """A checkpoint of the run now: every part's state, the counters and the settings."""
+        return training_state(self.agent, self.parts, self.progress, self.hparams)
+
+    def announce(self, saved: SavedCheckpoint, *, best: bool = False) -> None:
+        """The Checkpoint event of a save."""
+        self.events.emit(Checkpoint(env_steps=saved.env_steps, path=str(saved.path),
+                                    size_bytes=saved.size_bytes, seconds=saved.seconds,
+                                    best=best))
+
+    def refused(self) -> bool:
+        """True after a refused non-finite loss with ``on_nan_loss="stop"``: nothing is saved
+        after it, so ``last`` stays the last checkpoint written before it."""
+        return (self.components.on_nan_loss == "stop"
+                and self.optim.non_finite_loss is not None)
