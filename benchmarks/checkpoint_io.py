@@ -32,11 +32,11 @@ import torch
 from benchmarks._util import median_range, table, write_results
 from rltrain import DQN, EventProcessor, Interrupter, Optimization, ReplayBuffer, Runner
 from rltrain.checkpoint import Checkpointer, Stateful, training_state
-from rltrain.components import Progress
 from rltrain.config import compose, make_agent, make_strategy
 from rltrain.envs import make_vector_env
 from rltrain.seeding import GlobalRandomState, seed_everything
 from rltrain.strategies.off_policy import OffPolicyStrategy
+from rltrain.types import Progress
 
 TARGET_SECONDS = 1.0
 

@@ -1,29 +1,28 @@
 """rltrain: reinforcement-learning training on PyTorch and Gymnasium."""
 
+from rltrain._version import __version__
 from rltrain.agents import DQN, DQNConfig, LearningAgent, Policy, SpaceError
 from rltrain.buffers import ReplayBatch, ReplayBuffer
 from rltrain.callbacks import EarlyStopping
 from rltrain.checkpoint import Checkpointer
-from rltrain.components import EvaluationSettings, Progress, RLComponents, SummarySettings
+from rltrain.components import EvaluationSettings, RLComponents, SummarySettings
 from rltrain.config import ConfigError, EnvConfig, TrainerConfig, compose, validate
 from rltrain.envs import EnvInit, EnvSpec, make_vector_env
 from rltrain.evaluation import Evaluator
 from rltrain.events import EventProcessor, Metrics, Subscriber
 from rltrain.interrupt import Interrupter
 from rltrain.optim import Optimization
-from rltrain.runner import Runner, Transitions
+from rltrain.runner import Runner
 from rltrain.strategies import (
     OffPolicyConfig,
     OffPolicyStrategy,
     RLResult,
     RLStrategy,
     Run,
-    Summary,
     replay,
 )
 from rltrain.trainer import BuiltRun, Trainer, build
-
-__version__ = "0.1.0"
+from rltrain.types import Progress, Summary, Transitions
 
 __all__ = [
     "DQN",

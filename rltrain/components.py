@@ -9,32 +9,10 @@ from typing import Any, Literal
 
 import torch
 
-from rltrain.checkpoint import Checkpointer
+from rltrain.checkpoint.store import Checkpointer
 from rltrain.events.processor import EventProcessor
 from rltrain.interrupt import Interrupter
-
-
-@dataclass
-class Progress:
-    """The run's counters, advanced by the runner (env steps) and ``Optimization`` (gradient steps).
-
-    Agents receive this object in ``setup`` and read it live (an epsilon schedule reads
-    ``env_steps``; a target-network update reads ``gradient_steps``).
-
-    Attributes:
-        env_steps: Transitions collected, summed over sub-environments.
-        vector_steps: Calls to the vector environment's ``step``.
-        gradient_steps: ``training_step`` calls.
-        episodes: Training episodes finished (terminated or truncated).
-        pending_gradient_steps: Gradient steps owed by the current training round (non-zero
-            only when a stop interrupted a round; a resumed run does them first).
-    """
-
-    env_steps: int = 0
-    vector_steps: int = 0
-    gradient_steps: int = 0
-    episodes: int = 0
-    pending_gradient_steps: int = 0
+from rltrain.types import Progress
 
 
 @dataclass

@@ -6,12 +6,12 @@ import numpy as np
 import torch
 
 from rltrain.agents.base import Policy
-from rltrain.components import Progress
 from rltrain.envs import EnvInit, make_vector_env
 from rltrain.events.events import EvaluationEnd, EvaluationStart
 from rltrain.events.processor import EventProcessor
 from rltrain.interrupt import Interrupter
 from rltrain.runner import Runner
+from rltrain.types import Progress
 
 
 class Evaluator:

@@ -6,16 +6,16 @@ import contextlib
 import math
 import warnings
 from collections.abc import Iterable, Mapping
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 import torch
 
-from rltrain.components import Progress, RLComponents
+from rltrain.components import RLComponents
 from rltrain.interrupt import Interrupter
+from rltrain.types import Progress
 
 if TYPE_CHECKING:
-    from rltrain.agents.base import LearningAgent
-    from rltrain.events.events import MetricValue
+    from rltrain.types import MetricValue
 
 
 def adam(params: Iterable[torch.nn.Parameter], *, lr: float, **kwargs: Any) -> torch.optim.Adam:
@@ -28,6 +28,15 @@ def adam(params: Iterable[torch.nn.Parameter], *, lr: float, **kwargs: Any) -> t
     params = list(params)
     fused = bool(params) and all(p.device.type in ("cpu", "cuda") for p in params)
     return torch.optim.Adam(params, lr=lr, fused=fused, **kwargs)
+
+
+class TrainableAgent(Protocol):
+    """What :meth:`Optimization.training_step` calls on an agent (a
+    :class:`~rltrain.LearningAgent`)."""
+
+    def training_step(self, batch: Any, optim: Optimization) -> dict[str, MetricValue]: ...
+
+    def pop_logged(self) -> dict[str, MetricValue]: ...
 
 
 class Optimization:
@@ -123,7 +132,7 @@ class Optimization:
                    on_nan_loss=components.on_nan_loss, interrupter=components.interrupter,
                    dtype=components.dtype)
 
-    def training_step(self, agent: LearningAgent, batch: Any) -> dict[str, MetricValue]:
+    def training_step(self, agent: TrainableAgent, batch: Any) -> dict[str, MetricValue]:
         """Run ``agent.training_step(batch, self)`` (under autocast when the dtype asks for it)
         and count it as one gradient step. Values the agent passed to ``log()`` join the
         returned metrics."""

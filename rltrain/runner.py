@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pickle
 import warnings
-from typing import Any, NamedTuple
+from typing import Any
 
 import gymnasium as gym
 import numpy as np
@@ -13,25 +13,10 @@ from gymnasium.utils import EzPickle
 from gymnasium.vector import SyncVectorEnv, VectorEnv
 
 from rltrain import safe_pickle
-from rltrain.agents.base import Policy, PolicyState
-from rltrain.components import Progress
+from rltrain.agents.base import Policy
 from rltrain.events.events import EpisodeEnd
 from rltrain.safe_pickle import env_classes
-
-
-class Transitions(NamedTuple):
-    """One vector step's transitions, one row per sub-env (numpy, as the env returned them).
-
-    ``next_observations`` holds the real last observation where an episode ended, so a truncated
-    episode can bootstrap from it; ``terminated`` and ``truncated`` stay apart.
-    """
-
-    observations: np.ndarray
-    actions: np.ndarray
-    rewards: np.ndarray
-    next_observations: np.ndarray
-    terminated: np.ndarray
-    truncated: np.ndarray
+from rltrain.types import PolicyState, Progress, Transitions
 
 
 class Runner:

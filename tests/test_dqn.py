@@ -14,8 +14,8 @@ import torch
 from rltrain import Trainer
 from rltrain.agents import DQN, DQNConfig, SpaceError
 from rltrain.buffers import ReplayBatch
-from rltrain.components import Progress
 from rltrain.optim import Optimization
+from rltrain.types import Progress
 
 CPU = torch.device("cpu")
 

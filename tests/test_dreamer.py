@@ -17,10 +17,10 @@ from rltrain.agents.dreamer.behavior import imagine, lambda_returns
 from rltrain.agents.dreamer.world_model import State
 from rltrain.buffers import SequenceReplayBuffer
 from rltrain.checkpoint import Checkpointer
-from rltrain.components import Progress
 from rltrain.envs import make_vector_env
 from rltrain.optim import Optimization
 from rltrain.runner import Runner
+from rltrain.types import Progress
 
 PENDULUM = "Pendulum-v1"
 

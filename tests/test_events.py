@@ -27,8 +27,8 @@ from rltrain.events import (
     Subscriber,
     TrainStep,
 )
-from rltrain.events.events import MetricValue
 from rltrain.strategies import RLResult
+from rltrain.types import MetricValue
 
 ENV = "CartPole-v1"
 

@@ -11,8 +11,8 @@ import torch
 from torch import nn
 
 from rltrain.agents.base import LearningAgent, Policy
-from rltrain.components import Progress
 from rltrain.optim import Optimization
+from rltrain.types import Progress
 
 
 def make_optimizer(kind: str, params: Any, lr: float) -> torch.optim.Optimizer:

@@ -9,7 +9,7 @@ import torch
 
 from rltrain.buffers import ReplayBatch, ReplayBuffer
 from rltrain.buffers.replay import available_memory
-from rltrain.runner import Transitions
+from rltrain.types import Transitions
 
 OBS_SPACE = gym.spaces.Box(-np.inf, np.inf, (3,), np.float32)
 ACT_SPACE = gym.spaces.Discrete(4)

@@ -9,10 +9,10 @@ import numpy as np
 import pytest
 import torch
 
-from rltrain.agents.base import Policy, PolicyState, PolicyStep
-from rltrain.components import Progress
+from rltrain.agents.base import Policy
 from rltrain.envs import EnvSpec, make_vector_env
 from rltrain.runner import Runner
+from rltrain.types import PolicyState, PolicyStep, Progress
 
 CPU = torch.device("cpu")
 

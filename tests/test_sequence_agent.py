@@ -14,10 +14,10 @@ from conftest import QUIET, assert_same_tensors, straight_and_resumed
 from torch import nn
 
 from rltrain import LearningAgent, OffPolicyConfig, OffPolicyStrategy, Policy, Trainer
-from rltrain.agents.base import PolicyState, PolicyStep
 from rltrain.buffers import Buffer, SequenceBatch, SequenceReplayBuffer
 from rltrain.checkpoint import Checkpointer
 from rltrain.optim import Optimization, adam
+from rltrain.types import PolicyState, PolicyStep
 
 ENV = "Pendulum-v1"
 LENGTH = 16

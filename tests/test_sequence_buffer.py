@@ -9,9 +9,9 @@ import pytest
 import torch
 
 from rltrain.buffers import SequenceReplayBuffer
-from rltrain.components import Progress
 from rltrain.envs import make_vector_env
-from rltrain.runner import Runner, Transitions
+from rltrain.runner import Runner
+from rltrain.types import Progress, Transitions
 
 BOX = gym.spaces.Box(-np.inf, np.inf, shape=(1,), dtype=np.float32)
 ACTIONS = gym.spaces.Discrete(3)

@@ -24,9 +24,9 @@ from rltrain.buffers.replay import ReplayBatch
 from rltrain.checkpoint import Checkpointer
 from rltrain.config import TrainerConfig
 from rltrain.events import EnvStep, Metrics
-from rltrain.events.metrics import MetricValue
 from rltrain.events.renderers import TqdmRenderer
 from rltrain.optim import Optimization
+from rltrain.types import MetricValue
 
 ENV = "CartPole-v1"
 STEPS = 1_200

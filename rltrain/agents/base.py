@@ -4,33 +4,32 @@ from __future__ import annotations
 
 import weakref
 from abc import ABC, abstractmethod
-from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any, NamedTuple, Union
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Protocol
 
 import gymnasium as gym
 import torch
 from torch import nn
 
 from rltrain.buffers.replay import ReplayBuffer
-from rltrain.components import Progress
+from rltrain.types import PolicyState, PolicyStep, Progress
 
 if TYPE_CHECKING:
     from rltrain.buffers import Buffer
-    from rltrain.events.events import MetricValue
     from rltrain.optim import Optimization
-    from rltrain.trainer import Trainer
+    from rltrain.types import MetricValue
 
-#: A policy's per-environment recurrent state: None for memoryless policies, else tensors whose
-#: first dimension is the sub-environment.
-PolicyState = Union[None, torch.Tensor, tuple[torch.Tensor, ...]]
+class TrainerInfo(Protocol):
+    """What an agent may read of the :class:`~rltrain.Trainer` running it (``agent.trainer``):
+    the run's settings. Typed apart from the Trainer, which sits layers above the agents."""
 
+    num_steps: int
+    device: torch.device
+    inference_device: torch.device
+    dtype: torch.dtype
+    last_run_dir: Path | None
 
-class PolicyStep(NamedTuple):
-    """What :meth:`Policy.act` returns: a batch of actions, the next state and extra outputs."""
-
-    action: torch.Tensor
-    state: PolicyState
-    info: Mapping[str, torch.Tensor]
+    def settings(self) -> dict[str, Any]: ...
 
 
 class Policy(nn.Module, ABC):
@@ -92,16 +91,16 @@ class LearningAgent(nn.Module, ABC):
         self.dtype = torch.float32
         self.built = False
         self.logger: Any = None
-        self._trainer: weakref.ref[Trainer] | None = None
+        self._trainer: weakref.ref[TrainerInfo] | None = None
         self._logged: dict[str, MetricValue] = {}
 
     @property
-    def trainer(self) -> Trainer | None:
+    def trainer(self) -> TrainerInfo | None:
         """The :class:`~rltrain.Trainer` that last ran ``fit`` with this agent (None before)."""
         return self._trainer() if self._trainer is not None else None
 
     @trainer.setter
-    def trainer(self, trainer: Trainer | None) -> None:
+    def trainer(self, trainer: TrainerInfo | None) -> None:
         # A weak reference: the agent can be copied or kept without keeping the trainer alive.
         self._trainer = weakref.ref(trainer) if trainer is not None else None
 

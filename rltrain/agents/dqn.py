@@ -22,11 +22,12 @@ import torch
 import torch.nn.functional as F
 from typing_extensions import override
 
-from rltrain.agents.base import LearningAgent, Policy, PolicyState, PolicyStep, SpaceError
+from rltrain.agents.base import LearningAgent, Policy, SpaceError
 from rltrain.agents.networks import QNetwork
 from rltrain.buffers.replay import ReplayBatch
-from rltrain.events.events import MetricValue, flatten_hparams
+from rltrain.events.events import flatten_hparams
 from rltrain.optim import Optimization, adam
+from rltrain.types import MetricValue, PolicyState, PolicyStep
 
 
 @dataclass

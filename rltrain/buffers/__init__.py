@@ -6,7 +6,7 @@ from rltrain.buffers.replay import ReplayBatch, ReplayBuffer
 from rltrain.buffers.sequence import SequenceBatch, SequenceReplayBuffer
 
 if TYPE_CHECKING:
-    from rltrain.runner import Transitions
+    from rltrain.types import Transitions
 
 
 class Buffer(Protocol):

@@ -10,7 +10,7 @@ import numpy as np
 import torch
 
 if TYPE_CHECKING:
-    from rltrain.runner import Transitions
+    from rltrain.types import Transitions
 
 
 class ReplayBatch(NamedTuple):

@@ -29,7 +29,7 @@ import torch
 from rltrain.buffers.replay import check_fits, storage_dtypes
 
 if TYPE_CHECKING:
-    from rltrain.runner import Transitions
+    from rltrain.types import Transitions
 
 
 class SequenceBatch(NamedTuple):

@@ -16,11 +16,12 @@ from rltrain.envs import EnvInit, make_probe_env
 
 if TYPE_CHECKING:
     from rltrain.agents.base import LearningAgent
-    from rltrain.components import Progress, RLComponents
+    from rltrain.components import RLComponents
+    from rltrain.types import Progress
 
 
 def _version() -> str:
-    from rltrain import __version__
+    from rltrain._version import __version__
 
     return __version__
 

@@ -15,15 +15,11 @@ import dataclasses
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Union
+from typing import Any, Union
 
-if TYPE_CHECKING:
-    import torch
+from rltrain.types import MetricValue, Summary
 
-    from rltrain.strategies.base import Summary
-
-#: A metric value: a Python number, or a detached scalar tensor read at render cadence.
-MetricValue = Union[float, int, "torch.Tensor"]
+__all__ = ["MetricValue", "Summary"]  # re-exported: their home is rltrain.types
 
 
 @dataclass(frozen=True, slots=True)

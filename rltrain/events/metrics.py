@@ -35,14 +35,8 @@ from typing import Any
 
 import torch
 
-from rltrain.events.events import (
-    EnvStep,
-    EpisodeEnd,
-    EvaluationEnd,
-    MetricValue,
-    Start,
-    TrainStep,
-)
+from rltrain.events.events import EnvStep, EpisodeEnd, EvaluationEnd, Start, TrainStep
+from rltrain.types import MetricValue
 
 
 class Metrics:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 from abc import ABC, abstractmethod
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import gymnasium as gym
@@ -14,35 +14,7 @@ from rltrain.checkpoint import restore_progress
 from rltrain.components import RLComponents
 from rltrain.envs import EnvInit
 from rltrain.events.events import End, Interrupted, Start, flatten_config
-
-
-@dataclass(frozen=True)
-class Summary:
-    """What a run achieved.
-
-    Attributes:
-        env_steps: Env steps done (transitions summed over sub-envs).
-        gradient_steps: Gradient steps done.
-        episodes: Training episodes finished.
-        wall_time: Seconds the ``train`` call took.
-        best_eval_return: Best mean evaluation return; None when no evaluation ran.
-        threshold_env_steps: Env steps at the first evaluation whose mean return reached the
-            return threshold; None when no threshold was set or it was not reached.
-        threshold_seconds: Seconds from the start to that evaluation's end; None likewise.
-        stop_reason: The reason of the stop request that ended the loop before ``num_steps``;
-            None when the run took all its steps.
-        final_metrics: Every metric at the end, keyed as in :mod:`rltrain.events.metrics`.
-    """
-
-    env_steps: int
-    gradient_steps: int
-    episodes: int
-    wall_time: float
-    best_eval_return: float | None
-    threshold_env_steps: int | None
-    threshold_seconds: float | None
-    stop_reason: str | None
-    final_metrics: dict[str, float] = field(default_factory=dict)
+from rltrain.types import Summary
 
 
 @dataclass(frozen=True)

@@ -17,11 +17,11 @@ import torch
 
 from rltrain.buffers import Buffer
 from rltrain.checkpoint import Checkpointer, SavedCheckpoint
-from rltrain.components import Progress
 from rltrain.envs import SubEnvError
 from rltrain.errors import TrainingError
 from rltrain.optim import Optimization
 from rltrain.runner import Runner
+from rltrain.types import Progress
 
 #: What each phase is doing, for the message.
 PHASES = {"collect": "collecting experience", "train": "training", "evaluate": "evaluating",

@@ -32,11 +32,12 @@ from rltrain.checkpoint import SavedCheckpoint, Stateful, resume, training_state
 from rltrain.components import RLComponents
 from rltrain.envs import EnvInit, Vectorization, make_vector_env
 from rltrain.evaluation import Evaluator
-from rltrain.events.events import Checkpoint, EnvStep, EpisodeEnd, MetricValue, TrainStep
+from rltrain.events.events import Checkpoint, EnvStep, EpisodeEnd, TrainStep
 from rltrain.optim import Optimization
 from rltrain.runner import Runner
 from rltrain.seeding import GlobalRandomState, seed_everything
 from rltrain.strategies.failure import StepStart, failed
+from rltrain.types import MetricValue
 
 if TYPE_CHECKING:
     from rltrain.strategies.base import RLStrategy

@@ -203,7 +203,7 @@ def _check_writable(run_dir: Path) -> None:
 
 
 def _mark(folder: Path) -> None:
-    from rltrain import __version__
+    from rltrain._version import __version__
 
     atomic_write_text(folder / MARKER, json.dumps(
         {"format": 1, "rltrain": __version__, "created": time.strftime("%Y-%m-%dT%H:%M:%S%z")},

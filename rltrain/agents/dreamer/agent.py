@@ -16,13 +16,14 @@ import torch.nn.functional as F
 from torch import nn
 from typing_extensions import override
 
-from rltrain.agents.base import LearningAgent, Policy, PolicyState, PolicyStep, SpaceError
+from rltrain.agents.base import LearningAgent, Policy, SpaceError
 from rltrain.agents.dreamer.behavior import Actor, ReturnScale, imagine, lambda_returns
 from rltrain.agents.dreamer.world_model import State, WorldModel, symexp, symlog
 from rltrain.agents.networks import mlp
 from rltrain.buffers import Buffer, SequenceBatch, SequenceReplayBuffer
-from rltrain.events.events import MetricValue, flatten_hparams
+from rltrain.events.events import flatten_hparams
 from rltrain.optim import Optimization, adam
+from rltrain.types import MetricValue, PolicyState, PolicyStep
 
 
 @dataclass

@@ -1,0 +1,133 @@
+"""The package's layering: no import cycle, and no import against the layer order.
+
+Every ``import`` and ``from ... import`` of an rltrain module counts, wherever it is written:
+at module level, inside a function, or under ``if TYPE_CHECKING:``. A module may import its own
+layer and the layers below; the order is the one docs/architecture.md draws.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+PACKAGE = Path(__file__).resolve().parent.parent / "rltrain"
+
+#: Lowest first. A module belongs to the first prefix that names it (the longest wins).
+LAYERS: list[tuple[str, ...]] = [
+    ("rltrain.types", "rltrain.errors", "rltrain._version"),
+    ("rltrain.envs", "rltrain.seeding", "rltrain.interrupt", "rltrain.safe_pickle",
+     "rltrain.buffers", "rltrain.events", "rltrain.model_summary",
+     "rltrain.checkpoint.manifest", "rltrain.checkpoint.store"),
+    ("rltrain.components",),
+    ("rltrain.optim",),
+    ("rltrain.agents",),
+    ("rltrain.runner", "rltrain.evaluation", "rltrain.checkpoint", "rltrain.callbacks"),
+    ("rltrain.strategies",),
+    ("rltrain.config",),
+    ("rltrain.trainer",),
+    ("rltrain.cli",),
+    ("rltrain",),  # the package's own __init__: the public names
+]
+
+
+def module_name(path: Path) -> str:
+    parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+MODULES = {module_name(p): p for p in PACKAGE.rglob("*.py")}
+
+
+def layer_of(module: str) -> int:
+    matches = [(len(prefix), index) for index, prefixes in enumerate(LAYERS)
+               for prefix in prefixes if module == prefix or module.startswith(prefix + ".")]
+    assert matches, f"{module} is in no layer: add it to LAYERS (and docs/architecture.md)"
+    return max(matches)[1]
+
+
+def target(name: str) -> str | None:
+    """The rltrain module an import names (a package's ``__init__`` for a package)."""
+    while name and name not in MODULES:
+        name = name.rpartition(".")[0]
+    return name or None
+
+
+def imports(module: str) -> set[str]:
+    """Every rltrain module ``module`` imports, at any level of its code."""
+    found = set()
+    for node in ast.walk(ast.parse(MODULES[module].read_text(encoding="utf-8"))):
+        if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            names = [f"{node.module}.{a.name}" for a in node.names]
+            found |= {t for t in map(target, names) if t is not None}
+        elif isinstance(node, ast.Import):
+            found |= {t for t in (target(a.name) for a in node.names) if t is not None}
+    return {t for t in found if t.startswith("rltrain") and t != module}
+
+
+GRAPH = {module: imports(module) for module in MODULES}
+
+
+def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components of more than one module (Tarjan)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    found: list[list[str]] = []
+
+    def visit(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        for other in sorted(graph[node]):
+            if other not in index:
+                visit(other)
+                low[node] = min(low[node], low[other])
+            elif other in stack:
+                low[node] = min(low[node], index[other])
+        if low[node] == index[node]:
+            component = []
+            while True:
+                member = stack.pop()
+                component.append(member)
+                if member == node:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for node in sorted(graph):
+        if node not in index:
+            visit(node)
+    return found
+
+
+def test_the_package_has_no_import_cycle() -> None:
+    assert cycles(GRAPH) == []
+
+
+def upward(graph: dict[str, set[str]]) -> list[str]:
+    """The imports of a higher layer's module, one line each."""
+    return sorted(f"{module} (layer {layer_of(module)}) imports {other} (layer "
+                  f"{layer_of(other)})" for module, others in graph.items()
+                  for other in others if layer_of(other) > layer_of(module))
+
+
+def test_no_module_imports_a_higher_layer() -> None:
+    found = upward(GRAPH)
+    assert found == [], "\n".join(found)
+
+
+def test_the_records_import_nothing_from_rltrain() -> None:
+    assert GRAPH["rltrain.types"] == set()
+
+
+@pytest.mark.parametrize("edge", [("rltrain.types", "rltrain.runner"),
+                                  ("rltrain.agents.base", "rltrain.trainer")])
+def test_a_back_edge_is_caught(edge: tuple[str, str]) -> None:
+    """The checks fail on a cycle or an upward import written by hand."""
+    module, other = edge
+    graph = {name: set(others) for name, others in GRAPH.items()}
+    graph[module].add(other)
+    assert any(line.startswith(f"{module} ") and f"imports {other} " in line
+               for line in upward(graph))
+    assert any(module in cycle and other in cycle for cycle in cycles(graph))
