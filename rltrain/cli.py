@@ -8,10 +8,11 @@ import json
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
-from rltrain.checkpoint import Checkpointer
+from rltrain.checkpoint import Checkpointer, LoadedCheckpoint
 from rltrain.config import (
     AGENTS,
     SHIPPED_CONFIGS,
@@ -133,7 +134,7 @@ def fit(args: argparse.Namespace) -> int:
     """``rltrain fit``: compose the config, train, then print where the run is stored."""
     files = [a for a in args.args if "=" not in a]
     overrides = [a for a in args.args if "=" in a]
-    ckpt_path: str | None = None
+    ckpt_path: str | LoadedCheckpoint | None = None
     if args.resume is not None:
         if files:
             raise ValueError("--resume continues a run with its own saved config; pass only "
@@ -155,9 +156,12 @@ def fit(args: argparse.Namespace) -> int:
     return 0
 
 
-def resumed_config(resume: str, overrides: list[str]) -> tuple[DictConfig, str]:
+def resumed_config(resume: str, overrides: list[str]
+                   ) -> tuple[DictConfig, str | LoadedCheckpoint]:
     """The saved config of the run ``--resume`` names, with ``overrides`` applied, and the
-    checkpoint to resume from (``"last"``, ``"best"`` or a file)."""
+    checkpoint to resume from (``"last"``, ``"best"``, or a file already read for its config,
+    so that the resume reads it once)."""
+    ckpt_path: str | LoadedCheckpoint
     given = parse_overrides(overrides)
     path = Path(resume)
     if resume in ("last", "best"):
@@ -170,7 +174,8 @@ def resumed_config(resume: str, overrides: list[str]) -> tuple[DictConfig, str]:
         saved, ckpt_path = load_stored(path / "config.yaml"), "last"
         saved.trainer.run_dir = str(path)
     elif path.is_file():
-        saved, ckpt_path = checkpoint_config(path), str(path)
+        ckpt_path = LoadedCheckpoint.read(path)
+        saved = checkpoint_config(path, ckpt_path.state)
         if path.parent.name == "checkpoints":  # the run it belongs to, wherever it was moved
             saved.trainer.run_dir = str(path.parent.parent)
     else:
@@ -198,9 +203,10 @@ def check_stored_paths(saved: DictConfig, given: DictConfig, run_dir: Path) -> N
                 f"command line ({key}={stored}) or choose another.")
 
 
-def checkpoint_config(checkpoint: Path) -> DictConfig:
-    """The run config stored in ``checkpoint`` (or, for older files, in its run directory)."""
-    stored = Checkpointer.load(checkpoint).get("config")
+def checkpoint_config(checkpoint: Path, state: dict[str, Any] | None = None) -> DictConfig:
+    """The run config stored in ``checkpoint`` (or, for older files, in its run directory);
+    ``state``: what the file holds, when it was read already."""
+    stored = (state if state is not None else Checkpointer.load(checkpoint)).get("config")
     if isinstance(stored, dict) and stored:
         return literal_config(stored)
     return load_stored(checkpoint.parent.parent / "config.yaml")

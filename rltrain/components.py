@@ -104,6 +104,8 @@ class RLComponents:
         progress: The run's counters (fresh for a new run).
         config: The run's whole configuration as plain nested dicts (shown in the Start
             event's ``config``); empty when the run has none. Default empty.
+        resume_state: What ``checkpoint`` holds, read once (:meth:`saved_state`) for every
+            check and part of a resume, and dropped once the parts are loaded. Default None.
     """
 
     num_steps: int
@@ -122,6 +124,16 @@ class RLComponents:
     inference_device: torch.device = field(default_factory=lambda: torch.device("cpu"))
     progress: Progress = field(default_factory=Progress)
     config: dict[str, Any] = field(default_factory=dict)
+    resume_state: dict[str, Any] | None = None
+
+    def saved_state(self) -> dict[str, Any]:
+        """What ``checkpoint`` holds: read on the first call (``Checkpointer.load``: checksum
+        verified, no code run), kept in ``resume_state`` for the next."""
+        if self.checkpoint is None:
+            raise ValueError("This run resumes from no checkpoint (components.checkpoint).")
+        if self.resume_state is None:
+            self.resume_state = Checkpointer.load(self.checkpoint)
+        return self.resume_state
 
     def optimization_hparams(self) -> dict[str, float | int | str | bool]:
         """The settings that change what a gradient step computes, for the run's hparams."""

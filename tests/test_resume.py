@@ -223,3 +223,34 @@ def test_a_run_resumed_from_best_starts_a_new_timeline_for_last(tmp_path: Path) 
     resumed.fit(ENV, agent(), ckpt_path="best")
     last = Checkpointer(folder).resolve("last")
     assert Checkpointer.load(last)["progress"]["env_steps"] == best_steps + 100
+
+
+@pytest.mark.parametrize("how", ["fit(ckpt_path='last')", "rltrain fit --resume RUN_DIR",
+                                 "rltrain fit --resume FILE"])
+def test_a_resume_reads_its_checkpoint_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                            how: str) -> None:
+    from rltrain.cli import main
+
+    run_dir = tmp_path / "run"
+    if how.startswith("rltrain"):
+        tiny = [f"trainer.run_dir={run_dir}", "trainer.eval_interval=null", "trainer.logger=false",
+                "trainer.enable_progress_bar=false", "trainer.enable_console=false",
+                "agent.hidden_sizes=[16]", "strategy.warmup_steps=100"]
+        assert main(["fit", "trainer.num_steps=300", *tiny]) == 0
+    else:
+        fit(run_dir, 300, eval_interval=None)
+    checkpoint = Checkpointer(run_dir / "checkpoints").resolve("last")
+    reads: list[Path] = []
+    load = torch.load
+
+    def counted(path: Any, *args: Any, **kwargs: Any) -> Any:
+        reads.append(Path(path))
+        return load(path, *args, **kwargs)
+
+    monkeypatch.setattr(torch, "load", counted)
+    if how == "fit(ckpt_path='last')":
+        fit(run_dir, 600, ckpt_path="last", eval_interval=None)
+    else:
+        where = str(run_dir) if how.endswith("RUN_DIR") else str(checkpoint)
+        assert main(["fit", "--resume", where, "trainer.num_steps=600"]) == 0
+    assert reads == [checkpoint]

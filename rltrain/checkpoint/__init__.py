@@ -3,6 +3,7 @@ untrusted input (:mod:`.manifest`), and what a checkpoint holds (:mod:`.state`).
 
 from rltrain.checkpoint.manifest import CHECKPOINT_FORMAT, MANIFEST, ManifestError
 from rltrain.checkpoint.state import (
+    LoadedCheckpoint,
     Stateful,
     load_agent,
     restore_progress,
@@ -22,6 +23,7 @@ __all__ = [
     "CHECKPOINT_FORMAT",
     "MANIFEST",
     "Checkpointer",
+    "LoadedCheckpoint",
     "ManifestError",
     "SavedCheckpoint",
     "Stateful",

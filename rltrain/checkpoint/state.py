@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import pickle
 from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -57,7 +58,7 @@ def restore_progress(components: RLComponents) -> None:
     if components.checkpoint is None:
         raise ValueError("restore_progress needs components.checkpoint (a file to resume from).")
     path = components.checkpoint
-    saved = Checkpointer.load(path).get("progress")
+    saved = components.saved_state().get("progress")
     fields = [f.name for f in dataclasses.fields(components.progress)]
     if not isinstance(saved, dict) or sorted(saved) != sorted(fields) or not all(
             isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in saved.values()):
@@ -70,11 +71,13 @@ def restore_progress(components: RLComponents) -> None:
 def resume(components: RLComponents, agent: LearningAgent,
            parts: Mapping[str, Stateful]) -> None:
     """Load every part saved in ``components.checkpoint`` (the counters were restored by the
-    strategy template, :func:`restore_progress`, before the Start event)."""
+    strategy template, :func:`restore_progress`, before the Start event), then drop what was
+    read (``components.resume_state``): the replay buffer in it can be large."""
     path = components.checkpoint
     if path is None:
         raise ValueError("resume needs components.checkpoint (a file to resume from).")
-    state = Checkpointer.load(path)
+    state = components.saved_state()
+    components.resume_state = None
     if state.get("agent_class") != type(agent).__name__:
         raise ValueError(
             f"{path} holds a {state.get('agent_class')} checkpoint, not a {type(agent).__name__}."
@@ -93,6 +96,24 @@ def resume(components: RLComponents, agent: LearningAgent,
         except (RuntimeError, KeyError, TypeError, IndexError, AttributeError) as error:
             raise ValueError(f"{path}: its {name} state does not fit this run (saved with other "
                              f"settings or on another environment?): {error}") from error
+
+
+@dataclass(frozen=True)
+class LoadedCheckpoint:
+    """A checkpoint file and what it holds, read once: ``Trainer.fit(ckpt_path=...)`` takes one,
+    so a caller that read the file (the command line reads its config) does not read it again.
+
+    Attributes:
+        path: The file.
+        state: Its contents (``Checkpointer.load``).
+    """
+
+    path: Path
+    state: dict[str, Any]
+
+    @classmethod
+    def read(cls, path: str | Path) -> LoadedCheckpoint:
+        return cls(Path(path), Checkpointer.load(path))
 
 
 def load_agent(agent: LearningAgent, path: str | Path, env: EnvInit) -> dict[str, Any]:

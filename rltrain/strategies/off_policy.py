@@ -10,7 +10,6 @@ import gymnasium as gym
 from typing_extensions import override
 
 from rltrain.agents.base import LearningAgent, Policy
-from rltrain.checkpoint import Checkpointer
 from rltrain.components import RLComponents
 from rltrain.envs import EnvInit, Vectorization
 from rltrain.events.events import flatten_hparams
@@ -109,7 +108,7 @@ class OffPolicyStrategy(RLStrategy):
         if components.checkpoint is not None:
             path = components.checkpoint
             try:
-                check_saved_runner(Checkpointer.load(path).get("runner"), observation_space,
+                check_saved_runner(components.saved_state().get("runner"), observation_space,
                                    action_space, cfg.num_envs)
             except ValueError as error:
                 raise ValueError(f"{path}: {error}") from None

@@ -10,6 +10,7 @@ from typing import Any
 from omegaconf import DictConfig
 
 from rltrain.agents.base import LearningAgent
+from rltrain.checkpoint import LoadedCheckpoint
 from rltrain.config import make_agent, make_env, validate
 from rltrain.envs import EnvInit
 from rltrain.strategies.base import RLResult
@@ -24,7 +25,7 @@ class BuiltRun:
     agent: LearningAgent
     env: EnvInit
 
-    def fit(self, ckpt_path: str | Path | None = None) -> RLResult:
+    def fit(self, ckpt_path: str | Path | LoadedCheckpoint | None = None) -> RLResult:
         """``trainer.fit(env, agent, ckpt_path)``."""
         return self.trainer.fit(self.env, self.agent, ckpt_path=ckpt_path)
 

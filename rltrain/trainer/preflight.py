@@ -10,7 +10,6 @@ from typing import Any
 import gymnasium as gym
 
 from rltrain.agents.base import LearningAgent
-from rltrain.checkpoint import Checkpointer
 from rltrain.components import RLComponents
 from rltrain.envs import EnvInit, make_probe_env
 from rltrain.events.events import EvaluationEnd
@@ -24,9 +23,10 @@ def default_run_dir(agent_name: str, env_name: str) -> Path:
     return Path("runs") / f"{time.strftime('%Y%m%d-%H%M%S')}-{agent_name.lower()}-{env_name}"
 
 
-def check_resume_settings(checkpoint: Path, hparams: dict[str, Any]) -> None:
-    """Refuse to resume when the strategy's, agent's or optimisation settings changed."""
-    state = Checkpointer.load(checkpoint)
+def check_resume_settings(checkpoint: Path, state: dict[str, Any],
+                          hparams: dict[str, Any]) -> None:
+    """Refuse to resume from ``checkpoint`` (holding ``state``) when the strategy's, agent's or
+    optimisation settings changed."""
     if state.get("weights_only"):
         raise ValueError(
             f"{checkpoint} holds an agent's weights only (Trainer.save_checkpoint), not a "

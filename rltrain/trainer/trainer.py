@@ -16,6 +16,7 @@ from rltrain.agents.base import LearningAgent
 from rltrain.callbacks import EarlyStopping
 from rltrain.checkpoint import (
     Checkpointer,
+    LoadedCheckpoint,
     atomic_save,
     atomic_write_text,
     load_agent,
@@ -246,7 +247,7 @@ class Trainer:
         return cls(strategy=make_strategy(cfg.strategy), config=cfg, **kwargs)
 
     def fit(self, env: EnvInit, agent: LearningAgent,
-            ckpt_path: str | Path | None = None) -> RLResult:
+            ckpt_path: str | Path | LoadedCheckpoint | None = None) -> RLResult:
         """Train ``agent`` on ``env``; returns the trained policy and the run's summary.
 
         ``ckpt_path`` resumes a run: ``"last"`` or ``"best"`` (in this trainer's run directory)
@@ -266,9 +267,12 @@ class Trainer:
         run_dir = self.resolve_run_dir(env, agent)
         components = self._components(run_dir)
         spaces = setup_agent(env, agent, components, seed=strategy_seed(self.strategy))
-        if ckpt_path is not None:
+        if isinstance(ckpt_path, LoadedCheckpoint):
+            components.checkpoint, components.resume_state = ckpt_path.path, ckpt_path.state
+        elif ckpt_path is not None:
             components.checkpoint = self.checkpoint_path(ckpt_path, run_dir)
-            check_resume_settings(components.checkpoint,
+        if components.checkpoint is not None:
+            check_resume_settings(components.checkpoint, components.saved_state(),
                                   self.strategy.run_hparams(agent, components))
         self.strategy.check(agent, components, *spaces)
         components.config = self.run_config(env, agent, run_dir)
