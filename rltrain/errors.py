@@ -1,8 +1,19 @@
-"""The error a run raises when it fails while training (as opposed to bad input before it)."""
+"""Errors: the one a run raises when it fails while training (as opposed to bad input before
+it), and the check every config dataclass makes of its fields."""
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from pathlib import Path
+
+
+def require(owner: str, checks: Iterable[tuple[bool, str]]) -> None:
+    """Raise ``ValueError("<owner>: <message>")`` for the first check that is not ok: how the
+    config dataclasses check their fields (``require("DQNConfig", [(lr > 0, "lr must be > 0;
+    got ...")])``)."""
+    for ok, message in checks:
+        if not ok:
+            raise ValueError(f"{owner}: {message}")
 
 
 class TrainingError(RuntimeError):

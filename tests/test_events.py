@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import time
 from pathlib import Path
@@ -444,3 +445,23 @@ def test_run_metrics_keys_are_namespaced(two_env_run: TwoEnvRun) -> None:
     assert final["time/episodes"] == float(result.summary.episodes)
     assert final["eval/best_return"] == result.summary.best_eval_return
     assert final["time/sps"] > 0
+
+
+def test_an_event_of_a_strategys_own_type_reaches_on_event() -> None:
+    @dataclasses.dataclass(frozen=True)
+    class RolloutDone:
+        env_steps: int
+
+    class Listener(Subscriber):
+        def __init__(self) -> None:
+            self.seen: list[object] = []
+
+        def on_event(self, event: object, metrics: Metrics) -> None:
+            self.seen.append(event)
+
+    listener, recorder = Listener(), EventRecorder()
+    processor = EventProcessor([listener, recorder])
+    processor.emit(RolloutDone(env_steps=128))
+    processor.emit(EnvStep(env_steps=1, vector_steps=1))
+    assert listener.seen == [RolloutDone(env_steps=128)]  # rltrain's own events keep their hooks
+    assert [type(e) for e in recorder.events] == [EnvStep]

@@ -23,8 +23,9 @@ import torch.nn.functional as F
 from typing_extensions import override
 
 from rltrain.agents.base import LearningAgent, Policy, SpaceError
-from rltrain.agents.networks import QNetwork
+from rltrain.agents.networks import QNetwork, soft_update
 from rltrain.buffers.replay import ReplayBatch
+from rltrain.errors import require
 from rltrain.events.events import flatten_hparams
 from rltrain.optim import Optimization, adam
 from rltrain.types import MetricValue, PolicyState, PolicyStep
@@ -85,9 +86,7 @@ class DQNConfig:
             (self.huber_delta > 0,
              f"huber_delta must be > 0 (the Huber loss's threshold); got {self.huber_delta}."),
         ]
-        for ok, message in checks:
-            if not ok:
-                raise ValueError(f"DQNConfig: {message}")
+        require("DQNConfig", checks)
 
 
 def _flat_size(space: gym.Space[Any]) -> int:
@@ -219,15 +218,8 @@ class DQN(LearningAgent):
         return {"loss": loss.detach(), "q_value": q_taken.detach().mean(),
                 "epsilon": self.epsilon}
 
-    @torch.no_grad()
     def _update_target(self) -> None:
-        tau = self.config.tau
-        for target, online in zip(self.target_network.parameters(), self.q_network.parameters(),
-                                  strict=True):
-            if tau >= 1.0:
-                target.copy_(online)
-            else:
-                target.lerp_(online, tau)
+        soft_update(self.target_network, self.q_network, self.config.tau)
 
     @override
     def policy(self, device: torch.device) -> DQNPolicy:

@@ -51,3 +51,14 @@ class QNetwork(nn.Module):
         features = self.torso(obs)
         advantage = self.advantage(features)
         return self.value(features) + advantage - advantage.mean(dim=1, keepdim=True)  # type: ignore[no-any-return]
+
+
+@torch.no_grad()
+def soft_update(target: nn.Module, online: nn.Module, tau: float) -> None:
+    """Polyak-average ``online``'s parameters into ``target``'s: ``θ' ← τθ + (1-τ)θ'``;
+    ``tau >= 1`` copies them exactly (a hard update)."""
+    for target_param, param in zip(target.parameters(), online.parameters(), strict=True):
+        if tau >= 1.0:
+            target_param.copy_(param)
+        else:
+            target_param.lerp_(param, tau)

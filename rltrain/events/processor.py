@@ -69,6 +69,10 @@ class Subscriber:
     def on_end(self, event: End, metrics: Metrics) -> None:
         """Training ended; the summary is in ``event.summary``."""
 
+    def on_event(self, event: Any, metrics: Metrics) -> None:
+        """An event of a type a strategy defines itself (not one of rltrain's): the fallback
+        hook, so a strategy's own events reach subscribers without a hook of their own."""
+
     def close(self) -> None:
         """Release files and terminals. Called once when the processor closes."""
 
@@ -90,6 +94,7 @@ class EventProcessor:
         self.metrics = metrics if metrics is not None else Metrics()
         self.subscribers: list[Subscriber] = []
         self._handlers: dict[type, list[Handler]] = {t: [] for t in EVENT_TYPES}
+        self._fallback: list[Handler] = []
         for subscriber in subscribers:
             self.add(subscriber)
 
@@ -103,11 +108,14 @@ class EventProcessor:
             hook = getattr(subscriber, name, None)
             if hook is not None:
                 self._handlers[event_type].append(hook)
+        if getattr(type(subscriber), "on_event", None) is not Subscriber.on_event:
+            self._fallback.append(subscriber.on_event)
 
     def emit(self, event: Any) -> None:
-        """Update the metrics from ``event``, then pass it to every subscriber that handles it."""
+        """Update the metrics from ``event``, then pass it to every subscriber that handles it
+        (an event of a type of the strategy's own goes to their ``on_event``)."""
         self.metrics.update(event)
-        for handler in self._handlers[type(event)]:
+        for handler in self._handlers.get(type(event), self._fallback):
             handler(event, self.metrics)
 
     def close(self) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
@@ -13,7 +14,7 @@ from rltrain.agents.base import LearningAgent, Policy
 from rltrain.checkpoint import restore_progress
 from rltrain.components import RLComponents
 from rltrain.envs import EnvInit
-from rltrain.events.events import End, Interrupted, Start, flatten_config
+from rltrain.events.events import End, Interrupted, Start, flatten_config, flatten_hparams
 from rltrain.types import Summary
 
 
@@ -84,7 +85,12 @@ class RLStrategy(ABC):
         return None
 
     def hparams(self) -> dict[str, float | int | str | bool]:
-        """The strategy's settings for TensorBoard's hyperparameters. Default: none."""
+        """The strategy's settings, for TensorBoard's hyperparameters and the resume check.
+        Default: the fields of ``self.config`` when it is a dataclass (``strategy/<field>``),
+        else none."""
+        config = getattr(self, "config", None)
+        if dataclasses.is_dataclass(config) and not isinstance(config, type):
+            return flatten_hparams("strategy", config)
         return {}
 
     def run_hparams(self, agent: LearningAgent,

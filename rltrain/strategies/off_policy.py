@@ -12,7 +12,7 @@ from typing_extensions import override
 from rltrain.agents.base import LearningAgent, Policy
 from rltrain.components import RLComponents
 from rltrain.envs import EnvInit, Vectorization
-from rltrain.events.events import flatten_hparams
+from rltrain.errors import require
 from rltrain.runner import check_saved_runner
 from rltrain.strategies.base import RLStrategy
 from rltrain.strategies.run import EVAL_SEED_OFFSET, Run, replay
@@ -63,9 +63,7 @@ class OffPolicyConfig:
              f"train_interval must be >= 1 env step; got {self.train_interval}."),
             (self.train_steps >= 0, f"train_steps must be >= 0; got {self.train_steps}."),
         ]
-        for ok, message in checks:
-            if not ok:
-                raise ValueError(f"OffPolicyConfig: {message}")
+        require("OffPolicyConfig", checks)
 
 
 class OffPolicyStrategy(RLStrategy):
@@ -86,10 +84,6 @@ class OffPolicyStrategy(RLStrategy):
 
     def __init__(self, config: OffPolicyConfig | None = None) -> None:
         self.config = config if config is not None else OffPolicyConfig()
-
-    @override
-    def hparams(self) -> dict[str, float | int | str | bool]:
-        return flatten_hparams("strategy", self.config)
 
     @override
     def check(self, agent: LearningAgent, components: RLComponents,

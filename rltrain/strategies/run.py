@@ -42,11 +42,15 @@ from rltrain.types import MetricValue
 if TYPE_CHECKING:
     from rltrain.strategies.base import RLStrategy
 
+#: The names a run's own parts and a checkpoint's own entries take.
+RESERVED = frozenset({"runner", "agent", "optimization", "buffer", "random", "metrics",
+                      "progress", "hparams", "config", "format", "agent_class", "versions"})
+
 #: Evaluation environments reset with ``seed + EVAL_SEED_OFFSET``, apart from the training envs.
 EVAL_SEED_OFFSET = 1_000_003
 
-#: Makes a run's experience storage for the sub-env spaces: ``(observation_space,
-#: action_space, num_envs, seed, device) -> storage``.
+#: Makes a run's experience storage: ``(agent, observation_space, action_space, num_envs, seed,
+#: device) -> storage`` (the spaces are a sub-env's).
 StorageFactory = Callable[..., Buffer]
 
 
@@ -87,6 +91,10 @@ class Run:
                  env_init: EnvInit, *, seed: int, storage: StorageFactory | None = None,
                  num_envs: int = 1, vectorization: Vectorization = "sync",
                  parts: Mapping[str, Stateful] | None = None) -> None:
+        taken = RESERVED & set(parts or {})
+        if taken:
+            raise ValueError(f"Run parts {sorted(taken)} would replace the run's own; name "
+                             "the strategy's parts otherwise.")
         self.agent, self.components, self.seed = agent, components, seed
         self.progress, self.events = components.progress, components.event_processor
         self.interrupter, self.checkpointer = components.interrupter, components.checkpointer
@@ -233,8 +241,7 @@ class Run:
         if (interval is not None and after // interval > before // interval
                 and not self.interrupter.should_stop()):
             self.evaluate()
-        if (self.checkpointer is not None and self.checkpointer.due(before, after)
-                and not self.refused()):
+        if self.checkpointer is not None and self.checkpointer.due(before, after):
             self.save()
 
     def finish(self) -> Policy:
@@ -243,7 +250,7 @@ class Run:
         end = self.progress.env_steps
         if self.evaluated_at != end and not self.interrupter.should_stop():
             self.evaluate()
-        if self.checkpointer is not None and self.saved_at != end and not self.refused():
+        if self.saved_at != end:
             self.save()
         return self.policy
 
@@ -251,7 +258,7 @@ class Run:
         """Greedy evaluation; a new best evaluation return is saved as ``best``."""
         if self.evaluator is None:
             return
-        self.phase = "evaluate"
+        phase, self.phase = self.phase, "evaluate"
         metrics = self.events.metrics
         best = metrics.best_eval_return
         self.evaluator.run(self.policy, env_steps=self.progress.env_steps, events=self.events,
@@ -263,13 +270,16 @@ class Run:
             self.announce(checkpointer.save_best(
                 self.state(), env_steps=self.progress.env_steps,
                 eval_return=metrics.best_eval_return), best=True)
+        self.phase = phase
 
     def save(self) -> None:
-        """Write a checkpoint of every part and make it ``last``."""
-        assert self.checkpointer is not None
-        self.phase = "save"
+        """Write a checkpoint of every part and make it ``last`` (nothing after a refused
+        non-finite loss: :meth:`refused`)."""
+        if self.checkpointer is None or self.refused():
+            return
+        phase, self.phase = self.phase, "save"
         self.announce(self.checkpointer.save(self.state(), env_steps=self.progress.env_steps))
-        self.saved_at = self.progress.env_steps
+        self.saved_at, self.phase = self.progress.env_steps, phase
 
     def state(self) -> dict[str, Any]:
         """A checkpoint of the run now: every part's state, the counters and the settings."""

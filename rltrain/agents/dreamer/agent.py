@@ -19,8 +19,9 @@ from typing_extensions import override
 from rltrain.agents.base import LearningAgent, Policy, SpaceError
 from rltrain.agents.dreamer.behavior import Actor, ReturnScale, imagine, lambda_returns
 from rltrain.agents.dreamer.world_model import State, WorldModel, symexp, symlog
-from rltrain.agents.networks import mlp
+from rltrain.agents.networks import mlp, soft_update
 from rltrain.buffers import Buffer, SequenceBatch, SequenceReplayBuffer
+from rltrain.errors import require
 from rltrain.events.events import flatten_hparams
 from rltrain.optim import Optimization, adam
 from rltrain.types import MetricValue, PolicyState, PolicyStep
@@ -79,9 +80,7 @@ class DreamerConfig:
             (min(self.model_lr, self.actor_lr, self.critic_lr) > 0, "learning rates must be > 0"),
             (0.0 < self.critic_tau <= 1.0, "critic_tau must be in (0, 1]"),
         ]
-        for ok, message in checks:
-            if not ok:
-                raise ValueError(f"DreamerConfig: {message}.")
+        require("DreamerConfig", ((ok, message + ".") for ok, message in checks))
 
     @property
     def hidden(self) -> list[int]:
@@ -286,11 +285,8 @@ class Dreamer(LearningAgent):
         predicted: torch.Tensor = self.critic(features.detach()).squeeze(-1)
         return 0.5 * (weights * (predicted - symlog(returns.detach())).pow(2)).mean()
 
-    @torch.no_grad()
     def _update_target_critic(self) -> None:
-        for target, online in zip(self.target_critic.parameters(), self.critic.parameters(),
-                                  strict=True):
-            target.lerp_(online, self.config.critic_tau)
+        soft_update(self.target_critic, self.critic, self.config.critic_tau)
 
     @override
     def policy(self, device: torch.device) -> DreamerPolicy:
