@@ -13,7 +13,8 @@ from rltrain.trainer.preflight import (
     strategy_seed,
 )
 from rltrain.trainer.run_dir import LOCK, MARKER, RunDirectoryLocked, open_run
-from rltrain.trainer.trainer import Logger, Trainer
+from rltrain.trainer.settings import Logger, TrainerSettings
+from rltrain.trainer.trainer import Trainer
 
 __all__ = [
     "LOCK",
@@ -22,6 +23,7 @@ __all__ = [
     "Logger",
     "RunDirectoryLocked",
     "Trainer",
+    "TrainerSettings",
     "build",
     "check_resume_settings",
     "check_spaces",

@@ -10,12 +10,14 @@ from typing import Any
 import gymnasium as gym
 
 from rltrain.agents.base import LearningAgent
-from rltrain.components import RLComponents
+from rltrain.checkpoint import Checkpointer
+from rltrain.components import RLComponents, SummarySettings
 from rltrain.envs import EnvInit, make_probe_env
 from rltrain.events.events import EvaluationEnd
 from rltrain.seeding import seed_everything
 from rltrain.strategies.base import RLStrategy
 from rltrain.strategies.run import EVAL_SEED_OFFSET
+from rltrain.trainer.settings import TrainerSettings
 
 
 def default_run_dir(agent_name: str, env_name: str) -> Path:
@@ -92,3 +94,45 @@ def evaluation_metrics(result: EvaluationEnd) -> dict[str, float]:
         "eval/length_mean": sum(lengths) / len(lengths) if lengths else float("nan"),
         "eval/episodes": float(len(result.returns)),
     }
+
+
+def make_components(trainer: TrainerSettings, run_dir: Path) -> RLComponents:
+    """The components of a run of ``trainer`` in ``run_dir``, from its settings."""
+    return RLComponents(
+        num_steps=trainer.num_steps,
+        checkpointer=Checkpointer(
+            trainer.checkpoint_dir or run_dir / "checkpoints", interval=trainer.checkpoint_interval,
+            keep_last=trainer.keep_last_checkpoints, keep_best=trainer.keep_best),
+        grad_accumulation=trainer.accumulate_grad_batches,
+        gradient_clip_val=trainer.gradient_clip_val,
+        gradient_clip_algorithm=trainer.gradient_clip_algorithm,
+        on_nan_loss=trainer.on_nan_loss,
+        interrupter=trainer.interrupter,
+        summary=SummarySettings(return_threshold=trainer.return_threshold),
+        evaluation=trainer.evaluation,
+        dtype=trainer.dtype,
+        device=trainer.device,
+        inference_device=trainer.inference_device,
+    )
+
+
+def resolve_checkpoint(ckpt_path: str | Path, run_dir: Path | None,
+                       checkpoint_dir: Path | None) -> Path:
+    """``"last"`` / ``"best"`` among the run's checkpoints, or the file given; must exist."""
+    if ckpt_path in ("last", "best"):
+        if run_dir is None:
+            raise ValueError(f"ckpt_path={ckpt_path!r} needs a run: give the Trainer its "
+                             "run_dir, or pass the path of a checkpoint file.")
+        directory = checkpoint_dir or run_dir / "checkpoints"
+        try:
+            return Checkpointer(directory).resolve(str(ckpt_path))
+        except FileNotFoundError as error:
+            raise FileNotFoundError(
+                f"No checkpoint: {error} Pass the run_dir of the run, or the path of a "
+                "checkpoint file.") from error
+    path = Path(ckpt_path)
+    if not path.is_file():
+        raise FileNotFoundError(
+            f"No checkpoint at {path}. Pass ckpt_path='last' or 'best' with the run_dir of "
+            "the run, or the path of a checkpoint file.")
+    return path
