@@ -386,3 +386,29 @@ def test_a_run_without_a_tensorboard_logger_does_not_import_tensorboard(tmp_path
                           timeout=120, check=False)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip().splitlines()[-1] == "False"
+
+
+def test_without_a_strategy_each_agent_gets_its_own_default_schedule(tmp_path: Path) -> None:
+    from rltrain.agents.dreamer import Dreamer, DreamerConfig
+
+    trainer = Trainer(num_steps=50, eval_interval=None, run_dir=tmp_path / "dreamer", seed=3,
+                      **QUIET)
+    trainer.fit("Pendulum-v1", Dreamer(DreamerConfig(deter_size=8, stoch_size=4,
+                                                     hidden_size=8, sequence_length=4)))
+    assert isinstance(trainer.strategy, OffPolicyStrategy)
+    assert trainer.strategy.config == OffPolicyConfig(seed=3, batch_size=16, warmup_steps=2_000,
+                                                      train_interval=50, train_steps=10)
+    trainer.run_dir = tmp_path / "dqn"
+    trainer.fit(ENV, DQN(DQNConfig(hidden_sizes=[8])))
+    assert trainer.strategy.config == OffPolicyConfig(seed=3)  # DQN's: the config's defaults
+
+
+def test_a_strategy_of_a_kind_the_agent_does_not_train_with_is_refused(tmp_path: Path) -> None:
+    class Rollouts(OffPolicyStrategy):
+        kind = "on_policy"
+
+    trainer = Trainer(num_steps=50, strategy=Rollouts(), run_dir=tmp_path / "run", **QUIET)
+    with pytest.raises(ValueError, match=r"DQN trains with off_policy strategies, not on_policy "
+                                         r"\(Rollouts\)\. Leave strategy out"):
+        trainer.fit(ENV, DQN(DQNConfig(hidden_sizes=[8])))
+    assert not (tmp_path / "run").exists()

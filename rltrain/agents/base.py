@@ -155,6 +155,16 @@ class LearningAgent(nn.Module, ABC):
         """The acting policy on ``device``: sharing this agent's modules when ``device`` is its
         own, otherwise a copy that the strategy refreshes with :meth:`sync_policy`."""
 
+    #: The strategy kinds (``RLStrategy.kind``) this agent trains with, the first being its
+    #: default: the Trainer builds that strategy when it is given none, and refuses another kind.
+    strategy_kinds: tuple[str, ...] = ("off_policy",)
+
+    def default_strategy_settings(self) -> dict[str, Any]:
+        """The settings of the default strategy this agent trains best with (fields of its
+        config: for ``off_policy``, :class:`~rltrain.OffPolicyConfig`'s). Default: none, the
+        strategy config's own defaults (which are DQN's)."""
+        return {}
+
     def make_buffer(self, capacity: int, *, num_envs: int, observation_space: gym.Space[Any],
                     action_space: gym.Space[Any], seed: int, device: torch.device) -> Buffer:
         """The replay this agent learns from, made by the off-policy strategy (``capacity`` is

@@ -37,6 +37,10 @@ class RLStrategy(ABC):
     as soon as ``components.interrupter.should_stop()``.
     """
 
+    #: What kind of loop this is, for agents to declare what they train with
+    #: (``LearningAgent.strategy_kinds``); ``"custom"`` (your own loops) fits any agent.
+    kind: str = "custom"
+
     def train(self, agent: LearningAgent, components: RLComponents, env_init: EnvInit) -> RLResult:
         """Train ``agent`` on ``env_init`` for ``components.num_steps`` env steps."""
         events = components.event_processor

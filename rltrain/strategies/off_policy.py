@@ -82,6 +82,8 @@ class OffPolicyStrategy(RLStrategy):
         config: The loop's settings. Default: :class:`OffPolicyConfig` ().
     """
 
+    kind = "off_policy"
+
     def __init__(self, config: OffPolicyConfig | None = None) -> None:
         self.config = config if config is not None else OffPolicyConfig()
 

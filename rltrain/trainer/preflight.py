@@ -12,6 +12,7 @@ import gymnasium as gym
 from rltrain.agents.base import LearningAgent
 from rltrain.checkpoint import Checkpointer
 from rltrain.components import RLComponents, SummarySettings
+from rltrain.config import STRATEGIES
 from rltrain.envs import EnvInit, make_probe_env
 from rltrain.events.events import EvaluationEnd
 from rltrain.seeding import seed_everything
@@ -136,3 +137,22 @@ def resolve_checkpoint(ckpt_path: str | Path, run_dir: Path | None,
             f"No checkpoint at {path}. Pass ckpt_path='last' or 'best' with the run_dir of "
             "the run, or the path of a checkpoint file.")
     return path
+
+
+def strategy_for(trainer: TrainerSettings, agent: LearningAgent) -> RLStrategy:
+    """The strategy ``trainer`` runs ``agent`` with: the one it was given, refused when it is
+    of a kind the agent does not train with, or the agent's own default."""
+    kinds = agent.strategy_kinds
+    if trainer.default_strategy:
+        entry = STRATEGIES[kinds[0]]
+        strategy = entry.cls(entry.config(**{"seed": trainer.seed,
+                                             **agent.default_strategy_settings()}))
+        assert isinstance(strategy, RLStrategy)
+        return strategy
+    kind = trainer.strategy.kind
+    if kind != "custom" and kind not in kinds:
+        raise ValueError(
+            f"{type(agent).__name__} trains with {' or '.join(kinds)} strategies, not "
+            f"{kind} ({type(trainer.strategy).__name__}). Leave strategy out for the agent's "
+            f"default, or pass a {kinds[0]} strategy.")
+    return trainer.strategy

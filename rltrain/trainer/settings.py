@@ -42,7 +42,9 @@ class TrainerSettings:
 
     Args:
         num_steps: Env steps to train for (transitions summed over sub-envs). Default 50,000.
-        strategy: The loop. Default: :class:`OffPolicyStrategy` with its default config.
+        strategy: The loop. Default: the agent's default strategy, built at each ``fit``
+            (``LearningAgent.strategy_kinds[0]`` with its ``default_strategy_settings()``;
+            until then ``trainer.strategy`` is an :class:`OffPolicyStrategy` of the defaults).
         seed: Seed of the default strategy (to seed your own strategy, set it in its config).
         eval_interval: Env steps between greedy evaluations (and one at the end); None never
             evaluates. Default 10,000.
@@ -125,8 +127,11 @@ class TrainerSettings:
                 "Pass the seed in your strategy's config (e.g. OffPolicyConfig(seed=...)), not "
                 "to the Trainer: Trainer(seed=...) only seeds the default strategy."
             )
+        #: True when no strategy was given: each ``fit`` builds the agent's default.
+        self.default_strategy = strategy is None
+        self.seed = 0 if seed is None else seed
         if strategy is None:
-            strategy = OffPolicyStrategy(OffPolicyConfig(seed=0 if seed is None else seed))
+            strategy = OffPolicyStrategy(OffPolicyConfig(seed=self.seed))
         if not (isinstance(logger, (bool, str, Path, MetricsLogger))
                 or is_summary_writer(logger)):
             raise TypeError(

@@ -45,6 +45,7 @@ from rltrain.trainer.preflight import (
     make_components,
     resolve_checkpoint,
     setup_agent,
+    strategy_for,
     strategy_seed,
 )
 from rltrain.trainer.run_dir import open_run
@@ -108,6 +109,7 @@ class Trainer(TrainerSettings):
         saved; a second Ctrl-C aborts at once.
         """
         self.interrupter.reset()  # a stop requested from here on ends this run
+        self.strategy = strategy_for(self, agent)
         run_dir = self.resolve_run_dir(env, agent)
         components = make_components(self, run_dir)
         spaces = setup_agent(env, agent, components, seed=strategy_seed(self.strategy))

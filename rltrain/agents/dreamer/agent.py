@@ -203,6 +203,13 @@ class Dreamer(LearningAgent):
         return (action - self.action_mid) / self.action_half
 
     @override
+    @override
+    def default_strategy_settings(self) -> dict[str, Any]:
+        # configs/dreamer_pendulum.yaml's schedule: batches of 16 sequences, a 2,000-step
+        # random prefill, 0.2 gradient steps per env step (10 every 50).
+        return {"batch_size": 16, "warmup_steps": 2_000, "train_interval": 50,
+                "train_steps": 10}
+
     def make_buffer(self, capacity: int, *, num_envs: int, observation_space: gym.Space[Any],
                     action_space: gym.Space[Any], seed: int, device: torch.device) -> Buffer:
         return SequenceReplayBuffer(capacity, num_envs=num_envs,
