@@ -87,7 +87,7 @@ class RLComponents:
         num_steps: Total env steps to train for (transitions summed over sub-envs).
         checkpoint: A checkpoint file to resume from; None starts fresh. Default None.
         checkpointer: Saves the agent while training; None saves nothing. Default None.
-        grad_accumulation: Batches whose gradients are summed before each optimizer step
+        accumulate_grad_batches: Batches whose gradients are summed before each optimizer step
             (Lightning's ``accumulate_grad_batches``). Default 1.
         gradient_clip_val: Clip gradients to this norm (or value); None does not clip.
         gradient_clip_algorithm: ``"norm"`` (total 2-norm, as ``clip_grad_norm_``) or ``"value"``.
@@ -111,7 +111,7 @@ class RLComponents:
     num_steps: int
     checkpoint: Path | None = None
     checkpointer: Checkpointer | None = None
-    grad_accumulation: int = 1
+    accumulate_grad_batches: int = 1
     gradient_clip_val: float | None = None
     gradient_clip_algorithm: Literal["norm", "value"] = "norm"
     on_nan_loss: Literal["stop", "skip", "raise"] = "stop"
@@ -137,7 +137,7 @@ class RLComponents:
 
     def optimization_hparams(self) -> dict[str, float | int | str | bool]:
         """The settings that change what a gradient step computes, for the run's hparams."""
-        return {"optim/accumulate_grad_batches": self.grad_accumulation,
+        return {"optim/accumulate_grad_batches": self.accumulate_grad_batches,
                 "optim/gradient_clip_val": ("none" if self.gradient_clip_val is None
                                             else float(self.gradient_clip_val)),
                 "optim/gradient_clip_algorithm": self.gradient_clip_algorithm,
@@ -146,9 +146,9 @@ class RLComponents:
     def __post_init__(self) -> None:
         if self.num_steps < 1:
             raise ValueError(f"num_steps must be >= 1 env step; got {self.num_steps}.")
-        if self.grad_accumulation < 1:
+        if self.accumulate_grad_batches < 1:
             raise ValueError(
-                f"grad_accumulation must be >= 1 batch; got {self.grad_accumulation}."
+                f"accumulate_grad_batches must be >= 1 batch; got {self.accumulate_grad_batches}."
             )
         if self.gradient_clip_val is not None and self.gradient_clip_val <= 0:
             raise ValueError(

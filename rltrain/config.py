@@ -88,7 +88,7 @@ class TrainerConfig:
         for name in ("run_dir", "checkpoint_dir", "logger"):
             check_folder(name, getattr(self, name))
         # The components check these settings (with the messages a Trainer would give).
-        RLComponents(num_steps=self.num_steps, grad_accumulation=self.accumulate_grad_batches,
+        RLComponents(num_steps=self.num_steps, accumulate_grad_batches=self.accumulate_grad_batches,
                      gradient_clip_val=self.gradient_clip_val,
                      gradient_clip_algorithm=self.gradient_clip_algorithm,  # type: ignore[arg-type]
                      on_nan_loss=self.on_nan_loss,  # type: ignore[arg-type]

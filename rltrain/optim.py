@@ -126,7 +126,7 @@ class Optimization:
                 components: RLComponents) -> Optimization:
         """An ``Optimization`` with the run's settings (accumulation, clipping, NaN policy)."""
         return cls(optimizers, progress=components.progress,
-                   accumulate_grad_batches=components.grad_accumulation,
+                   accumulate_grad_batches=components.accumulate_grad_batches,
                    gradient_clip_val=components.gradient_clip_val,
                    gradient_clip_algorithm=components.gradient_clip_algorithm,
                    on_nan_loss=components.on_nan_loss, interrupter=components.interrupter,

@@ -3,10 +3,38 @@
 from __future__ import annotations
 
 import random
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import torch
+
+#: Evaluation environments reset with ``seed + EVAL_SEED_OFFSET``, apart from the training envs.
+EVAL_SEED_OFFSET = 1_000_003
+
+
+@dataclass(frozen=True)
+class Seeds:
+    """Every seed of a run, derived from one (the strategy's) by :func:`derive_seeds`.
+
+    Attributes:
+        globals: Python's, NumPy's and torch's global generators (the agent's initial weights,
+            epsilon-greedy draws), seeded when the agent is built and when the run starts.
+        envs: The training envs' resets (sub-env ``i``: ``envs + i``, its spaces too) and the
+            vector env's action space (warm-up actions).
+        storage: The replay sampler.
+        evaluation: The evaluation envs' resets (every evaluation starts from the same states).
+    """
+
+    globals: int
+    envs: int
+    storage: int
+    evaluation: int
+
+
+def derive_seeds(seed: int) -> Seeds:
+    """The seeds of a run of ``seed``: the one place they are derived."""
+    return Seeds(globals=seed, envs=seed, storage=seed, evaluation=seed + EVAL_SEED_OFFSET)
 
 
 def seed_everything(seed: int) -> None:

@@ -63,7 +63,7 @@ def test_values_are_converted_to_the_declared_types() -> None:
                                  "converted to Integer"),
     (["strategy.name=of_policy"], "unknown strategy 'of_policy'. Did you mean 'off_policy'?"),
     (["trainer.dtype=half"], "dtype must be one of"),
-    (["trainer.accumulate_grad_batches=0"], "grad_accumulation must be >= 1"),
+    (["trainer.accumulate_grad_batches=0"], "accumulate_grad_batches must be >= 1"),
     (["strategy.batch_size=0"], "batch_size must be >= 1"),
     (["env.id=CartPole-v9"], "env.id: Unknown Gymnasium environment id 'CartPole-v9'"),
     (["trainer.logger=3"], "logger must be true, false or a log directory; got 3"),

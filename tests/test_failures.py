@@ -28,7 +28,7 @@ from rltrain.checkpoint import Checkpointer
 from rltrain.envs import SubEnvError
 from rltrain.errors import TrainingError
 from rltrain.events import EnvStep, EpisodeEnd, EventRecorder, Metrics, Start, TrainStep
-from rltrain.strategies.run import EVAL_SEED_OFFSET
+from rltrain.seeding import EVAL_SEED_OFFSET
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -1,9 +1,9 @@
 """Training strategies: the loops."""
 
-from rltrain.seeding import seed_everything
+from rltrain.seeding import EVAL_SEED_OFFSET, seed_everything
 from rltrain.strategies.base import RLResult, RLStrategy
 from rltrain.strategies.off_policy import OffPolicyConfig, OffPolicyStrategy
-from rltrain.strategies.run import EVAL_SEED_OFFSET, Run, replay
+from rltrain.strategies.run import Run, replay
 from rltrain.types import Summary
 
 __all__ = [

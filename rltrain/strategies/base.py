@@ -37,6 +37,14 @@ class RLStrategy(ABC):
     as soon as ``components.interrupter.should_stop()``.
     """
 
+    @property
+    def seed(self) -> int:
+        """The run's seed, from which every other derives (:func:`~rltrain.seeding.derive_seeds`):
+        the ``seed`` field of ``self.config``; 0 for a strategy whose config has none."""
+        config = getattr(self, "config", None)
+        fields = dataclasses.fields(config) if dataclasses.is_dataclass(config) else ()
+        return int(config.seed) if any(f.name == "seed" for f in fields) else 0  # type: ignore[union-attr]
+
     #: What kind of loop this is, for agents to declare what they train with
     #: (``LearningAgent.strategy_kinds``); ``"custom"`` (your own loops) fits any agent.
     kind: str = "custom"

@@ -14,8 +14,9 @@ from rltrain.components import RLComponents
 from rltrain.envs import EnvInit, Vectorization
 from rltrain.errors import require
 from rltrain.runner import check_saved_runner
+from rltrain.seeding import EVAL_SEED_OFFSET, derive_seeds
 from rltrain.strategies.base import RLStrategy
-from rltrain.strategies.run import EVAL_SEED_OFFSET, Run, replay
+from rltrain.strategies.run import Run, replay
 
 __all__ = ["EVAL_SEED_OFFSET", "OffPolicyConfig", "OffPolicyStrategy"]
 
@@ -100,7 +101,7 @@ class OffPolicyStrategy(RLStrategy):
         # checks (memory, sequence length) then fail before the run directory is written.
         agent.make_buffer(cfg.buffer_size, num_envs=cfg.num_envs,
                           observation_space=observation_space, action_space=action_space,
-                          seed=cfg.seed, device=components.device)
+                          seed=derive_seeds(cfg.seed).storage, device=components.device)
         if components.checkpoint is not None:
             path = components.checkpoint
             try:

@@ -35,7 +35,7 @@ from rltrain.evaluation import Evaluator
 from rltrain.events.events import Checkpoint, EnvStep, EpisodeEnd, TrainStep
 from rltrain.optim import Optimization
 from rltrain.runner import Runner
-from rltrain.seeding import GlobalRandomState, seed_everything
+from rltrain.seeding import GlobalRandomState, derive_seeds, seed_everything
 from rltrain.strategies.failure import StepStart, failed
 from rltrain.types import MetricValue
 
@@ -45,9 +45,6 @@ if TYPE_CHECKING:
 #: The names a run's own parts and a checkpoint's own entries take.
 RESERVED = frozenset({"runner", "agent", "optimization", "buffer", "random", "metrics",
                       "progress", "hparams", "config", "format", "agent_class", "versions"})
-
-#: Evaluation environments reset with ``seed + EVAL_SEED_OFFSET``, apart from the training envs.
-EVAL_SEED_OFFSET = 1_000_003
 
 #: Makes a run's experience storage: ``(agent, observation_space, action_space, num_envs, seed,
 #: device) -> storage`` (the spaces are a sub-env's).
@@ -79,8 +76,9 @@ class Run:
         agent: The agent; built here for the envs' spaces.
         components: The run's components (settings, counters, events, checkpointer).
         env_init: The environment.
-        seed: Seeds the global generators, the envs, their spaces and the storage's sampler;
-            evaluation resets with ``seed + EVAL_SEED_OFFSET``.
+        seed: The run's seed: the global generators', the envs' (and their spaces'), the
+            storage sampler's and the evaluation's derive from it
+            (:func:`~rltrain.seeding.derive_seeds`).
         storage: Makes the experience storage (e.g. :func:`replay`); None keeps none.
         num_envs: Sub-environments stepped together. Default 1.
         vectorization: ``"sync"`` or ``"async"``. Default ``"sync"``.
@@ -95,12 +93,13 @@ class Run:
         if taken:
             raise ValueError(f"Run parts {sorted(taken)} would replace the run's own; name "
                              "the strategy's parts otherwise.")
-        self.agent, self.components, self.seed = agent, components, seed
+        self.agent, self.components = agent, components
+        self.seed, self.seeds = seed, derive_seeds(seed)
         self.progress, self.events = components.progress, components.event_processor
         self.interrupter, self.checkpointer = components.interrupter, components.checkpointer
-        seed_everything(seed)
+        seed_everything(self.seeds.globals)
         self.envs = make_vector_env(env_init, num_envs=num_envs, vectorization=vectorization,
-                                    seed=seed)
+                                    seed=self.seeds.envs)
         self.evaluator: Evaluator | None = None
         try:
             self._assemble(strategy, env_init, storage, dict(parts or {}))
@@ -113,17 +112,17 @@ class Run:
         components, agent, envs = self.components, self.agent, self.envs
         if components.evaluation.interval is not None:
             self.evaluator = Evaluator(env_init, episodes=components.evaluation.episodes,
-                                       seed=self.seed + EVAL_SEED_OFFSET,
+                                       seed=self.seeds.evaluation,
                                        device=components.inference_device)
         spaces = envs.single_observation_space, envs.single_action_space
         agent.setup(observation_space=spaces[0], action_space=spaces[1],
                     device=components.device, progress=self.progress, dtype=components.dtype)
         self.storage: Any = None if storage is None else storage(
-            agent, *spaces, envs.num_envs, self.seed, components.device)
+            agent, *spaces, envs.num_envs, self.seeds.storage, components.device)
         self.optim = Optimization.for_run(agent.configure_optimizers(), components)
         self.policy = agent.policy(components.inference_device)
         self.runner = Runner(envs, device=components.inference_device, progress=self.progress)
-        self.runner.reset(seed=self.seed, policy=self.policy)
+        self.runner.reset(seed=self.seeds.envs, policy=self.policy)
         # Everything with state, saved and restored as one (the checkpoint is their union).
         self.parts: dict[str, Stateful] = {
             "runner": self.runner,  # first: it checks the environment matches the checkpoint's

@@ -15,9 +15,8 @@ from rltrain.components import RLComponents, SummarySettings
 from rltrain.config import STRATEGIES
 from rltrain.envs import EnvInit, make_probe_env
 from rltrain.events.events import EvaluationEnd
-from rltrain.seeding import seed_everything
+from rltrain.seeding import derive_seeds, seed_everything
 from rltrain.strategies.base import RLStrategy
-from rltrain.strategies.run import EVAL_SEED_OFFSET
 from rltrain.trainer.settings import TrainerSettings
 
 
@@ -76,14 +75,13 @@ def check_spaces(env: EnvInit, agent: LearningAgent) -> None:
 
 
 def strategy_seed(strategy: RLStrategy) -> int:
-    """A strategy's seed: its config's ``seed`` (0 when it has none)."""
-    config: Any = getattr(strategy, "config", None)
-    return int(getattr(config, "seed", 0))
+    """A strategy's seed (``RLStrategy.seed``)."""
+    return strategy.seed
 
 
 def evaluation_seed(strategy: RLStrategy) -> int:
-    """The reset seed of a strategy's evaluations (its seed + ``EVAL_SEED_OFFSET``)."""
-    return strategy_seed(strategy) + EVAL_SEED_OFFSET
+    """The reset seed of a strategy's evaluations (``derive_seeds(seed).evaluation``)."""
+    return derive_seeds(strategy.seed).evaluation
 
 
 def evaluation_metrics(result: EvaluationEnd) -> dict[str, float]:
@@ -104,7 +102,7 @@ def make_components(trainer: TrainerSettings, run_dir: Path) -> RLComponents:
         checkpointer=Checkpointer(
             trainer.checkpoint_dir or run_dir / "checkpoints", interval=trainer.checkpoint_interval,
             keep_last=trainer.keep_last_checkpoints, keep_best=trainer.keep_best),
-        grad_accumulation=trainer.accumulate_grad_batches,
+        accumulate_grad_batches=trainer.accumulate_grad_batches,
         gradient_clip_val=trainer.gradient_clip_val,
         gradient_clip_algorithm=trainer.gradient_clip_algorithm,
         on_nan_loss=trainer.on_nan_loss,

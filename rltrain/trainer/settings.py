@@ -177,7 +177,7 @@ class TrainerSettings:
         self.overwrite = overwrite
         self.interrupter = interrupter if interrupter is not None else Interrupter()
         # Validate every setting now, before any run directory exists.
-        RLComponents(num_steps=num_steps, grad_accumulation=accumulate_grad_batches,
+        RLComponents(num_steps=num_steps, accumulate_grad_batches=accumulate_grad_batches,
                      gradient_clip_val=gradient_clip_val,
                      gradient_clip_algorithm=gradient_clip_algorithm, on_nan_loss=on_nan_loss,
                      summary=SummarySettings(return_threshold=return_threshold))
