@@ -12,10 +12,9 @@ import torch
 from gymnasium.utils import EzPickle
 from gymnasium.vector import SyncVectorEnv, VectorEnv
 
-from rltrain import safe_pickle
 from rltrain.agents.base import Policy
 from rltrain.events.events import EpisodeEnd
-from rltrain.safe_pickle import env_classes
+from rltrain.safe_pickle import env_classes, loads
 from rltrain.types import PolicyState, Progress, Transitions
 
 
@@ -171,7 +170,7 @@ class Runner:
         restored = None
         if saved_envs is not None and isinstance(self.envs, SyncVectorEnv):
             allowed = env_classes(self.envs.envs)
-            restored = safe_pickle.loads(saved_envs.numpy().tobytes(), allowed)
+            restored = loads(saved_envs.numpy().tobytes(), allowed)
             if not isinstance(restored, list) or len(restored) != self.num_envs:
                 count = len(restored) if isinstance(restored, list) else "no list of"
                 raise ValueError(f"The checkpoint holds {count} environments; this run has "

@@ -46,16 +46,22 @@ def rows(run_dir: Path) -> list[dict[str, Any]]:
     return [json.loads(line) for line in lines]
 
 
+def winner_and_refusal(result: Any) -> tuple[Any, str]:
+    """The winning process of a race, and the loser's one-line refusal (exit 2)."""
+    report = result.report()
+    assert sorted(o.code for o in result.outcomes) == [0, 2], report
+    error = result.loser.stderr.strip().splitlines()[-1]
+    assert error.startswith("rltrain: error: "), report
+    return result.winner, error
+
+
 def test_two_fresh_fits_one_trains_to_the_end_the_other_is_refused(
     fits: tuple[Any, Path],
 ) -> None:
     result, _ = fits
     report = result.report()
-    assert sorted(o.code for o in result.outcomes) == [0, 2], report
-    winner, loser = result.winner, result.loser
+    winner, error = winner_and_refusal(result)
     assert f"done: {check.FIT_STEPS:,} env steps" in winner.stdout, report
-    error = loser.stderr.strip().splitlines()[-1]
-    assert error.startswith("rltrain: error: "), report
     # Refused for the lock while the winner trained (naming the winner's PID), or because the
     # directory already holds the winner's run (rltrain checks that before the lock too).
     assert (f"is in use by another rltrain run (PID {winner.pid} on " in error
@@ -105,12 +111,9 @@ def test_two_resumes_one_proceeds_the_other_is_refused_naming_the_holder(
 ) -> None:
     result, _ = resumes
     report = result.report()
-    assert sorted(o.code for o in result.outcomes) == [0, 2], report
-    winner, loser = result.winner, result.loser
+    winner, error = winner_and_refusal(result)
     assert f"resuming at {check.FIT_STEPS:,}" in winner.stdout, report
-    assert loser.stdout == "", report
-    error = loser.stderr.strip().splitlines()[-1]
-    assert error.startswith("rltrain: error: "), report
+    assert result.loser.stdout == "", report
     assert f"is in use by another rltrain run (PID {winner.pid} on " in error, report
     assert result.unexpected == [], report
 

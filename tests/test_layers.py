@@ -54,12 +54,16 @@ def target(name: str) -> str | None:
     return name or None
 
 
-def imports(module: str) -> set[str]:
-    """Every rltrain module ``module`` imports, at any level of its code."""
+def imports(module: str, source: str | None = None) -> set[str]:
+    """Every rltrain module ``module`` imports (in ``source``, default its file), at any level
+    of its code."""
     found = set()
-    for node in ast.walk(ast.parse(MODULES[module].read_text(encoding="utf-8"))):
+    text = MODULES[module].read_text(encoding="utf-8") if source is None else source
+    for node in ast.walk(ast.parse(text)):
         if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
-            names = [f"{node.module}.{a.name}" for a in node.names]
+            # ``from rltrain.x import y`` runs rltrain/x (a package's __init__), and y too
+            # when y is a module of its own.
+            names = [node.module, *(f"{node.module}.{a.name}" for a in node.names)]
             found |= {t for t in map(target, names) if t is not None}
         elif isinstance(node, ast.Import):
             found |= {t for t in (target(a.name) for a in node.names) if t is not None}
@@ -119,6 +123,16 @@ def test_no_module_imports_a_higher_layer() -> None:
 
 def test_the_records_import_nothing_from_rltrain() -> None:
     assert GRAPH["rltrain.types"] == set()
+
+
+def test_importing_a_name_from_a_package_counts_as_importing_the_package() -> None:
+    """``from rltrain import safe_pickle`` (once in the runner) runs rltrain/__init__, which
+    imports every layer: a cycle."""
+    assert imports("rltrain.runner", "from rltrain import safe_pickle") == {
+        "rltrain", "rltrain.safe_pickle"}
+    assert imports("rltrain.runner", "from rltrain.safe_pickle import loads") == {
+        "rltrain.safe_pickle"}
+    assert "rltrain" not in GRAPH["rltrain.runner"]
 
 
 @pytest.mark.parametrize("edge", [("rltrain.types", "rltrain.runner"),

@@ -94,7 +94,7 @@ class Run:
             raise ValueError(f"Run parts {sorted(taken)} would replace the run's own; name "
                              "the strategy's parts otherwise.")
         self.agent, self.components = agent, components
-        self.seed, self.seeds = seed, derive_seeds(seed)
+        self.seeds = derive_seeds(seed)
         self.progress, self.events = components.progress, components.event_processor
         self.interrupter, self.checkpointer = components.interrupter, components.checkpointer
         seed_everything(self.seeds.globals)

@@ -10,7 +10,6 @@ from rltrain.trainer.preflight import (
     evaluation_metrics,
     evaluation_seed,
     setup_agent,
-    strategy_seed,
 )
 from rltrain.trainer.run_dir import LOCK, MARKER, RunDirectoryLocked, open_run
 from rltrain.trainer.settings import Logger, TrainerSettings
@@ -32,5 +31,4 @@ __all__ = [
     "evaluation_seed",
     "open_run",
     "setup_agent",
-    "strategy_seed",
 ]

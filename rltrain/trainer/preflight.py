@@ -74,11 +74,6 @@ def check_spaces(env: EnvInit, agent: LearningAgent) -> None:
         probe.close()
 
 
-def strategy_seed(strategy: RLStrategy) -> int:
-    """A strategy's seed (``RLStrategy.seed``)."""
-    return strategy.seed
-
-
 def evaluation_seed(strategy: RLStrategy) -> int:
     """The reset seed of a strategy's evaluations (``derive_seeds(seed).evaluation``)."""
     return derive_seeds(strategy.seed).evaluation

@@ -46,7 +46,6 @@ from rltrain.trainer.preflight import (
     resolve_checkpoint,
     setup_agent,
     strategy_for,
-    strategy_seed,
 )
 from rltrain.trainer.run_dir import open_run
 from rltrain.trainer.settings import TrainerSettings
@@ -112,7 +111,7 @@ class Trainer(TrainerSettings):
         self.strategy = strategy_for(self, agent)
         run_dir = self.resolve_run_dir(env, agent)
         components = make_components(self, run_dir)
-        spaces = setup_agent(env, agent, components, seed=strategy_seed(self.strategy))
+        spaces = setup_agent(env, agent, components, seed=self.strategy.seed)
         if isinstance(ckpt_path, LoadedCheckpoint):
             components.checkpoint, components.resume_state = ckpt_path.path, ckpt_path.state
         elif ckpt_path is not None:
