@@ -6,7 +6,7 @@ from rltrain.buffers import ReplayBatch, ReplayBuffer
 from rltrain.callbacks import EarlyStopping
 from rltrain.checkpoint import Checkpointer
 from rltrain.components import EvaluationSettings, RLComponents, SummarySettings
-from rltrain.config import ConfigError, EnvConfig, TrainerConfig, compose, validate
+from rltrain.config import ConfigError, EnvConfig, compose, validate
 from rltrain.envs import EnvInit, EnvSpec, make_vector_env
 from rltrain.evaluation import Evaluator
 from rltrain.events import EventProcessor, Metrics, Subscriber
@@ -22,6 +22,7 @@ from rltrain.strategies import (
     replay,
 )
 from rltrain.trainer import BuiltRun, Trainer, build
+from rltrain.trainer_config import TrainerConfig
 from rltrain.types import Progress, Summary, Transitions
 
 __all__ = [

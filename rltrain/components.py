@@ -144,25 +144,30 @@ class RLComponents:
                 "optim/dtype": str(self.dtype).removeprefix("torch.")}
 
     def __post_init__(self) -> None:
-        if self.num_steps < 1:
-            raise ValueError(f"num_steps must be >= 1 env step; got {self.num_steps}.")
-        if self.accumulate_grad_batches < 1:
-            raise ValueError(
-                f"accumulate_grad_batches must be >= 1 batch; got {self.accumulate_grad_batches}."
-            )
-        if self.gradient_clip_val is not None and self.gradient_clip_val <= 0:
-            raise ValueError(
-                f"gradient_clip_val must be > 0 (or None for no clipping); got "
-                f"{self.gradient_clip_val}."
-            )
-        if self.gradient_clip_algorithm not in ("norm", "value"):
-            raise ValueError(
-                "gradient_clip_algorithm must be 'norm' or 'value'; got "
-                f"{self.gradient_clip_algorithm!r}."
-            )
-        if self.on_nan_loss not in ("stop", "skip", "raise"):
-            raise ValueError(
-                f"on_nan_loss must be 'stop', 'skip' or 'raise'; got {self.on_nan_loss!r}.")
+        check_training_settings(
+            num_steps=self.num_steps, accumulate_grad_batches=self.accumulate_grad_batches,
+            gradient_clip_val=self.gradient_clip_val,
+            gradient_clip_algorithm=self.gradient_clip_algorithm, on_nan_loss=self.on_nan_loss)
         self.dtype = resolve_dtype(self.dtype)
         self.device = torch.device(self.device)
         self.inference_device = torch.device(self.inference_device)
+
+
+def check_training_settings(*, num_steps: int, accumulate_grad_batches: int,
+                            gradient_clip_val: float | None, gradient_clip_algorithm: str,
+                            on_nan_loss: str) -> None:
+    """Refuse a step budget or optimisation setting that no run could use (the checks of
+    :class:`RLComponents` and of the Trainer's settings), naming the setting."""
+    if num_steps < 1:
+        raise ValueError(f"num_steps must be >= 1 env step; got {num_steps}.")
+    if accumulate_grad_batches < 1:
+        raise ValueError(
+            f"accumulate_grad_batches must be >= 1 batch; got {accumulate_grad_batches}.")
+    if gradient_clip_val is not None and gradient_clip_val <= 0:
+        raise ValueError(f"gradient_clip_val must be > 0 (or None for no clipping); got "
+                         f"{gradient_clip_val}.")
+    if gradient_clip_algorithm not in ("norm", "value"):
+        raise ValueError(f"gradient_clip_algorithm must be 'norm' or 'value'; got "
+                         f"{gradient_clip_algorithm!r}.")
+    if on_nan_loss not in ("stop", "skip", "raise"):
+        raise ValueError(f"on_nan_loss must be 'stop', 'skip' or 'raise'; got {on_nan_loss!r}.")

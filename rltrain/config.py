@@ -33,10 +33,10 @@ from rltrain.agents.base import LearningAgent
 from rltrain.agents.dqn import DQN, DQNConfig
 from rltrain.agents.dreamer import Dreamer, DreamerConfig
 from rltrain.checkpoint import atomic_write_text
-from rltrain.components import EvaluationSettings, RLComponents, SummarySettings, check_folder
 from rltrain.envs import EnvInit, EnvSpec, check_env_id
 from rltrain.strategies.base import RLStrategy
 from rltrain.strategies.off_policy import OffPolicyConfig, OffPolicyStrategy
+from rltrain.trainer_config import TrainerConfig as TrainerConfig
 
 #: Where the shipped YAML configs live (``configs/`` in the repository links here).
 SHIPPED_CONFIGS = Path(__file__).parent / "configs"
@@ -44,57 +44,6 @@ SHIPPED_CONFIGS = Path(__file__).parent / "configs"
 
 class ConfigError(ValueError):
     """A config key or value is wrong; the message names the key and what would be right."""
-
-
-@dataclass
-class TrainerConfig:
-    """The ``trainer:`` section: :class:`~rltrain.Trainer`'s arguments of the same names (see
-    its docstring for units), with the same defaults.
-
-    ``logger`` is ``true`` (TensorBoard in the run directory), ``false``, or a log directory.
-    ``num_threads`` sets ``torch.set_num_threads`` for the run (null leaves it; 1 is fastest
-    for small MLPs).
-    """
-
-    num_steps: int = 50_000
-    eval_interval: int | None = 10_000
-    eval_episodes: int = 10
-    return_threshold: float | None = None
-    device: str = "cpu"
-    inference_device: str | None = None
-    dtype: str = "float32"
-    num_threads: int | None = None
-    gradient_clip_val: float | None = None
-    gradient_clip_algorithm: str = "norm"
-    accumulate_grad_batches: int = 1
-    on_nan_loss: str = "stop"
-    run_dir: str | None = None
-    logger: Any = True
-    enable_progress_bar: bool = True
-    enable_console: bool = True
-    enable_metrics_file: bool = True
-    log_interval: int = 1_000
-    console_interval: float = 10.0
-    checkpoint_dir: str | None = None
-    checkpoint_interval: int | None = None
-    keep_last_checkpoints: int = 3
-    keep_best: bool = True
-    overwrite: bool = False
-
-    def __post_init__(self) -> None:
-        if not isinstance(self.logger, (bool, str)):
-            raise ValueError(f"logger must be true, false or a log directory; got "
-                             f"{self.logger!r}.")
-        for name in ("run_dir", "checkpoint_dir", "logger"):
-            check_folder(name, getattr(self, name))
-        # The components check these settings (with the messages a Trainer would give).
-        RLComponents(num_steps=self.num_steps, accumulate_grad_batches=self.accumulate_grad_batches,
-                     gradient_clip_val=self.gradient_clip_val,
-                     gradient_clip_algorithm=self.gradient_clip_algorithm,  # type: ignore[arg-type]
-                     on_nan_loss=self.on_nan_loss,  # type: ignore[arg-type]
-                     evaluation=EvaluationSettings(self.eval_interval, self.eval_episodes),
-                     summary=SummarySettings(return_threshold=self.return_threshold),
-                     dtype=self.dtype)  # type: ignore[arg-type]
 
 
 @dataclass

@@ -10,6 +10,7 @@ from dataclasses import asdict
 from pathlib import Path
 
 import pytest
+import torch
 from omegaconf import OmegaConf
 
 from rltrain import DQN, DQNConfig, OffPolicyConfig, OffPolicyStrategy, Trainer
@@ -111,7 +112,7 @@ def test_build_makes_the_trainer_strategy_agent_and_env_the_config_names() -> No
     assert type(run.agent.config) is DQNConfig  # the plain config, without the section's name
     assert isinstance(run.trainer.strategy, OffPolicyStrategy)
     assert run.trainer.strategy.config == OffPolicyConfig(batch_size=32)
-    assert str(run.trainer.dtype) == "torch.bfloat16"
+    assert run.trainer.dtype == "bfloat16" and run.trainer.torch_dtype == torch.bfloat16
     assert run.trainer.return_threshold == 475.0
     env = run.env
     assert not isinstance(env, str) and env().spec.max_episode_steps == 100  # type: ignore[operator,union-attr]

@@ -25,7 +25,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("rltrain.agents",),
     ("rltrain.runner", "rltrain.evaluation", "rltrain.checkpoint", "rltrain.callbacks"),
     ("rltrain.strategies",),
-    ("rltrain.config",),
+    ("rltrain.trainer_config", "rltrain.config"),
     ("rltrain.trainer",),
     ("rltrain.cli",),
     ("rltrain",),  # the package's own __init__: the public names

@@ -172,6 +172,19 @@ def test_trainer_config_fields_and_defaults_match_the_trainer_arguments() -> Non
     assert set(Trainer().settings()) == {f.name for f in dataclasses.fields(TrainerConfig)}
 
 
+def test_each_setting_is_declared_once_in_trainer_config() -> None:
+    # The Trainer's arguments are TrainerConfig's fields (inherited, not written again) plus
+    # the objects a config file cannot hold: a new setting is one field in one place.
+    from rltrain.trainer.settings import TrainerSettings
+
+    plain = {f.name for f in dataclasses.fields(TrainerConfig)}
+    assert issubclass(Trainer, TrainerConfig)
+    assert not plain & set(vars(TrainerSettings).get("__annotations__", {}))
+    assert "__init__" not in vars(Trainer)  # the dataclass's, made from the fields
+    assert set(inspect.signature(Trainer).parameters) == plain | {
+        "strategy", "seed", "callbacks", "config", "interrupter"}
+
+
 def test_a_summary_writer_logger_receives_the_run_and_stays_open(tmp_path: Path) -> None:
     writer = SummaryWriter(log_dir=str(tmp_path / "tb"))
     trainer = Trainer(num_steps=400, strategy=small_strategy(), run_dir=tmp_path / "run",

@@ -24,9 +24,9 @@ class TrainerInfo(Protocol):
     the run's settings. Typed apart from the Trainer, which sits layers above the agents."""
 
     num_steps: int
-    device: torch.device
-    inference_device: torch.device
-    dtype: torch.dtype
+    device: str
+    inference_device: str | None
+    dtype: str
     last_run_dir: Path | None
 
     def settings(self) -> dict[str, Any]: ...

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 from typing import Any
 
@@ -10,40 +11,19 @@ from rltrain.agents.base import LearningAgent
 from rltrain.config import AGENTS, STRATEGIES, section_of, to_container
 from rltrain.envs import EnvInit, EnvSpec
 from rltrain.trainer.settings import TrainerSettings
+from rltrain.trainer_config import TrainerConfig
 
 
-def trainer_settings(trainer: TrainerSettings) -> dict[str, Any]:
+def trainer_settings(trainer: TrainerConfig) -> dict[str, Any]:
     """This trainer's settings as the ``trainer`` section of a run config
-    (:class:`~rltrain.config.TrainerConfig`'s fields). ``overwrite`` is always saved as
-    False: a saved config never replaces a run."""
-    logger = trainer.logger if isinstance(trainer.logger, bool) else (
-        str(trainer.logger) if isinstance(trainer.logger, (str, Path)) else True)
-    return {
-        "num_steps": trainer.num_steps,
-        "eval_interval": trainer.evaluation.interval,
-        "eval_episodes": trainer.evaluation.episodes,
-        "return_threshold": trainer.return_threshold,
-        "device": str(trainer.device),
-        "inference_device": str(trainer.inference_device),
-        "dtype": str(trainer.dtype).removeprefix("torch."),
-        "num_threads": trainer.num_threads,
-        "gradient_clip_val": trainer.gradient_clip_val,
-        "gradient_clip_algorithm": trainer.gradient_clip_algorithm,
-        "accumulate_grad_batches": trainer.accumulate_grad_batches,
-        "on_nan_loss": trainer.on_nan_loss,
-        "run_dir": None if trainer.run_dir is None else str(trainer.run_dir),
-        "logger": logger,
-        "enable_progress_bar": trainer.enable_progress_bar,
-        "enable_console": trainer.enable_console,
-        "enable_metrics_file": trainer.enable_metrics_file,
-        "log_interval": trainer.log_interval,
-        "console_interval": trainer.console_interval,
-        "checkpoint_dir": None if trainer.checkpoint_dir is None else str(trainer.checkpoint_dir),
-        "checkpoint_interval": trainer.checkpoint_interval,
-        "keep_last_checkpoints": trainer.keep_last_checkpoints,
-        "keep_best": trainer.keep_best,
-        "overwrite": False,
-    }
+    (:class:`~rltrain.trainer_config.TrainerConfig`'s fields, folders as strings). A logger
+    object is described as ``True``; ``overwrite`` is always saved as False: a saved config
+    never replaces a run."""
+    settings = {f.name: getattr(trainer, f.name) for f in dataclasses.fields(TrainerConfig)}
+    if not isinstance(trainer.logger, (bool, str, Path)):
+        settings["logger"] = True
+    return {**{name: str(value) if isinstance(value, Path) else value
+               for name, value in settings.items()}, "overwrite": False}
 
 
 def run_config(trainer: TrainerSettings, env: EnvInit, agent: LearningAgent,

@@ -8,10 +8,11 @@ from pathlib import Path
 from typing import Any
 
 import gymnasium as gym
+import torch
 
 from rltrain.agents.base import LearningAgent
 from rltrain.checkpoint import Checkpointer
-from rltrain.components import RLComponents, SummarySettings
+from rltrain.components import RLComponents
 from rltrain.config import STRATEGIES
 from rltrain.envs import EnvInit, make_probe_env
 from rltrain.events.events import EvaluationEnd
@@ -74,9 +75,11 @@ def check_spaces(env: EnvInit, agent: LearningAgent) -> None:
         probe.close()
 
 
-def evaluation_seed(strategy: RLStrategy) -> int:
-    """The reset seed of a strategy's evaluations (``derive_seeds(seed).evaluation``)."""
-    return derive_seeds(strategy.seed).evaluation
+def evaluation_seed(trainer: TrainerSettings) -> int:
+    """The reset seed of the evaluations of ``trainer``'s strategy (of its last ``fit``, or
+    the one given, or the default's): ``derive_seeds(seed).evaluation``."""
+    seed = trainer.strategy.seed if trainer.strategy is not None else trainer.seed or 0
+    return derive_seeds(seed).evaluation
 
 
 def evaluation_metrics(result: EvaluationEnd) -> dict[str, float]:
@@ -95,29 +98,30 @@ def make_components(trainer: TrainerSettings, run_dir: Path) -> RLComponents:
     return RLComponents(
         num_steps=trainer.num_steps,
         checkpointer=Checkpointer(
-            trainer.checkpoint_dir or run_dir / "checkpoints", interval=trainer.checkpoint_interval,
+            Path(trainer.checkpoint_dir or run_dir / "checkpoints"),
+            interval=trainer.checkpoint_interval,
             keep_last=trainer.keep_last_checkpoints, keep_best=trainer.keep_best),
         accumulate_grad_batches=trainer.accumulate_grad_batches,
         gradient_clip_val=trainer.gradient_clip_val,
-        gradient_clip_algorithm=trainer.gradient_clip_algorithm,
-        on_nan_loss=trainer.on_nan_loss,
+        gradient_clip_algorithm=trainer.gradient_clip_algorithm,  # type: ignore[arg-type]
+        on_nan_loss=trainer.on_nan_loss,  # type: ignore[arg-type]
         interrupter=trainer.interrupter,
-        summary=SummarySettings(return_threshold=trainer.return_threshold),
+        summary=trainer.summary,
         evaluation=trainer.evaluation,
-        dtype=trainer.dtype,
-        device=trainer.device,
-        inference_device=trainer.inference_device,
+        dtype=trainer.torch_dtype,
+        device=torch.device(trainer.device),
+        inference_device=torch.device(trainer.inference_device or trainer.device),
     )
 
 
-def resolve_checkpoint(ckpt_path: str | Path, run_dir: Path | None,
-                       checkpoint_dir: Path | None) -> Path:
+def resolve_checkpoint(ckpt_path: str | Path, run_dir: str | Path | None,
+                       checkpoint_dir: str | Path | None) -> Path:
     """``"last"`` / ``"best"`` among the run's checkpoints, or the file given; must exist."""
     if ckpt_path in ("last", "best"):
         if run_dir is None:
             raise ValueError(f"ckpt_path={ckpt_path!r} needs a run: give the Trainer its "
                              "run_dir, or pass the path of a checkpoint file.")
-        directory = checkpoint_dir or run_dir / "checkpoints"
+        directory = Path(checkpoint_dir or Path(run_dir) / "checkpoints")
         try:
             return Checkpointer(directory).resolve(str(ckpt_path))
         except FileNotFoundError as error:
@@ -135,17 +139,16 @@ def resolve_checkpoint(ckpt_path: str | Path, run_dir: Path | None,
 def strategy_for(trainer: TrainerSettings, agent: LearningAgent) -> RLStrategy:
     """The strategy ``trainer`` runs ``agent`` with: the one it was given, refused when it is
     of a kind the agent does not train with, or the agent's own default."""
-    kinds = agent.strategy_kinds
-    if trainer.default_strategy:
+    kinds, strategy = agent.strategy_kinds, trainer.strategy
+    if trainer.default_strategy or strategy is None:
         entry = STRATEGIES[kinds[0]]
-        strategy = entry.cls(entry.config(**{"seed": trainer.seed,
+        strategy = entry.cls(entry.config(**{"seed": trainer.seed or 0,
                                              **agent.default_strategy_settings()}))
         assert isinstance(strategy, RLStrategy)
         return strategy
-    kind = trainer.strategy.kind
-    if kind != "custom" and kind not in kinds:
+    if strategy.kind != "custom" and strategy.kind not in kinds:
         raise ValueError(
             f"{type(agent).__name__} trains with {' or '.join(kinds)} strategies, not "
-            f"{kind} ({type(trainer.strategy).__name__}). Leave strategy out for the agent's "
+            f"{strategy.kind} ({type(strategy).__name__}). Leave strategy out for the agent's "
             f"default, or pass a {kinds[0]} strategy.")
-    return trainer.strategy
+    return strategy

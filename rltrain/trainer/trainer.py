@@ -7,7 +7,7 @@ import dataclasses
 import json
 from collections.abc import Iterator, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import torch
 from omegaconf import DictConfig, OmegaConf
@@ -20,20 +20,14 @@ from rltrain.checkpoint import (
     load_agent,
     training_state,
 )
-from rltrain.components import (
-    RLComponents,
-)
-from rltrain.config import (
-    make_strategy,
-    save_config,
-    validate,
-)
+from rltrain.components import RLComponents
+from rltrain.config import make_strategy, save_config, validate
 from rltrain.envs import EnvInit, env_name
 from rltrain.evaluation import Evaluator
 from rltrain.events.processor import EventProcessor
 from rltrain.events.renderers.jsonl import json_safe
 from rltrain.interrupt import stop_on_signals
-from rltrain.strategies.base import RLResult
+from rltrain.strategies.base import RLResult, RLStrategy
 from rltrain.trainer.description import run_config, trainer_settings
 from rltrain.trainer.outputs import subscribers, write_model_summary
 from rltrain.trainer.preflight import (
@@ -49,9 +43,8 @@ from rltrain.trainer.preflight import (
 )
 from rltrain.trainer.run_dir import open_run
 from rltrain.trainer.settings import TrainerSettings
+from rltrain.trainer_config import TrainerConfig
 
-if TYPE_CHECKING:
-    pass
 
 class Trainer(TrainerSettings):
     """Trains an agent with a strategy, shows progress and stores the run.
@@ -70,12 +63,13 @@ class Trainer(TrainerSettings):
     (``last.pt`` and ``best.pt``). Before training, the agent receives its ``device``,
     ``dtype``, ``logger``, ``trainer`` (this object) and the live ``progress`` counters.
 
-    Args: every setting, as keyword arguments of the same names as Lightning's where they
-    apply: see :class:`~rltrain.trainer.settings.TrainerSettings`.
+    Args: every setting, as keyword arguments (Lightning's names where they apply): the plain
+    ones of :class:`~rltrain.trainer_config.TrainerConfig` (also a config's ``trainer:``
+    section) and the objects of :class:`~rltrain.trainer.settings.TrainerSettings`.
     """
 
     #: The agent, env and components of the last ``fit`` (None before).
-    _fitted: tuple[LearningAgent, EnvInit, RLComponents] | None = None
+    _fitted: tuple[LearningAgent, EnvInit, RLStrategy, RLComponents] | None = None
     #: The run directory of the last ``fit`` (None before).
     last_run_dir: Path | None = None
 
@@ -86,9 +80,9 @@ class Trainer(TrainerSettings):
         ``callbacks=[...]`` or ``interrupter=...``. See :func:`build` for agent and env too."""
         cfg = validate(config)
         settings = OmegaConf.to_object(cfg.trainer)
-        assert dataclasses.is_dataclass(settings) and not isinstance(settings, type)
-        kwargs = {**dataclasses.asdict(settings), **overrides}
-        return cls(strategy=make_strategy(cfg.strategy), config=cfg, **kwargs)
+        assert isinstance(settings, TrainerConfig)
+        fields = {f.name: getattr(settings, f.name) for f in dataclasses.fields(TrainerConfig)}
+        return cls(strategy=make_strategy(cfg.strategy), config=cfg, **{**fields, **overrides})
 
     def fit(self, env: EnvInit, agent: LearningAgent,
             ckpt_path: str | Path | LoadedCheckpoint | None = None) -> RLResult:
@@ -108,35 +102,35 @@ class Trainer(TrainerSettings):
         saved; a second Ctrl-C aborts at once.
         """
         self.interrupter.reset()  # a stop requested from here on ends this run
-        self.strategy = strategy_for(self, agent)
+        self.strategy = strategy = strategy_for(self, agent)
         run_dir = self.resolve_run_dir(env, agent)
         components = make_components(self, run_dir)
-        spaces = setup_agent(env, agent, components, seed=self.strategy.seed)
+        spaces = setup_agent(env, agent, components, seed=strategy.seed)
         if isinstance(ckpt_path, LoadedCheckpoint):
             components.checkpoint, components.resume_state = ckpt_path.path, ckpt_path.state
         elif ckpt_path is not None:
             components.checkpoint = self.checkpoint_path(ckpt_path, run_dir)
         if components.checkpoint is not None:
             check_resume_settings(components.checkpoint, components.saved_state(),
-                                  self.strategy.run_hparams(agent, components))
-        self.strategy.check(agent, components, *spaces)
+                                  strategy.run_hparams(agent, components))
+        strategy.check(agent, components, *spaces)
         components.config = self.run_config(env, agent, run_dir)
         assert components.checkpointer is not None
         components.checkpointer.config = components.config
         with open_run(run_dir, checkpoint_dir=components.checkpointer.directory,
                       resuming=components.checkpoint is not None, overwrite=self.overwrite):
-            return self._fit(env, agent, components, run_dir)
+            return self._fit(env, agent, strategy, components, run_dir)
 
-    def _fit(self, env: EnvInit, agent: LearningAgent, components: RLComponents,
-             run_dir: Path) -> RLResult:
+    def _fit(self, env: EnvInit, agent: LearningAgent, strategy: RLStrategy,
+             components: RLComponents, run_dir: Path) -> RLResult:
         save_config(components.config, run_dir / "config.yaml")
         agent.trainer = self
-        self._fitted, self.last_run_dir = (agent, env, components), run_dir
+        self._fitted, self.last_run_dir = (agent, env, strategy, components), run_dir
         components.event_processor = events = EventProcessor(subscribers(self, run_dir, agent))
         try:
             write_model_summary(self, agent, run_dir)
             with stop_on_signals(self.interrupter), self._threads():
-                result = self.strategy.train(agent, components, env)
+                result = strategy.train(agent, components, env)
         finally:
             events.close()
             agent.logger = None
@@ -164,12 +158,13 @@ class Trainer(TrainerSettings):
                 f"This {type(agent).__name__} has no trained networks yet: call fit() first, or "
                 "pass ckpt_path='best', 'last' or a checkpoint file."
             )
-        eval_seed = evaluation_seed(self.strategy) if seed is None else seed
-        evaluator = Evaluator(env, episodes=self.evaluation.episodes if episodes is None
-                              else episodes, seed=eval_seed, device=self.inference_device)
+        eval_seed = evaluation_seed(self) if seed is None else seed
+        device = torch.device(self.inference_device or self.device)
+        evaluator = Evaluator(env, episodes=self.eval_episodes if episodes is None
+                              else episodes, seed=eval_seed, device=device)
         try:
             with self._threads():
-                result = evaluator.run(agent.policy(self.inference_device), env_steps=0,
+                result = evaluator.run(agent.policy(device), env_steps=0,
                                        events=EventProcessor())
         finally:
             evaluator.close()
@@ -183,9 +178,9 @@ class Trainer(TrainerSettings):
         if self._fitted is None:
             raise RuntimeError("save_checkpoint() saves the agent of the last fit(); call fit() "
                                "first.")
-        agent, _, components = self._fitted
+        agent, _, strategy, components = self._fitted
         state = training_state(agent, {"agent": agent}, components.progress,
-                               self.strategy.run_hparams(agent, components))
+                               strategy.run_hparams(agent, components))
         path = Path(path)
         path.parent.mkdir(parents=True, exist_ok=True)
         atomic_save({**state, "config": components.config, "weights_only": True}, path)
@@ -215,14 +210,14 @@ class Trainer(TrainerSettings):
         """The run's config as plain dicts (:func:`~rltrain.trainer.description.run_config`)."""
         return run_config(self, env, agent, run_dir)
 
-    def checkpoint_path(self, ckpt_path: str | Path, run_dir: Path | None) -> Path:
+    def checkpoint_path(self, ckpt_path: str | Path, run_dir: str | Path | None) -> Path:
         """``"last"`` / ``"best"`` among the run's checkpoints, or the file given; must exist."""
         return resolve_checkpoint(ckpt_path, run_dir, self.checkpoint_dir)
 
     def resolve_run_dir(self, env: EnvInit, agent: LearningAgent) -> Path:
         """The run directory: the one given, or ``runs/<date>-<time>-<agent>-<env>``."""
         if self.run_dir is not None:
-            return self.run_dir
+            return Path(self.run_dir)
         return default_run_dir(type(agent).__name__, env_name(env))
 
     @contextlib.contextmanager

@@ -1,0 +1,157 @@
+"""The Trainer's settings, declared once: :class:`TrainerConfig` is both the ``trainer:``
+section of a run config and the base of :class:`~rltrain.Trainer`, whose constructor takes the
+same fields (plus the objects a YAML file cannot hold)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from rltrain.components import (
+    DTYPES,
+    EvaluationSettings,
+    SummarySettings,
+    check_folder,
+    check_training_settings,
+    resolve_dtype,
+)
+from rltrain.errors import require
+
+
+@dataclass(kw_only=True)
+class TrainerConfig:
+    """Every plain setting of a run, checked once when made (an error names the setting and
+    the fix). The ``trainer:`` section of a run config, and :class:`~rltrain.Trainer`'s
+    keyword arguments of the same names.
+
+    Attributes:
+        num_steps: Env steps to train for (transitions summed over sub-envs). Default 50,000.
+        eval_interval: Env steps between greedy evaluations (and one at the end); None never
+            evaluates. Default 10,000.
+        eval_episodes: Episodes per evaluation (and the default of ``Trainer.evaluate``).
+            Default 10.
+        return_threshold: Stop when the mean evaluation return reaches it, and report the env
+            steps and seconds it took. Default None: run all ``num_steps``.
+        device: Where the agent learns (``"cpu"``, ``"cuda"``, ``"cuda:1"``; a
+            ``torch.device`` is taken too). Default ``"cpu"``.
+        inference_device: Where the policy acts while collecting. Default: ``device``.
+        dtype: ``"float32"`` (default), or ``"bfloat16"`` / ``"float16"``: training forward
+            passes run under ``torch.autocast`` (mixed precision; weights stay float32; float16
+            adds loss scaling). A torch dtype is taken too.
+        num_threads: ``torch.set_num_threads`` while ``fit`` and ``evaluate`` run (restored
+            after). Default None: leave it. Small MLPs are fastest with 1.
+        gradient_clip_val: Clip each optimizer's gradients to this norm (or value); None does
+            not clip. Default None.
+        gradient_clip_algorithm: ``"norm"`` or ``"value"``. Default ``"norm"``.
+        accumulate_grad_batches: Batches per optimizer step. Default 1.
+        on_nan_loss: What a NaN or infinite loss does: ``"stop"`` (skip the update, stop the
+            run, keep the last good checkpoint), ``"skip"`` or ``"raise"``. Default ``"stop"``.
+        run_dir: The run's folder. Default: ``runs/<date>-<time>-<agent>-<env>``.
+        logger: True (default): TensorBoard files in ``run_dir``; False: none; a directory:
+            TensorBoard files there. The Trainer also takes a ``SummaryWriter`` (yours: flushed,
+            not closed) or any object with ``log_metrics(metrics, step)`` (Lightning's loggers).
+        enable_progress_bar: A tqdm bar on stderr. Default True.
+        enable_console: Console lines on stdout (and the model summary). Default True.
+        enable_metrics_file: ``metrics.jsonl`` in ``run_dir``. Default True.
+        log_interval: Env steps between logger and ``metrics.jsonl`` rows. Default 1,000.
+        console_interval: Seconds between console lines. Default 10.
+        checkpoint_dir: Where checkpoints go. Default: ``run_dir/checkpoints``.
+        checkpoint_interval: Env steps between checkpoints; None saves only at the end.
+        keep_last_checkpoints: ``checkpoint-*.pt`` files kept. Default 3.
+        keep_best: Keep the best evaluation's agent as ``best.pt``. Default True.
+        overwrite: Replace a run already in ``run_dir`` (its checkpoints, logs and summary).
+            Default False: a ``run_dir`` holding a run is refused unless resuming. A saved
+            config always says False.
+
+    Once made, ``device`` and ``inference_device`` are torch's spelling of the device
+    (``inference_device`` filled in), ``dtype`` is a name of :data:`~rltrain.components.DTYPES`
+    and the folders are ``Path`` objects.
+    """
+
+    num_steps: int = 50_000
+    eval_interval: int | None = 10_000
+    eval_episodes: int = 10
+    return_threshold: float | None = None
+    device: str = "cpu"
+    inference_device: str | None = None
+    dtype: str = "float32"
+    num_threads: int | None = None
+    gradient_clip_val: float | None = None
+    gradient_clip_algorithm: str = "norm"
+    accumulate_grad_batches: int = 1
+    on_nan_loss: str = "stop"
+    run_dir: str | Path | None = None
+    logger: Any = True
+    enable_progress_bar: bool = True
+    enable_console: bool = True
+    enable_metrics_file: bool = True
+    log_interval: int = 1_000
+    console_interval: float = 10.0
+    checkpoint_dir: str | Path | None = None
+    checkpoint_interval: int | None = None
+    keep_last_checkpoints: int = 3
+    keep_best: bool = True
+    overwrite: bool = False
+
+    def __post_init__(self) -> None:
+        self.check_logger()
+        for name in ("run_dir", "checkpoint_dir", "logger"):
+            check_folder(name, getattr(self, name))
+        check_training_settings(
+            num_steps=self.num_steps, accumulate_grad_batches=self.accumulate_grad_batches,
+            gradient_clip_val=self.gradient_clip_val,
+            gradient_clip_algorithm=self.gradient_clip_algorithm, on_nan_loss=self.on_nan_loss)
+        _ = self.evaluation, self.summary  # each checks its own fields when made
+        require("trainer", [
+            (self.num_threads is None or self.num_threads >= 1,
+             f"num_threads must be >= 1 (or None to leave torch's); got {self.num_threads}."),
+            (self.log_interval >= 1,
+             f"log_interval must be >= 1 env step; got {self.log_interval}."),
+            (self.console_interval >= 0,
+             f"console_interval must be >= 0 seconds; got {self.console_interval}."),
+            (self.checkpoint_interval is None or self.checkpoint_interval >= 1,
+             f"checkpoint_interval must be >= 1 env step (or None to save only at the end); "
+             f"got {self.checkpoint_interval}."),
+            (self.keep_last_checkpoints >= 1,
+             f"keep_last_checkpoints must be >= 1 checkpoint; got {self.keep_last_checkpoints}."),
+        ])
+        self.device = str(parse_device(self.device, "device"))
+        self.inference_device = str(parse_device(
+            self.device if self.inference_device is None else self.inference_device,
+            "inference_device"))
+        self.dtype = str(resolve_dtype(self.dtype)).removeprefix("torch.")
+        self.run_dir = None if self.run_dir is None else Path(self.run_dir)
+        self.checkpoint_dir = None if self.checkpoint_dir is None else Path(self.checkpoint_dir)
+
+    def check_logger(self) -> None:
+        """Refuse a ``logger`` a config cannot name (true, false or a log directory)."""
+        if not isinstance(self.logger, (bool, str, Path)):
+            raise ValueError(f"logger must be true, false or a log directory; got "
+                             f"{self.logger!r}.")
+
+    @property
+    def evaluation(self) -> EvaluationSettings:
+        """``eval_interval`` and ``eval_episodes``, as the strategies take them."""
+        return EvaluationSettings(interval=self.eval_interval, episodes=self.eval_episodes)
+
+    @property
+    def summary(self) -> SummarySettings:
+        """What the run's summary measures (``return_threshold``)."""
+        return SummarySettings(return_threshold=self.return_threshold)
+
+    @property
+    def torch_dtype(self) -> torch.dtype:
+        """``dtype`` as a torch dtype."""
+        return DTYPES[self.dtype]
+
+
+def parse_device(device: str | torch.device, name: str) -> torch.device:
+    """``torch.device(device)``, refused with the accepted forms named."""
+    try:
+        return torch.device(device)
+    except (RuntimeError, TypeError, ValueError):
+        raise ValueError(f"{name} {str(device)!r} is not a device torch knows; use 'cpu', "
+                         "'cuda', 'cuda:<index>' or 'mps'.") from None
