@@ -29,7 +29,7 @@ from rltrain.events import (
     TrainStep,
 )
 from rltrain.strategies import RLResult
-from rltrain.types import MetricValue
+from rltrain.types import MetricValue, Progress
 
 ENV = "CartPole-v1"
 
@@ -251,7 +251,7 @@ def test_processor_calls_only_the_hooks_a_subscriber_overrides(
     assert [e.env_steps for e in only.seen] == [1]
     assert [e.env_steps for e in inherits.seen] == [1]
     # The metrics were updated even though no subscriber handles TrainStep.
-    assert processor.metrics.gradient_steps == 1
+    assert processor.metrics.snapshot()["train/loss"] == 1.0
 
 
 def test_processor_calls_subscribers_in_order_after_updating_metrics() -> None:
@@ -261,12 +261,12 @@ def test_processor_calls_subscribers_in_order_after_updating_metrics() -> None:
         def __init__(self, name: str) -> None:
             self.name = name
 
-        def on_env_step(self, event: EnvStep, metrics: Metrics) -> None:
-            calls.append((self.name, metrics.env_steps))
+        def on_episode_end(self, event: EpisodeEnd, metrics: Metrics) -> None:
+            calls.append((self.name, metrics.snapshot()["rollout/episode_length_last"]))
 
     processor = EventProcessor([Named("a"), Named("b")])
     processor.emit(Start(total_env_steps=10))
-    processor.emit(EnvStep(env_steps=4, vector_steps=1))
+    processor.emit(episode(4, 1.0, 4))
     assert calls == [("a", 4), ("b", 4)]
 
 
@@ -302,11 +302,13 @@ def evaluation(env_steps: int, *returns: float, complete: bool = True) -> Evalua
 
 
 def test_metrics_episode_means_cover_the_last_window_episodes() -> None:
-    metrics = Metrics(window=3)
+    progress = Progress()
+    metrics = Metrics(window=3, progress=progress)
     metrics.update(Start(total_env_steps=100))
     assert "rollout/episode_return" not in metrics.snapshot()
     assert math.isnan(metrics.episode_return_mean)
     for i, (ret, length) in enumerate([(1.0, 10), (2.0, 20), (3.0, 30), (10.0, 40)]):
+        progress.episodes += 1  # as the runner counts them, before the event
         metrics.update(episode(10 * (i + 1), ret, length))
     snap = metrics.snapshot()
     assert snap["rollout/episode_return"] == pytest.approx(5.0)  # (2 + 3 + 10) / 3
@@ -317,10 +319,12 @@ def test_metrics_episode_means_cover_the_last_window_episodes() -> None:
 
 
 def test_metrics_train_means_cover_the_last_window_steps_with_tensors_and_numbers() -> None:
-    metrics = Metrics(window=3)
+    progress = Progress()
+    metrics = Metrics(window=3, progress=progress)
     metrics.update(Start(total_env_steps=100))
     values: list[MetricValue] = [torch.tensor(1.0), torch.tensor(2.0), 3.0, 7]
     for i, value in enumerate(values, start=1):
+        progress.gradient_steps = i
         metrics.update(TrainStep(env_steps=50, gradient_steps=i,
                                  metrics={"loss": value, "epsilon": 1.0 / i}))
     snap = metrics.snapshot()
@@ -395,14 +399,17 @@ def test_metrics_without_threshold_never_record_threshold_steps() -> None:
 
 
 def test_metrics_sps_counts_env_steps_since_the_first_env_step() -> None:
-    metrics = Metrics()
+    progress = Progress(env_steps=1000, vector_steps=0)
+    metrics = Metrics(progress=progress)
     metrics.update(Start(total_env_steps=5000, start_env_steps=1000))
     assert metrics.sps == 0.0
     before_first = time.perf_counter()
+    progress.env_steps, progress.vector_steps = 1100, 100
     metrics.update(EnvStep(env_steps=1100, vector_steps=100))
     after_first = time.perf_counter()
     assert metrics.sps == 0.0  # nothing counted yet: the first step is the origin
     time.sleep(0.05)
+    progress.env_steps, progress.vector_steps = 1600, 600
     metrics.update(EnvStep(env_steps=1600, vector_steps=600))
     before = time.perf_counter()
     sps = metrics.sps

@@ -74,6 +74,24 @@ def test_resumed_run_reports_the_same_final_metrics(runs: dict[str, Path]) -> No
     assert {k: a[k] for k in timeless} == {k: b[k] for k in timeless}
 
 
+def test_the_counters_are_saved_once_and_the_metrics_read_them(runs: dict[str, Path]) -> None:
+    import dataclasses
+    import json
+
+    from rltrain.types import Progress
+
+    counters = {f.name for f in dataclasses.fields(Progress)}
+    for run in runs.values():
+        state = Checkpointer.load(run / "checkpoints" / "last.pt")
+        assert not counters & set(state["metrics"]), sorted(state["metrics"])
+        summary = json.loads((run / "summary.json").read_text())
+        final = summary["final_metrics"]
+        for name in ("env_steps", "gradient_steps", "episodes"):
+            assert final[f"time/{name}"] == summary[name] == state["progress"][name], name
+    assert (Checkpointer.load(runs["split"] / "checkpoints" / "last.pt")["progress"]
+            == Checkpointer.load(runs["straight"] / "checkpoints" / "last.pt")["progress"])
+
+
 def test_stop_in_the_middle_of_a_training_round_resumes_exactly(tmp_path: Path) -> None:
     straight, _ = fit(tmp_path / "straight", 900)
 
@@ -254,3 +272,29 @@ def test_a_resume_reads_its_checkpoint_once(tmp_path: Path, monkeypatch: pytest.
         where = str(run_dir) if how.endswith("RUN_DIR") else str(checkpoint)
         assert main(["fit", "--resume", where, "trainer.num_steps=600"]) == 0
     assert reads == [checkpoint]
+
+
+@pytest.mark.parametrize("resuming", [False, True])
+def test_a_fit_sets_the_agent_up_once(tmp_path: Path, resuming: bool) -> None:
+    calls: list[str] = []
+
+    class Counted(DQN):
+        def setup(self, **kwargs: Any) -> None:
+            calls.append("setup")
+            super().setup(**kwargs)
+
+        def build(self, *args: Any) -> None:
+            calls.append("build")
+            super().build(*args)
+
+    def counted_fit(num_steps: int, ckpt_path: str | None = None) -> None:
+        trainer = Trainer(num_steps=num_steps, strategy=strategy(), run_dir=tmp_path,
+                          eval_interval=None, **QUIET, gradient_clip_val=10.0)
+        trainer.fit(ENV, Counted(DQNConfig(hidden_sizes=[32, 32], exploration_steps=1_500,
+                                           target_update_interval=40)), ckpt_path=ckpt_path)
+
+    if resuming:
+        counted_fit(400)
+        calls.clear()
+    counted_fit(800 if resuming else 400, "last" if resuming else None)
+    assert calls == ["setup", "build"]

@@ -132,6 +132,11 @@ class LearningAgent(nn.Module, ABC):
         self.dtype = dtype
         self.to(self.device)
 
+    def is_set_up_for(self, progress: Progress) -> bool:
+        """True when :meth:`setup` already ran for the run that counts with ``progress``: the
+        Trainer sets the agent up before anything is written, and the run does not again."""
+        return self.built and self.progress is progress
+
     @abstractmethod
     def check_spaces(self, observation_space: gym.Space[Any], action_space: gym.Space[Any]) -> None:
         """Raise :class:`SpaceError` when the agent cannot handle these spaces."""

@@ -36,33 +36,39 @@ from typing import Any
 import torch
 
 from rltrain.events.events import EnvStep, EpisodeEnd, EvaluationEnd, Start, TrainStep
-from rltrain.types import MetricValue
+from rltrain.types import MetricValue, Progress
 
 
 class Metrics:
-    """Counters, windows and evaluation results, updated from events.
+    """Windows and evaluation results, updated from events, beside the run's counters.
+
+    The counters (env, vector and gradient steps, episodes) are not kept here: they are the
+    run's :class:`~rltrain.types.Progress`, read when a renderer asks, the one set a checkpoint
+    saves.
 
     Args:
         window: How many recent episodes (and gradient steps) the rolling means cover.
             Default 100, as Stable-Baselines3's ``stats_window_size``.
         return_threshold: When set, the env steps and seconds at which ``eval/return_mean`` first
             reached it are recorded. Default None: no threshold.
+        progress: The run's counters. Default: counters of its own, all zero (a strategy's
+            ``train`` hands in the run's at its start).
     """
 
-    def __init__(self, *, window: int = 100, return_threshold: float | None = None) -> None:
-        self.reset(window=window, return_threshold=return_threshold)
+    def __init__(self, *, window: int = 100, return_threshold: float | None = None,
+                 progress: Progress | None = None) -> None:
+        self.reset(window=window, return_threshold=return_threshold, progress=progress)
 
-    def reset(self, *, window: int = 100, return_threshold: float | None = None) -> None:
-        """Forget everything and start over with these settings (called at each run's start)."""
+    def reset(self, *, window: int = 100, return_threshold: float | None = None,
+              progress: Progress | None = None) -> None:
+        """Forget everything and start over with these settings and counters (called at each
+        run's start, with the run's counters)."""
         if window < 1:
             raise ValueError(f"Metrics window must be >= 1 episode; got {window}.")
         self.window = window
         self.return_threshold = return_threshold
+        self.progress = progress if progress is not None else Progress()
         self.total_env_steps = 0
-        self.env_steps = 0
-        self.vector_steps = 0
-        self.gradient_steps = 0
-        self.episodes = 0
         self.start_time = time.perf_counter()
         self._first_step: tuple[float, int] | None = None
         self._returns: deque[float] = deque(maxlen=window)
@@ -85,6 +91,26 @@ class Metrics:
         handler = self._handlers.get(type(event))
         if handler is not None:
             handler(event)
+
+    @property
+    def env_steps(self) -> int:
+        """Env steps done (the run's counter)."""
+        return self.progress.env_steps
+
+    @property
+    def vector_steps(self) -> int:
+        """Vector steps done (the run's counter)."""
+        return self.progress.vector_steps
+
+    @property
+    def gradient_steps(self) -> int:
+        """Gradient steps done (the run's counter)."""
+        return self.progress.gradient_steps
+
+    @property
+    def episodes(self) -> int:
+        """Training episodes finished (the run's counter)."""
+        return self.progress.episodes
 
     @property
     def elapsed(self) -> float:
@@ -133,14 +159,13 @@ class Metrics:
         return out
 
     def state_dict(self) -> dict[str, Any]:
-        """The windows and evaluation results (for checkpoints; timings are not kept)."""
+        """The windows and evaluation results (for checkpoints; timings are not kept, and the
+        counters are saved once, as the run's ``progress``)."""
         evaluation = self.last_evaluation
         return {
             "returns": list(self._returns),
             "lengths": list(self._lengths),
             "train": {name: [float(v) for v in values] for name, values in self._train.items()},
-            "episodes": self.episodes,
-            "gradient_steps": self.gradient_steps,
             "last_evaluation": None if evaluation is None else {
                 "env_steps": evaluation.env_steps, "returns": list(evaluation.returns),
                 "lengths": list(evaluation.lengths)},
@@ -154,8 +179,6 @@ class Metrics:
         self._lengths.extend(state["lengths"])
         for name, values in state["train"].items():
             self._train[name] = deque(values, maxlen=self.window)
-        self.episodes = int(state["episodes"])
-        self.gradient_steps = int(state["gradient_steps"])
         saved = state["last_evaluation"]
         if saved is not None:
             self.last_evaluation = EvaluationEnd(env_steps=int(saved["env_steps"]),
@@ -167,21 +190,16 @@ class Metrics:
     def _on_start(self, event: Start) -> None:
         self.start_time = time.perf_counter()
         self.total_env_steps = event.total_env_steps
-        self.env_steps = event.start_env_steps
 
     def _on_env_step(self, event: EnvStep) -> None:
         if self._first_step is None:
             self._first_step = (time.perf_counter(), event.env_steps)
-        self.env_steps = event.env_steps
-        self.vector_steps = event.vector_steps
 
     def _on_episode_end(self, event: EpisodeEnd) -> None:
-        self.episodes += 1
         self._returns.append(event.episode_return)
         self._lengths.append(event.episode_length)
 
     def _on_train_step(self, event: TrainStep) -> None:
-        self.gradient_steps = event.gradient_steps
         for name, value in event.metrics.items():
             values = self._train.get(name)
             if values is None:

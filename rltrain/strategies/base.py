@@ -53,8 +53,9 @@ class RLStrategy(ABC):
         """Train ``agent`` on ``env_init`` for ``components.num_steps`` env steps."""
         events = components.event_processor
         settings = components.summary
-        events.metrics.reset(window=settings.window, return_threshold=settings.return_threshold)
         progress = components.progress
+        events.metrics.reset(window=settings.window, return_threshold=settings.return_threshold,
+                             progress=progress)
         if components.checkpoint is not None:
             restore_progress(components)
         events.emit(Start(total_env_steps=components.num_steps,

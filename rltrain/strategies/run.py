@@ -73,7 +73,8 @@ class Run:
 
     Args:
         strategy: The strategy running (its ``run_hparams`` go into every checkpoint).
-        agent: The agent; built here for the envs' spaces.
+        agent: The agent; set up here for the envs' spaces (built on first use) unless it
+            already is for this run (``LearningAgent.is_set_up_for``).
         components: The run's components (settings, counters, events, checkpointer).
         env_init: The environment.
         seed: The run's seed: the global generators', the envs' (and their spaces'), the
@@ -115,8 +116,9 @@ class Run:
                                        seed=self.seeds.evaluation,
                                        device=components.inference_device)
         spaces = envs.single_observation_space, envs.single_action_space
-        agent.setup(observation_space=spaces[0], action_space=spaces[1],
-                    device=components.device, progress=self.progress, dtype=components.dtype)
+        if not agent.is_set_up_for(self.progress):  # a Trainer's fit has set it up already
+            agent.setup(observation_space=spaces[0], action_space=spaces[1],
+                        device=components.device, progress=self.progress, dtype=components.dtype)
         self.storage: Any = None if storage is None else storage(
             agent, *spaces, envs.num_envs, self.seeds.storage, components.device)
         self.optim = Optimization.for_run(agent.configure_optimizers(), components)
