@@ -1,8 +1,8 @@
 """rltrain: reinforcement-learning training on PyTorch and Gymnasium."""
 
 from rltrain._version import __version__
-from rltrain.agents import DQN, DQNConfig, LearningAgent, Policy, SpaceError
-from rltrain.buffers import ReplayBatch, ReplayBuffer
+from rltrain.agents import DQN, PPO, DQNConfig, LearningAgent, Policy, PPOConfig, SpaceError
+from rltrain.buffers import ReplayBatch, ReplayBuffer, RolloutBatch, RolloutBuffer
 from rltrain.callbacks import EarlyStopping
 from rltrain.checkpoint import Checkpointer
 from rltrain.components import EvaluationSettings, RLComponents, SummarySettings
@@ -16,10 +16,13 @@ from rltrain.runner import Runner
 from rltrain.strategies import (
     OffPolicyConfig,
     OffPolicyStrategy,
+    OnPolicyConfig,
+    OnPolicyStrategy,
     RLResult,
     RLStrategy,
     Run,
     replay,
+    rollout,
 )
 from rltrain.trainer import BuiltRun, Trainer, build
 from rltrain.trainer_config import TrainerConfig
@@ -27,6 +30,7 @@ from rltrain.types import Progress, Summary, Transitions
 
 __all__ = [
     "DQN",
+    "PPO",
     "BuiltRun",
     "Checkpointer",
     "ConfigError",
@@ -43,7 +47,10 @@ __all__ = [
     "Metrics",
     "OffPolicyConfig",
     "OffPolicyStrategy",
+    "OnPolicyConfig",
+    "OnPolicyStrategy",
     "Optimization",
+    "PPOConfig",
     "Policy",
     "Progress",
     "RLComponents",
@@ -51,6 +58,8 @@ __all__ = [
     "RLStrategy",
     "ReplayBatch",
     "ReplayBuffer",
+    "RolloutBatch",
+    "RolloutBuffer",
     "Run",
     "Runner",
     "SpaceError",
@@ -65,5 +74,6 @@ __all__ = [
     "compose",
     "make_vector_env",
     "replay",
+    "rollout",
     "validate",
 ]

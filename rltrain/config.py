@@ -32,10 +32,12 @@ from omegaconf.errors import ConfigKeyError, OmegaConfBaseException
 from rltrain.agents.base import LearningAgent
 from rltrain.agents.dqn import DQN, DQNConfig
 from rltrain.agents.dreamer import Dreamer, DreamerConfig
+from rltrain.agents.ppo import PPO, PPOConfig
 from rltrain.checkpoint import atomic_write_text
 from rltrain.envs import EnvInit, EnvSpec, check_env_id
 from rltrain.strategies.base import RLStrategy
 from rltrain.strategies.off_policy import OffPolicyConfig, OffPolicyStrategy
+from rltrain.strategies.on_policy import OnPolicyConfig, OnPolicyStrategy
 from rltrain.trainer_config import TrainerConfig as TrainerConfig
 
 #: Where the shipped YAML configs live (``configs/`` in the repository links here).
@@ -98,12 +100,16 @@ AGENTS: dict[str, Registered] = {
                       "Deep Q-Network (double Q, dueling option); discrete actions"),
     "dreamer": registered("dreamer", Dreamer, DreamerConfig,
                           "world model + actor-critic in imagination; vector observations"),
+    "ppo": registered("ppo", PPO, PPOConfig,
+                      "proximal policy optimization; discrete or continuous actions"),
 }
 
 #: Strategies by the ``strategy.name`` that selects them.
 STRATEGIES: dict[str, Registered] = {
     "off_policy": registered("off_policy", OffPolicyStrategy, OffPolicyConfig,
                             "collect into a replay buffer, train every few env steps"),
+    "on_policy": registered("on_policy", OnPolicyStrategy, OnPolicyConfig,
+                           "collect a rollout with the current policy, then epochs over it"),
 }
 
 
@@ -159,8 +165,10 @@ def _validate(config: Mapping[str, Any] | DictConfig | ListConfig) -> DictConfig
         raise ConfigError("A run config is a mapping of sections (trainer, env, strategy, "
                           "agent), not a list.")
     raw = config if isinstance(config, DictConfig) else OmegaConf.create(dict(config))
-    base = schema(str(OmegaConf.select(raw, "agent.name", default="dqn")),
-                  str(OmegaConf.select(raw, "strategy.name", default="off_policy")))
+    agent = str(OmegaConf.select(raw, "agent.name", default="dqn"))
+    kinds = getattr(AGENTS[agent].cls, "strategy_kinds", ("off_policy",)) if agent in AGENTS else ()
+    base = schema(agent, str(OmegaConf.select(raw, "strategy.name",
+                                              default=kinds[0] if kinds else "off_policy")))
     try:
         merged = OmegaConf.merge(base, raw)
     except ConfigKeyError as error:

@@ -148,10 +148,12 @@ class Optimization:
             return contextlib.nullcontext()
         return torch.autocast(self.device_type, dtype=self.dtype, enabled=enabled)
 
-    def step(self, name: str, loss: torch.Tensor) -> bool:
+    def step(self, name: str, loss: torch.Tensor, *, max_norm: float | None = None) -> bool:
         """Backpropagate ``loss`` for optimizer ``name``; step it when its batches are complete.
 
-        Returns True when the optimizer stepped, False while it is still accumulating.
+        ``max_norm`` is the agent's own clip of the gradients' total 2-norm (PPO's
+        ``max_grad_norm``), applied after the run's ``gradient_clip_val``. Returns True when the
+        optimizer stepped, False while it is still accumulating.
         """
         optimizer = self.optimizers.get(name)
         if optimizer is None:
@@ -163,10 +165,10 @@ class Optimization:
             self._refuse(name, loss)
             return False
         with self.autocast(enabled=False):
-            return self._backward_and_step(name, optimizer, loss)
+            return self._backward_and_step(name, optimizer, loss, max_norm)
 
     def _backward_and_step(self, name: str, optimizer: torch.optim.Optimizer,
-                           loss: torch.Tensor) -> bool:
+                           loss: torch.Tensor, max_norm: float | None) -> bool:
         k = self.accumulate_grad_batches
         scaler = self._scalers.get(name)
         loss = loss / k if k > 1 else loss
@@ -189,6 +191,8 @@ class Optimization:
             else:
                 torch._foreach_clamp_min_(grads, -self.gradient_clip_val)
                 torch._foreach_clamp_max_(grads, self.gradient_clip_val)
+        if max_norm is not None:
+            clip_grad_norm([p.grad for p in self._params[name] if p.grad is not None], max_norm)
         if scaler is not None:
             scaler.step(optimizer)  # skipped when a gradient overflowed; the scale then drops
             scaler.update()

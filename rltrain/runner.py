@@ -45,6 +45,9 @@ class Runner:
         # episode ends instead of counted every step (each small NumPy op costs 1-3 µs here).
         self.episode_starts = np.zeros(self.num_envs, dtype=np.int64)
         self._zero_copy = device.type == "cpu"
+        #: What the policy returned beside the actions of the pending step (``act``), handed
+        #: to that step's transitions.
+        self.policy_info: dict[str, torch.Tensor] = {}
         #: True once a step failed part-way: the sub-envs may have moved on from the runner's
         #: observations, so checkpoints leave them out (a resumed run resets them).
         self.envs_out_of_step = False
@@ -70,11 +73,14 @@ class Runner:
         else:
             obs = torch.as_tensor(observations, device=self.device, dtype=torch.float32)
         with torch.inference_mode():
-            actions, self.policy_state, _ = policy.act(obs, self.policy_state, deterministic)
+            actions, self.policy_state, info = policy.act(obs, self.policy_state, deterministic)
+        # Outside inference mode, a clone is an ordinary tensor a training step may read.
+        self.policy_info = {name: value.clone() for name, value in info.items()} if info else {}
         return actions.cpu().numpy()
 
     def random_actions(self) -> np.ndarray:
         """Uniform random actions from the vector env's (seeded) action space."""
+        self.policy_info = {}
         return np.asarray(self.envs.action_space.sample())
 
     def step(self, actions: np.ndarray, policy: Policy | None = None
@@ -119,7 +125,9 @@ class Runner:
             self.episode_starts[done] = progress.vector_steps
             if policy is not None and self.policy_state is not None:
                 self.policy_state = policy.reset_state(self.policy_state, torch.as_tensor(done))
-        transitions = Transitions(obs, actions, rewards, next_obs, terminated, truncated)
+        transitions = Transitions(obs, actions, rewards, next_obs, terminated, truncated,
+                                  self.policy_info)
+        self.policy_info = {}
         return transitions, episodes
 
     def _spaces(self) -> dict[str, str]:

@@ -39,7 +39,10 @@ class Transitions(NamedTuple):
     """One vector step's transitions, one row per sub-env (numpy, as the env returned them).
 
     ``next_observations`` holds the real last observation where an episode ended, so a truncated
-    episode can bootstrap from it; ``terminated`` and ``truncated`` stay apart.
+    episode can bootstrap from it; ``terminated`` and ``truncated`` stay apart. ``policy_info``
+    is what the acting policy returned beside the actions (``PolicyStep.info``: e.g. PPO's
+    log-probabilities and values), as ordinary tensors (copied out of inference mode); empty
+    for random actions and for policies that return nothing more.
     """
 
     observations: np.ndarray
@@ -48,6 +51,7 @@ class Transitions(NamedTuple):
     next_observations: np.ndarray
     terminated: np.ndarray
     truncated: np.ndarray
+    policy_info: Mapping[str, torch.Tensor] = {}
 
 
 #: A policy's per-environment recurrent state: None for memoryless policies, else tensors whose

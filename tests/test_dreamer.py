@@ -13,8 +13,9 @@ from conftest import QUIET, assert_same_tensors, straight_and_resumed
 
 from rltrain import OffPolicyConfig, OffPolicyStrategy, Trainer
 from rltrain.agents.dreamer import Dreamer, DreamerConfig
-from rltrain.agents.dreamer.behavior import imagine, lambda_returns
+from rltrain.agents.dreamer.behavior import imagine
 from rltrain.agents.dreamer.world_model import State
+from rltrain.agents.returns import lambda_returns
 from rltrain.buffers import SequenceReplayBuffer
 from rltrain.checkpoint import Checkpointer
 from rltrain.envs import make_vector_env

@@ -2,13 +2,17 @@
 
 from rltrain.agents.base import LearningAgent, Policy, SpaceError
 from rltrain.agents.dqn import DQN, DQNConfig, DQNPolicy
+from rltrain.agents.ppo import PPO, PPOConfig, PPOPolicy
 from rltrain.types import PolicyState, PolicyStep
 
 __all__ = [
     "DQN",
+    "PPO",
     "DQNConfig",
     "DQNPolicy",
     "LearningAgent",
+    "PPOConfig",
+    "PPOPolicy",
     "Policy",
     "PolicyState",
     "PolicyStep",

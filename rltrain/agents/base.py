@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import weakref
 from abc import ABC, abstractmethod
+from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -12,6 +13,7 @@ import torch
 from torch import nn
 
 from rltrain.buffers.replay import ReplayBuffer
+from rltrain.buffers.rollout import RolloutBuffer
 from rltrain.types import PolicyState, PolicyStep, Progress
 
 if TYPE_CHECKING:
@@ -87,6 +89,7 @@ class LearningAgent(nn.Module, ABC):
     def __init__(self) -> None:
         super().__init__()
         self.progress = Progress()
+        self.num_steps = 0
         self.device = torch.device("cpu")
         self.dtype = torch.float32
         self.built = False
@@ -121,13 +124,15 @@ class LearningAgent(nn.Module, ABC):
 
     def setup(self, *, observation_space: gym.Space[Any], action_space: gym.Space[Any],
               device: torch.device, progress: Progress,
-              dtype: torch.dtype = torch.float32) -> None:
-        """Check the spaces, build the networks on first use and move them to ``device``."""
+              dtype: torch.dtype = torch.float32, num_steps: int = 0) -> None:
+        """Check the spaces, build the networks on first use and move them to ``device``;
+        ``num_steps`` is the run's total env steps (0 outside a run), for schedules over the
+        run (PPO's learning-rate annealing)."""
         self.check_spaces(observation_space, action_space)
         if not self.built:
             self.build(observation_space, action_space)
             self.built = True
-        self.progress = progress
+        self.progress, self.num_steps = progress, num_steps
         self.device = torch.device(device)
         self.dtype = dtype
         self.to(self.device)
@@ -178,6 +183,27 @@ class LearningAgent(nn.Module, ABC):
         :class:`~rltrain.buffers.SequenceReplayBuffer` of sequences instead."""
         return ReplayBuffer(capacity, observation_space=observation_space,
                             action_space=action_space, seed=seed, device=device)
+
+    def make_rollout(self, n_steps: int, *, num_envs: int, observation_space: gym.Space[Any],
+                     action_space: gym.Space[Any], seed: int, device: torch.device
+                     ) -> RolloutBuffer:
+        """The rollout storage the on-policy strategy collects into (``n_steps`` vector steps).
+        Default: a :class:`~rltrain.buffers.RolloutBuffer`."""
+        return RolloutBuffer(n_steps, num_envs=num_envs, observation_space=observation_space,
+                             action_space=action_space, seed=seed, device=device)
+
+    def prepare_rollout(self, rollout: RolloutBuffer) -> None:
+        """Fill a full rollout's ``advantages`` and ``returns`` (and update what the agent
+        learns from rollouts: normalisation statistics, schedules) before the on-policy
+        strategy's update epochs. On-policy agents implement it."""
+        raise NotImplementedError(
+            f"{type(self).__name__} does not learn from rollouts (no prepare_rollout); train it "
+            f"with its own strategy kind ({', '.join(self.strategy_kinds)}).")
+
+    def update_done(self, metrics: Mapping[str, MetricValue]) -> bool:
+        """After a gradient step of an on-policy update (its ``metrics``): True ends the
+        update early (PPO's target KL). Default False."""
+        return False
 
     def hparams(self) -> dict[str, float | int | str | bool]:
         """The agent's hyperparameters for TensorBoard, as ``{"agent/<name>": value}``.

@@ -1,8 +1,10 @@
-"""Experience storage: uniform replay (off-policy agents) and sequence replay (Dreamer)."""
+"""Experience storage: uniform replay (off-policy agents), sequence replay (Dreamer) and
+rollouts (on-policy agents)."""
 
 from typing import TYPE_CHECKING, Any, Protocol
 
 from rltrain.buffers.replay import ReplayBatch, ReplayBuffer
+from rltrain.buffers.rollout import RolloutBatch, RolloutBuffer
 from rltrain.buffers.sequence import SequenceBatch, SequenceReplayBuffer
 
 if TYPE_CHECKING:
@@ -36,4 +38,5 @@ class Buffer(Protocol):
         """Restore :meth:`state_dict`'s output."""
 
 
-__all__ = ["Buffer", "ReplayBatch", "ReplayBuffer", "SequenceBatch", "SequenceReplayBuffer"]
+__all__ = ["Buffer", "ReplayBatch", "ReplayBuffer", "RolloutBatch", "RolloutBuffer",
+           "SequenceBatch", "SequenceReplayBuffer"]

@@ -3,17 +3,21 @@
 from rltrain.seeding import EVAL_SEED_OFFSET, seed_everything
 from rltrain.strategies.base import RLResult, RLStrategy
 from rltrain.strategies.off_policy import OffPolicyConfig, OffPolicyStrategy
-from rltrain.strategies.run import Run, replay
+from rltrain.strategies.on_policy import OnPolicyConfig, OnPolicyStrategy
+from rltrain.strategies.run import Run, replay, rollout
 from rltrain.types import Summary
 
 __all__ = [
     "EVAL_SEED_OFFSET",
     "OffPolicyConfig",
     "OffPolicyStrategy",
+    "OnPolicyConfig",
+    "OnPolicyStrategy",
     "RLResult",
     "RLStrategy",
     "Run",
     "Summary",
     "replay",
+    "rollout",
     "seed_everything",
 ]

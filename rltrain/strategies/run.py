@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any
 import gymnasium as gym
 
 from rltrain.agents.base import LearningAgent, Policy
-from rltrain.buffers import Buffer
+from rltrain.buffers import Buffer, RolloutBuffer
 from rltrain.checkpoint import SavedCheckpoint, Stateful, resume, training_state
 from rltrain.components import RLComponents
 from rltrain.envs import EnvInit, Vectorization, make_vector_env
@@ -48,7 +48,7 @@ RESERVED = frozenset({"runner", "agent", "optimization", "buffer", "random", "me
 
 #: Makes a run's experience storage: ``(agent, observation_space, action_space, num_envs, seed,
 #: device) -> storage`` (the spaces are a sub-env's).
-StorageFactory = Callable[..., Buffer]
+StorageFactory = Callable[..., "Buffer | RolloutBuffer"]
 
 
 def replay(capacity: int) -> StorageFactory:
@@ -59,6 +59,19 @@ def replay(capacity: int) -> StorageFactory:
              action_space: gym.Space[Any], num_envs: int, seed: int, device: Any) -> Buffer:
         return agent.make_buffer(capacity, num_envs=num_envs, observation_space=observation_space,
                                  action_space=action_space, seed=seed, device=device)
+
+    return make
+
+
+def rollout(n_steps: int) -> StorageFactory:
+    """The agent's rollout storage (``LearningAgent.make_rollout``) of ``n_steps`` vector steps,
+    as a :class:`Run`'s ``storage``."""
+
+    def make(agent: LearningAgent, observation_space: gym.Space[Any],
+             action_space: gym.Space[Any], num_envs: int, seed: int, device: Any
+             ) -> RolloutBuffer:
+        return agent.make_rollout(n_steps, num_envs=num_envs, observation_space=observation_space,
+                                  action_space=action_space, seed=seed, device=device)
 
     return make
 
@@ -118,7 +131,8 @@ class Run:
         spaces = envs.single_observation_space, envs.single_action_space
         if not agent.is_set_up_for(self.progress):  # a Trainer's fit has set it up already
             agent.setup(observation_space=spaces[0], action_space=spaces[1],
-                        device=components.device, progress=self.progress, dtype=components.dtype)
+                        device=components.device, progress=self.progress, dtype=components.dtype,
+                        num_steps=components.num_steps)
         self.storage: Any = None if storage is None else storage(
             agent, *spaces, envs.num_envs, self.seeds.storage, components.device)
         self.optim = Optimization.for_run(agent.configure_optimizers(), components)
@@ -218,14 +232,19 @@ class Run:
                                    gradient_steps=self.progress.gradient_steps, metrics=metrics))
         return metrics
 
-    def train_owed(self, batch: Callable[[], Any]) -> None:
+    def train_owed(self, batch: Callable[[], Any], *,
+                   until: Callable[[dict[str, MetricValue]], bool] | None = None) -> None:
         """The owed gradient steps, each on a new ``batch()``, then the policy synced. A stop
-        leaves the rest owed, so a resumed run does exactly the steps a straight run would."""
+        leaves the rest owed, so a resumed run does exactly the steps a straight run would;
+        ``until(metrics)`` returning True after a step forgives the rest (an early end of an
+        update, e.g. PPO's target KL)."""
         progress = self.progress
         if not progress.pending_gradient_steps:
             return
         while progress.pending_gradient_steps and not self.interrupter.should_stop():
-            self.gradient_step(batch, owed=True)
+            metrics = self.gradient_step(batch, owed=True)
+            if until is not None and until(metrics):
+                progress.pending_gradient_steps = 0
         self.sync_policy()
 
     def sync_policy(self) -> None:

@@ -60,7 +60,7 @@ def setup_agent(env: EnvInit, agent: LearningAgent, components: RLComponents,
     try:
         agent.setup(observation_space=probe.observation_space, action_space=probe.action_space,
                     device=components.device, progress=components.progress,
-                    dtype=components.dtype)
+                    dtype=components.dtype, num_steps=components.num_steps)
         return probe.observation_space, probe.action_space
     finally:
         probe.close()

@@ -23,25 +23,6 @@ from rltrain.agents.dreamer.world_model import RSSM, State
 from rltrain.agents.networks import mlp
 
 
-def lambda_returns(rewards: torch.Tensor, values: torch.Tensor, discounts: torch.Tensor,
-                   bootstrap: torch.Tensor, lambda_: float) -> torch.Tensor:
-    """λ-returns along the first (time) dimension (DreamerV1, Eq. 6):
-
-        R_t = r_t + d_t ((1 - λ) v(s_{t+1}) + λ R_{t+1}),   R_H = v(s_H) = ``bootstrap``
-
-    where ``r_t`` and ``d_t`` are the reward and discount (γ times the continue probability)
-    of step ``t`` (from ``s_t`` to ``s_{t+1}``), and ``values[t]`` is ``v(s_t)``. Shapes:
-    ``[H, N]`` in, ``[H, N]`` out.
-    """
-    next_values = torch.cat([values[1:], bootstrap.unsqueeze(0)], dim=0)
-    returns = []
-    last = bootstrap
-    for t in reversed(range(rewards.shape[0])):
-        last = rewards[t] + discounts[t] * ((1.0 - lambda_) * next_values[t] + lambda_ * last)
-        returns.append(last)
-    return torch.stack(returns[::-1], dim=0)
-
-
 class Actor(nn.Module):
     """``π(a | s)``: a tanh-squashed Gaussian in ``[-1, 1]`` (continuous actions) or a
     categorical over one-hot actions (discrete)."""

@@ -1,0 +1,374 @@
+"""Proximal Policy Optimization (Schulman et al. 2017, arXiv:1707.06347), clipped objective.
+
+The loss of one minibatch (Eq. 7 and 9 of the paper), with the ratio
+``r = π(a|s) / π_old(a|s)`` and advantages ``A`` from GAE(λ) (normalised per minibatch):
+
+    L = E[max(-A r, -A clip(r, 1-ε, 1+ε))] + c_v E[(V(s) - R)²] - c_e E[H(π(·|s))]
+
+With the implementation details of "The 37 Implementation Details of PPO" (Huang et al. 2022)
+that apply to vector observations: orthogonal initialisation (√2 trunk, 0.01 policy head, 1
+value head), Adam with eps 1e-5, linear learning-rate (and optional clip-range) annealing,
+shuffled minibatches covering the rollout each epoch, optional value clipping, a global
+gradient-norm clip, and for ``Box`` actions a state-independent log-std, the unclipped action
+stored and the clipped one sent. Observation normalisation and reward scaling live in the
+agent's state (:mod:`rltrain.agents.normalize`), so every checkpoint evaluates as trained.
+The rollout, minibatches and epochs are the on-policy strategy's.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import nn
+from typing_extensions import override
+
+from rltrain.agents.base import LearningAgent, Policy, SpaceError
+from rltrain.agents.distributions import ActionDistribution, ActionHead
+from rltrain.agents.normalize import RunningMeanStd
+from rltrain.agents.returns import gae
+from rltrain.buffers.rollout import RolloutBatch, RolloutBuffer
+from rltrain.errors import require
+from rltrain.events.events import flatten_hparams
+from rltrain.optim import Optimization, adam
+from rltrain.types import MetricValue, PolicyState, PolicyStep
+
+ACTIVATIONS: dict[str, type[nn.Module]] = {"tanh": nn.Tanh, "relu": nn.ReLU}
+
+
+@dataclass
+class PPOConfig:
+    """PPO's hyperparameters (defaults: Stable-Baselines3's). The rollout length, minibatch
+    size and epochs are the strategy's (:class:`~rltrain.OnPolicyConfig`).
+
+    Attributes:
+        lr: Adam learning rate. Default 3e-4.
+        anneal_lr: Decay the learning rate linearly to 0 over the run's ``num_steps`` (set at
+            each rollout from the env steps before it; CleanRL's default, RL-Zoo's ``lin_``
+            schedules). Default False (SB3's constant rate). The schedule follows the
+            ``num_steps`` of the current ``fit``: a resume that changes it changes the rate
+            from there on.
+        adam_eps: Adam's epsilon. Default 1e-5.
+        gamma: Discount factor. Default 0.99.
+        gae_lambda: GAE's λ (0: one-step TD advantages; 1: Monte-Carlo). Default 0.95.
+        clip_range: ε of the clipped surrogate. Default 0.2.
+        anneal_clip_range: Decay ``clip_range`` linearly like the learning rate. Default False.
+        clip_range_vf: Clip the value update to ``±clip_range_vf`` around the collected value
+            (the larger of the clipped and unclipped squared errors is used); None does not
+            clip (SB3's default; CleanRL clips with ``clip_range``). Default None.
+        ent_coef: Entropy bonus coefficient ``c_e``. Default 0.0.
+        vf_coef: Value loss coefficient ``c_v``. Default 0.5.
+        max_grad_norm: Clip the gradients' global 2-norm to this. Default 0.5.
+        normalize_advantage: Normalise advantages per minibatch. Default True.
+        target_kl: End an update early once a minibatch's approximate KL divergence (the k3
+            estimator) exceeds ``1.5 * target_kl`` (SB3's rule); None never does. Default None.
+        hidden_sizes: Hidden widths of the policy and value networks. Default [64, 64].
+        activation: ``"tanh"`` (default) or ``"relu"``.
+        shared_trunk: One trunk for the policy and value heads (else two networks). Default
+            False.
+        log_std_init: Initial log-std of the Gaussian for ``Box`` actions. Default 0.0.
+        normalize_observations: Normalise observations by running mean and variance (updated
+            from each rollout, saved with the model, frozen in evaluation). Default False.
+        normalize_rewards: Divide rewards by the running spread of the discounted return
+            (as SB3's ``VecNormalize(norm_reward=True)``). Default False.
+        clip_observations: Clip normalised observations to ``±`` this. Default 10.
+        clip_rewards: Clip scaled rewards to ``±`` this. Default 10.
+    """
+
+    lr: float = 3e-4
+    anneal_lr: bool = False
+    adam_eps: float = 1e-5
+    gamma: float = 0.99
+    gae_lambda: float = 0.95
+    clip_range: float = 0.2
+    anneal_clip_range: bool = False
+    clip_range_vf: float | None = None
+    ent_coef: float = 0.0
+    vf_coef: float = 0.5
+    max_grad_norm: float = 0.5
+    normalize_advantage: bool = True
+    target_kl: float | None = None
+    hidden_sizes: list[int] = field(default_factory=lambda: [64, 64])
+    activation: str = "tanh"
+    shared_trunk: bool = False
+    log_std_init: float = 0.0
+    normalize_observations: bool = False
+    normalize_rewards: bool = False
+    clip_observations: float = 10.0
+    clip_rewards: float = 10.0
+
+    def __post_init__(self) -> None:
+        require("PPOConfig", [
+            (self.lr > 0, f"lr must be > 0; got {self.lr}."),
+            (self.adam_eps > 0, f"adam_eps must be > 0; got {self.adam_eps}."),
+            (0.0 <= self.gamma <= 1.0, f"gamma must be in [0, 1]; got {self.gamma}."),
+            (0.0 <= self.gae_lambda <= 1.0,
+             f"gae_lambda must be in [0, 1]; got {self.gae_lambda}."),
+            (self.clip_range > 0, f"clip_range must be > 0; got {self.clip_range}."),
+            (self.clip_range_vf is None or self.clip_range_vf > 0,
+             f"clip_range_vf must be > 0 (or None, no value clipping); got "
+             f"{self.clip_range_vf}."),
+            (self.ent_coef >= 0 and self.vf_coef >= 0,
+             f"ent_coef and vf_coef must be >= 0; got {self.ent_coef} and {self.vf_coef}."),
+            (self.max_grad_norm > 0, f"max_grad_norm must be > 0; got {self.max_grad_norm}."),
+            (self.target_kl is None or self.target_kl > 0,
+             f"target_kl must be > 0 (or None); got {self.target_kl}."),
+            (all(h >= 1 for h in self.hidden_sizes),
+             f"hidden_sizes must be positive widths; got {list(self.hidden_sizes)}."),
+            (self.activation in ACTIVATIONS,
+             f"activation must be one of {sorted(ACTIVATIONS)}; got {self.activation!r}."),
+            (self.clip_observations > 0 and self.clip_rewards > 0,
+             "clip_observations and clip_rewards must be > 0."),
+        ])
+
+
+def layer(in_features: int, out_features: int, gain: float) -> nn.Linear:
+    """A linear layer with orthogonal weights of ``gain`` and zero biases."""
+    linear = nn.Linear(in_features, out_features)
+    nn.init.orthogonal_(linear.weight, gain)
+    nn.init.zeros_(linear.bias)
+    return linear
+
+
+def trunk(in_features: int, hidden_sizes: list[int], activation: type[nn.Module]) -> nn.Sequential:
+    """Linear + activation per hidden width, orthogonal with gain √2."""
+    layers: list[nn.Module] = []
+    for size in hidden_sizes:
+        layers += [layer(in_features, size, math.sqrt(2)), activation()]
+        in_features = size
+    return nn.Sequential(*layers)
+
+
+class ActorCritic(nn.Module):
+    """``π(·|s)`` and ``V(s)``: two trunks, or one shared, with a policy and a value head."""
+
+    def __init__(self, obs_dim: int, head: ActionHead, config: PPOConfig) -> None:
+        super().__init__()
+        hidden, activation = list(config.hidden_sizes), ACTIVATIONS[config.activation]
+        features = hidden[-1] if hidden else obs_dim
+        self.head = head
+        self.actor = trunk(obs_dim, hidden, activation)
+        self.critic = self.actor if config.shared_trunk else trunk(obs_dim, hidden, activation)
+        self.policy_out = layer(features, head.out_features, 0.01)
+        self.value_out = layer(features, 1, 1.0)
+
+    def forward(self, obs: torch.Tensor) -> tuple[ActionDistribution, torch.Tensor]:
+        """The action distribution and the value (``[B]``) of observations ``[B, obs_dim]``."""
+        hidden = self.actor(obs)
+        value_hidden = hidden if self.critic is self.actor else self.critic(obs)
+        return self.head(self.policy_out(hidden)), self.value_out(value_hidden).squeeze(-1)
+
+    def value(self, obs: torch.Tensor) -> torch.Tensor:
+        """``V(s)``, ``[B]``."""
+        return self.value_out(self.critic(obs)).squeeze(-1)  # type: ignore[no-any-return]
+
+
+class PPOPolicy(Policy):
+    """Samples from ``π`` while collecting (returning the log-probability, the value and the
+    unclipped action in ``info``); the distribution's mode when ``deterministic``."""
+
+    low: torch.Tensor
+    high: torch.Tensor
+    offset: torch.Tensor
+
+    def __init__(self, net: ActorCritic, obs_rms: RunningMeanStd | None, clip_obs: float,
+                 low: torch.Tensor, high: torch.Tensor, offset: torch.Tensor) -> None:
+        super().__init__()
+        self.net, self.obs_rms, self.clip_obs = net, obs_rms, clip_obs
+        self.register_buffer("low", low)
+        self.register_buffer("high", high)
+        self.register_buffer("offset", offset)
+
+    def observe(self, obs: torch.Tensor) -> torch.Tensor:
+        """Observations as the networks see them: flattened, normalised when that is on."""
+        obs = obs.flatten(1).float()
+        return obs if self.obs_rms is None else self.obs_rms.normalize(obs, self.clip_obs)
+
+    def to_env(self, raw: torch.Tensor) -> torch.Tensor:
+        """What the env receives: indices shifted by the space's start, or continuous
+        actions clipped to its bounds."""
+        kind = self.net.head.kind
+        if kind == "Box":
+            return torch.maximum(torch.minimum(raw, self.high), self.low)
+        return raw.long() if kind == "MultiBinary" else raw.long() + self.offset
+
+    @override
+    def act(self, obs: torch.Tensor, state: PolicyState, deterministic: bool) -> PolicyStep:
+        dist, value = self.net(self.observe(obs))
+        if deterministic:
+            return PolicyStep(self.to_env(dist.mode()), None, {})
+        raw = dist.sample()
+        return PolicyStep(self.to_env(raw), None,
+                          {"log_prob": dist.log_prob(raw), "value": value, "raw_action": raw})
+
+
+class PPO(LearningAgent):
+    """PPO for vector observations and ``Discrete``, ``MultiDiscrete``, ``MultiBinary`` or
+    ``Box`` actions, trained by the on-policy strategy.
+
+    Args:
+        config: Hyperparameters. Default: :class:`PPOConfig` ().
+    """
+
+    strategy_kinds = ("on_policy",)
+    net: ActorCritic
+    clip_now: torch.Tensor
+
+    def __init__(self, config: PPOConfig | None = None) -> None:
+        super().__init__()
+        self.config = config if config is not None else PPOConfig()
+        self.obs_rms: RunningMeanStd | None = None
+        self.return_rms: RunningMeanStd | None = None
+
+    @override
+    def check_spaces(self, observation_space: gym.Space[Any], action_space: gym.Space[Any]) -> None:
+        if not isinstance(observation_space, gym.spaces.Box) or len(observation_space.shape) > 1:
+            raise SpaceError(
+                f"{type(self).__name__} takes vector observations (a 1-D Box); got "
+                f"{observation_space}. Flatten them (gymnasium.wrappers.FlattenObservation) "
+                "or one-hot encode them; image observations need an encoder PPO does not "
+                "have yet.")
+        if not isinstance(action_space, (gym.spaces.Discrete, gym.spaces.MultiDiscrete,
+                                         gym.spaces.MultiBinary, gym.spaces.Box)):
+            raise SpaceError(f"{type(self).__name__} needs a Discrete, MultiDiscrete, "
+                             f"MultiBinary or Box action space; got {action_space}.")
+
+    @override
+    def build(self, observation_space: gym.Space[Any], action_space: gym.Space[Any]) -> None:
+        c = self.config
+        obs_dim = int(np.prod(observation_space.shape or ()))
+        self.net = ActorCritic(obs_dim, ActionHead(action_space, c.log_std_init), c)
+        if c.normalize_observations:
+            self.obs_rms = RunningMeanStd((obs_dim,))
+        if c.normalize_rewards:
+            self.return_rms = RunningMeanStd(())
+        self.register_buffer("clip_now", torch.tensor(c.clip_range))
+        box = action_space if isinstance(action_space, gym.spaces.Box) else None
+        self.action_bounds = (
+            torch.as_tensor(box.low if box is not None else 0.0, dtype=torch.float32),
+            torch.as_tensor(box.high if box is not None else 0.0, dtype=torch.float32),
+            torch.as_tensor(getattr(action_space, "start", 0), dtype=torch.int64))
+
+    @override
+    def hparams(self) -> dict[str, float | int | str | bool]:
+        return flatten_hparams("agent", self.config)
+
+    @override
+    def configure_optimizers(self) -> dict[str, torch.optim.Optimizer]:
+        self.optimizer = adam(self.net.parameters(), lr=self.config.lr, eps=self.config.adam_eps)
+        return {"ppo": self.optimizer}
+
+    @override
+    def policy(self, device: torch.device) -> PPOPolicy:
+        net, obs_rms = self.net, self.obs_rms
+        if torch.device(device) != self.device:
+            net, obs_rms = copy.deepcopy(net).to(device), copy.deepcopy(obs_rms)
+            obs_rms = obs_rms.to(device) if obs_rms is not None else None
+        low, high, offset = (t.to(device) for t in self.action_bounds)
+        return PPOPolicy(net, obs_rms, self.config.clip_observations, low, high, offset)
+
+    @override
+    @torch.no_grad()
+    def prepare_rollout(self, rollout: RolloutBuffer) -> None:
+        """Bootstrap values, GAE(λ) advantages and returns; then the statistics and schedules
+        the update uses (observations normalised with the statistics the policy acted on)."""
+        c, policy = self.config, self.policy(self.device)
+
+        def seen(x: torch.Tensor) -> torch.Tensor:  # [..., obs_dim] as the networks see it
+            return policy.observe(x.reshape(-1, x.shape[-1]).to(self.device)).reshape(x.shape)
+
+        obs, final, last = (seen(x) for x in (rollout.observations, rollout.final_observations,
+                                              rollout.last_observations))
+        values = rollout.values.to(self.device)
+        next_values = torch.cat([values[1:], self.net.value(last).unsqueeze(0)])
+        truncated = rollout.truncated.to(self.device)
+        if truncated.any():  # bootstrap a time limit from the true final observation
+            next_values[truncated] = self.net.value(final[truncated])
+        rewards = self.scaled_rewards(rollout).to(self.device)
+        advantages = gae(rewards, values, next_values, rollout.terminated.to(self.device),
+                         truncated, c.gamma, c.gae_lambda)
+        rollout.advantages.copy_(advantages)
+        rollout.returns.copy_(advantages + values)
+        if self.obs_rms is not None:
+            self.obs_rms.update(rollout.observations.flatten(0, 1).flatten(1))
+            rollout.observations.copy_(obs)
+        self.set_schedules(rollout)
+        self.log("explained_variance", explained_variance(values, advantages + values))
+
+    def scaled_rewards(self, rollout: RolloutBuffer) -> torch.Tensor:
+        """The rollout's rewards, divided by the running spread of the discounted return
+        when ``normalize_rewards`` is on (statistics updated step by step, as SB3's
+        ``VecNormalize``; the per-env returns carry over in the rollout)."""
+        if self.return_rms is None:
+            return rollout.rewards
+        scaled = torch.empty_like(rollout.rewards)
+        running = rollout.running_returns
+        for t in range(rollout.n_steps):
+            running.mul_(self.config.gamma).add_(rollout.rewards[t])
+            self.return_rms.update(running)
+            scaled[t] = self.return_rms.scale(rollout.rewards[t].to(self.device),
+                                              self.config.clip_rewards).cpu()
+            running[rollout.terminated[t] | rollout.truncated[t]] = 0.0
+        return scaled
+
+    def set_schedules(self, rollout: RolloutBuffer) -> None:
+        """Learning rate and clip range for this update: linear in the env steps done before
+        the rollout, from their start values to 0 at ``num_steps``."""
+        c = self.config
+        start = self.progress.env_steps - rollout.num_transitions
+        remaining = max(0.0, 1.0 - start / self.num_steps) if self.num_steps else 1.0
+        if c.anneal_lr:
+            for group in self.optimizer.param_groups:
+                group["lr"] = c.lr * remaining
+        if c.anneal_clip_range:
+            self.clip_now.fill_(c.clip_range * remaining)
+
+    @override
+    def training_step(self, batch: RolloutBatch, optim: Optimization) -> dict[str, MetricValue]:
+        c, clip = self.config, self.clip_now
+        dist, values = self.net(batch.observations)
+        log_ratio = dist.log_prob(batch.actions) - batch.log_probs
+        ratio = log_ratio.exp()
+        advantages = batch.advantages
+        if c.normalize_advantage and advantages.numel() > 1:
+            advantages = (advantages - advantages.mean()) / (advantages.std() + 1e-8)
+        # Clipped surrogate (Eq. 7), as a loss: max(-A r, -A clip(r, 1-ε, 1+ε)).
+        policy_loss = torch.max(-advantages * ratio,
+                                -advantages * ratio.clamp(1 - clip, 1 + clip)).mean()
+        if c.clip_range_vf is None:
+            value_loss = F.mse_loss(values, batch.returns)
+        else:  # V clipped around the collected value; the larger error counts
+            clipped = batch.values + (values - batch.values).clamp(-c.clip_range_vf,
+                                                                   c.clip_range_vf)
+            value_loss = torch.max((values - batch.returns).square(),
+                                   (clipped - batch.returns).square()).mean()
+        entropy = dist.entropy().mean()
+        loss = policy_loss - c.ent_coef * entropy + c.vf_coef * value_loss
+        optim.step("ppo", loss, max_norm=c.max_grad_norm)
+        with torch.no_grad():
+            approx_kl = ((ratio - 1) - log_ratio).mean()  # k3: unbiased, always >= 0
+            clip_fraction = ((ratio - 1).abs() > clip).float().mean()
+        return {"policy_loss": policy_loss.detach(), "value_loss": value_loss.detach(),
+                "entropy": entropy.detach(), "approx_kl": approx_kl,
+                "clip_fraction": clip_fraction, "ratio": ratio.detach().mean(),
+                "learning_rate": float(self.optimizer.param_groups[0]["lr"]),
+                "clip_range": float(clip)}
+
+    @override
+    def update_done(self, metrics: Mapping[str, MetricValue]) -> bool:
+        target = self.config.target_kl
+        return target is not None and float(metrics["approx_kl"]) > 1.5 * target
+
+
+def explained_variance(values: torch.Tensor, returns: torch.Tensor) -> float:
+    """``1 - Var[R - V] / Var[R]``: 1 for a perfect critic, 0 for a constant one (NaN when the
+    returns do not vary)."""
+    variance = returns.var()
+    return float("nan") if variance == 0 else float(1 - (returns - values).var() / variance)

@@ -1,0 +1,197 @@
+"""On-policy storage: one rollout of ``n_steps`` vector steps, time-major, and its minibatches."""
+
+from __future__ import annotations
+
+from typing import Any, NamedTuple
+
+import gymnasium as gym
+import numpy as np
+import torch
+
+from rltrain.buffers.replay import check_fits, storage_dtypes
+from rltrain.types import Transitions
+
+#: What an on-policy policy must return beside its actions (``PolicyStep.info``).
+POLICY_OUTPUTS = ("log_prob", "value")
+
+_TENSORS = ("observations", "actions", "log_probs", "values", "rewards", "terminated",
+            "truncated", "final_observations", "last_observations", "advantages", "returns",
+            "running_returns")
+
+
+class RolloutBatch(NamedTuple):
+    """A minibatch of a rollout, flattened over time and sub-envs (``[B, ...]``)."""
+
+    observations: torch.Tensor
+    actions: torch.Tensor
+    log_probs: torch.Tensor
+    values: torch.Tensor
+    advantages: torch.Tensor
+    returns: torch.Tensor
+
+
+class RolloutBuffer:
+    """The transitions of ``n_steps`` vector steps, as the policy collected them.
+
+    Time-major tensors ``[n_steps, num_envs, ...]``: observations, the actions the policy
+    sampled (``policy_info["raw_action"]`` where the policy sent a clipped one), its
+    log-probabilities and values, rewards, ``terminated`` and ``truncated`` apart, and the true
+    final observation of each truncated episode (``final_observations``, zero elsewhere) so the
+    agent can bootstrap from it. ``last_observations`` are the observations after the last step
+    (the bootstrap of unfinished episodes). The agent fills ``advantages`` and ``returns``
+    (``LearningAgent.prepare_rollout``); the strategy then draws ``epochs`` permutations
+    (:meth:`shuffle`) and reads minibatches by index (:meth:`minibatch`), so a run stopped in the
+    middle of an update resumes at the same minibatch. ``running_returns`` (per sub-env) is kept
+    across rollouts for agents that scale rewards by the spread of the discounted return.
+
+    Args:
+        n_steps: Vector steps per rollout.
+        num_envs: Sub-environments.
+        observation_space: A sub-env's observation space.
+        action_space: A sub-env's action space.
+        seed: Seed of the shuffling generator. Default 0.
+        device: Where minibatches go. Default CPU.
+    """
+
+    def __init__(self, n_steps: int, *, num_envs: int, observation_space: gym.Space[Any],
+                 action_space: gym.Space[Any], seed: int = 0,
+                 device: torch.device | str = "cpu") -> None:
+        if n_steps < 1 or num_envs < 1:
+            raise ValueError(f"A rollout needs n_steps >= 1 and num_envs >= 1; got {n_steps} "
+                             f"and {num_envs}.")
+        self.n_steps, self.num_envs = n_steps, num_envs
+        self.device = torch.device(device)
+        obs_shape, act_shape = observation_space.shape or (), action_space.shape or ()
+        obs_dtype, act_dtype = (getattr(torch, d.name) for d in
+                                storage_dtypes(observation_space, action_space))
+        shape = (n_steps, num_envs)
+        obs_numel = int(np.prod(obs_shape))
+        check_fits(n_steps * num_envs * (8 * obs_numel + 4 * int(np.prod(act_shape)) + 40),
+                   f"A rollout of {n_steps:,} x {num_envs} transitions")
+        self.observations = torch.zeros((*shape, *obs_shape), dtype=obs_dtype)
+        self.final_observations = torch.zeros((*shape, *obs_shape), dtype=obs_dtype)
+        self.last_observations = torch.zeros((num_envs, *obs_shape), dtype=obs_dtype)
+        self.actions = torch.zeros((*shape, *act_shape), dtype=act_dtype)
+        self.log_probs, self.values, self.rewards = (torch.zeros(shape) for _ in range(3))
+        self.advantages, self.returns = torch.zeros(shape), torch.zeros(shape)
+        self.terminated = torch.zeros(shape, dtype=torch.bool)
+        self.truncated = torch.zeros(shape, dtype=torch.bool)
+        self.running_returns = torch.zeros(num_envs, dtype=torch.float64)
+        self.pos = 0
+        #: True once the agent prepared this rollout and the strategy shuffled it.
+        self.prepared = False
+        self.permutations = torch.zeros((0, n_steps * num_envs), dtype=torch.int64)
+        self.rng = np.random.default_rng(seed)
+
+    @property
+    def num_transitions(self) -> int:
+        """Transitions in a full rollout: ``n_steps * num_envs``."""
+        return self.n_steps * self.num_envs
+
+    @property
+    def full(self) -> bool:
+        """True once ``n_steps`` vector steps are stored."""
+        return self.pos == self.n_steps
+
+    def __len__(self) -> int:
+        return self.pos * self.num_envs
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes of storage."""
+        return sum(getattr(self, name).nbytes for name in _TENSORS)
+
+    def can_sample(self) -> bool:
+        """True once the rollout is prepared: its minibatches can be read."""
+        return self.prepared
+
+    def add(self, transitions: Transitions) -> None:
+        """Store one vector step; the policy's ``log_prob`` and ``value`` come from
+        ``transitions.policy_info``."""
+        if self.full:
+            raise ValueError(f"The rollout already holds its {self.n_steps} steps; train on it "
+                             "and reset() it first.")
+        info = transitions.policy_info
+        missing = [name for name in POLICY_OUTPUTS if name not in info]
+        if missing:
+            raise ValueError(
+                f"An on-policy rollout needs the policy's {' and '.join(missing)} for each "
+                "action (PolicyStep.info); this policy returned "
+                f"{sorted(info) or 'nothing'}. On-policy agents (PPO) return them.")
+        t = self.pos
+        self.observations[t] = torch.as_tensor(transitions.observations)
+        self.actions[t] = torch.as_tensor(info.get("raw_action", transitions.actions)).reshape(
+            self.actions.shape[1:])
+        self.log_probs[t] = info["log_prob"].reshape(self.num_envs)
+        self.values[t] = info["value"].reshape(self.num_envs)
+        self.rewards[t] = torch.as_tensor(transitions.rewards, dtype=torch.float32)
+        self.terminated[t] = torch.as_tensor(transitions.terminated)
+        self.truncated[t] = truncated = torch.as_tensor(transitions.truncated)
+        next_obs = torch.as_tensor(transitions.next_observations)
+        self.final_observations[t] = torch.where(
+            truncated.reshape(-1, *[1] * (next_obs.dim() - 1)), next_obs,
+            torch.zeros_like(next_obs))
+        self.last_observations.copy_(next_obs)
+        self.pos += 1
+
+    def shuffle(self, epochs: int) -> None:
+        """Draw one permutation of the rollout's transitions per epoch; the rollout is then
+        ready for :meth:`minibatch`."""
+        self.permutations = torch.from_numpy(np.stack(
+            [self.rng.permutation(self.num_transitions) for _ in range(epochs)]))
+        self.prepared = True
+
+    def minibatch(self, index: int, batch_size: int) -> RolloutBatch:
+        """Minibatch ``index`` of the update: epoch ``index // per_epoch``, the
+        ``index % per_epoch``-th slice of ``batch_size`` transitions of its permutation (each
+        epoch covers every transition once when ``batch_size`` divides the rollout)."""
+        per_epoch = self.num_transitions // batch_size
+        epoch, slot = divmod(index, per_epoch)
+        rows = self.permutations[epoch, slot * batch_size:(slot + 1) * batch_size]
+        flat = (self.observations, self.actions, self.log_probs, self.values, self.advantages,
+                self.returns)
+        tensors = [t.reshape(self.num_transitions, *t.shape[2:])[rows] for t in flat]
+        if self.device.type != "cpu":
+            tensors = [t.to(self.device, non_blocking=True) for t in tensors]
+        return RolloutBatch(*tensors)
+
+    def reset(self) -> None:
+        """Empty the rollout for the next one (``running_returns`` carry over)."""
+        self.pos = 0
+        self.prepared = False
+        self.permutations = self.permutations[:0]
+
+    def state_dict(self) -> dict[str, Any]:
+        """Every tensor, the position, the update's permutations and the shuffler's state."""
+        state: dict[str, Any] = {name: getattr(self, name).clone() for name in _TENSORS}
+        state.update(pos=self.pos, prepared=self.prepared,
+                     permutations=self.permutations.clone(), n_steps=self.n_steps,
+                     num_envs=self.num_envs, rng=self.rng.bit_generator.state)
+        return state
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore :meth:`state_dict`'s output into a rollout of the same size and spaces."""
+        if (state["n_steps"], state["num_envs"]) != (self.n_steps, self.num_envs):
+            raise ValueError(
+                f"The saved rollout holds {state['n_steps']} steps of {state['num_envs']} envs; "
+                f"this one {self.n_steps} of {self.num_envs}. Resume with the saved n_steps "
+                "and num_envs.")
+        for name in _TENSORS:  # check every tensor before overwriting any
+            mine, saved = getattr(self, name), state[name]
+            if not isinstance(saved, torch.Tensor) or saved.shape != mine.shape:
+                raise ValueError(f"The saved rollout's {name} do not fit this rollout "
+                                 f"({tuple(mine.shape)}). Was it made for another environment?")
+        pos, permutations = int(state["pos"]), state["permutations"]
+        if not 0 <= pos <= self.n_steps:
+            raise ValueError(f"The saved rollout's position {pos} is outside 0..{self.n_steps}.")
+        if not (isinstance(permutations, torch.Tensor) and permutations.dim() == 2
+                and permutations.shape[1] == self.num_transitions
+                and (permutations.numel() == 0 or (permutations.min() >= 0 and
+                                                    permutations.max() < self.num_transitions))):
+            raise ValueError("The saved rollout's minibatch permutations do not index this "
+                             f"rollout's {self.num_transitions:,} transitions.")
+        for name in _TENSORS:
+            getattr(self, name).copy_(state[name])
+        self.pos, self.prepared = pos, bool(state["prepared"])
+        self.permutations = permutations.to(torch.int64).clone()
+        self.rng.bit_generator.state = state["rng"]

@@ -1,0 +1,143 @@
+"""The on-policy loop: collect a rollout with the current policy, then epochs of minibatches."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, cast
+
+import gymnasium as gym
+from typing_extensions import override
+
+from rltrain.agents.base import LearningAgent, Policy
+from rltrain.buffers.rollout import RolloutBatch, RolloutBuffer
+from rltrain.components import RLComponents
+from rltrain.envs import EnvInit, Vectorization
+from rltrain.errors import require
+from rltrain.runner import check_saved_runner
+from rltrain.strategies.base import RLStrategy
+from rltrain.strategies.run import Run, rollout
+
+
+@dataclass
+class OnPolicyConfig:
+    """Settings of :class:`OnPolicyStrategy` (defaults: Stable-Baselines3's PPO).
+
+    Attributes:
+        num_envs: Sub-environments stepped together. Default 1.
+        vectorization: ``"sync"`` (one process) or ``"async"`` (a process per sub-env).
+            Default ``"sync"``.
+        n_steps: Vector steps per rollout (per sub-env); a rollout holds
+            ``n_steps * num_envs`` transitions. Default 2,048.
+        batch_size: Transitions per minibatch; must divide ``n_steps * num_envs``, so each
+            epoch covers every transition exactly once. Default 64.
+        update_epochs: Passes over each rollout (SB3's ``n_epochs``). Default 10.
+        seed: Seeds Python, NumPy, torch, the environments and the minibatch shuffling.
+            Default 0.
+    """
+
+    num_envs: int = 1
+    vectorization: str = "sync"  # str, not a Literal: omegaconf cannot type-check Literals
+    n_steps: int = 2_048
+    batch_size: int = 64
+    update_epochs: int = 10
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        rollout_size = self.n_steps * self.num_envs
+        require("OnPolicyConfig", [
+            (self.num_envs >= 1, f"num_envs must be >= 1; got {self.num_envs}."),
+            (self.vectorization in ("sync", "async"),
+             f"vectorization must be 'sync' or 'async'; got {self.vectorization!r}."),
+            (self.n_steps >= 1, f"n_steps must be >= 1 vector step; got {self.n_steps}."),
+            (self.batch_size >= 1, f"batch_size must be >= 1; got {self.batch_size}."),
+            (self.update_epochs >= 1, f"update_epochs must be >= 1; got {self.update_epochs}."),
+            (rollout_size % self.batch_size == 0,
+             f"batch_size ({self.batch_size}) must divide the rollout, n_steps x num_envs = "
+             f"{self.n_steps} x {self.num_envs} = {rollout_size}, so every epoch uses each "
+             f"transition once; use a divisor, e.g. batch_size="
+             f"{_divisor_near(rollout_size, self.batch_size)}."),
+        ])
+
+    @property
+    def minibatches(self) -> int:
+        """Minibatches per epoch."""
+        return self.n_steps * self.num_envs // self.batch_size
+
+
+def _divisor_near(n: int, target: int) -> int:
+    """The divisor of ``n`` closest to ``target`` (the smaller on a tie)."""
+    return min((d for d in range(1, n + 1) if n % d == 0), key=lambda d: (abs(d - target), d))
+
+
+class OnPolicyStrategy(RLStrategy):
+    """Collect ``n_steps`` vector steps with the current policy, then learn from them (PPO).
+
+    Per iteration: ``n_steps`` vector steps into the agent's rollout (EnvStep and EpisodeEnd
+    events, evaluations and checkpoints when due); then the agent prepares the rollout
+    (``prepare_rollout``: bootstrap values, advantages) and ``update_epochs`` epochs of shuffled
+    minibatches of ``batch_size`` follow, each one gradient step through
+    :class:`~rltrain.optim.Optimization` with its TrainStep event and a check of the stop
+    request; the agent may end an update early (``update_done``, PPO's target KL). A stop in
+    the middle of a rollout or an update is saved where it is, and resumes exactly there. The
+    run ends at ``num_steps`` env steps; a last rollout cut short there is not learned from.
+
+    Args:
+        config: The loop's settings. Default: :class:`OnPolicyConfig` ().
+    """
+
+    kind = "on_policy"
+
+    def __init__(self, config: OnPolicyConfig | None = None) -> None:
+        self.config = config if config is not None else OnPolicyConfig()
+
+    @override
+    def check(self, agent: LearningAgent, components: RLComponents,
+              observation_space: gym.Space[Any], action_space: gym.Space[Any]) -> None:
+        cfg = self.config
+        if components.num_steps < cfg.n_steps * cfg.num_envs:
+            raise ValueError(
+                f"num_steps ({components.num_steps:,}) is shorter than one rollout (n_steps x "
+                f"num_envs = {cfg.n_steps * cfg.num_envs:,} env steps): the run would end "
+                "before its first update. Raise trainer.num_steps or lower strategy.n_steps.")
+        if components.checkpoint is not None:
+            try:
+                check_saved_runner(components.saved_state().get("runner"), observation_space,
+                                   action_space, cfg.num_envs)
+            except ValueError as error:
+                raise ValueError(f"{components.checkpoint}: {error}") from None
+
+    @override
+    def train_loop(self, agent: LearningAgent, components: RLComponents,
+                   env_init: EnvInit) -> Policy:
+        cfg = self.config
+        with Run(self, agent, components, env_init, seed=cfg.seed, storage=rollout(cfg.n_steps),
+                 num_envs=cfg.num_envs,
+                 vectorization=cast(Vectorization, cfg.vectorization)) as run:
+            storage, progress = cast(RolloutBuffer, run.storage), run.progress
+            while not run.interrupter.should_stop():
+                if storage.full:
+                    self.update(run, agent, storage)  # may stop part-way: then it is owed
+                    continue
+                if run.should_stop():
+                    break
+                before = progress.env_steps
+                run.step()
+                run.after_step(before)
+            return run.finish()
+
+    def update(self, run: Run, agent: LearningAgent, storage: RolloutBuffer) -> None:
+        """Learn from the full rollout: prepare it and owe its minibatches on first entry,
+        train what is owed, and empty it once nothing is."""
+        cfg, progress = self.config, run.progress
+        if not storage.prepared:
+            agent.prepare_rollout(storage)
+            storage.shuffle(cfg.update_epochs)
+            run.owe(cfg.update_epochs * cfg.minibatches)
+        total = cfg.update_epochs * cfg.minibatches
+
+        def batch() -> RolloutBatch:  # the next minibatch of the update, by its index
+            return storage.minibatch(total - progress.pending_gradient_steps, cfg.batch_size)
+
+        run.train_owed(batch, until=agent.update_done)
+        if not progress.pending_gradient_steps:
+            storage.reset()
