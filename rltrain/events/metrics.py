@@ -87,7 +87,7 @@ class Metrics:
         }
 
     def update(self, event: object) -> None:
-        """Update counters and windows from one event (events it does not track are ignored)."""
+        """Update the windows from one event (events it does not track are ignored)."""
         handler = self._handlers.get(type(event))
         if handler is not None:
             handler(event)

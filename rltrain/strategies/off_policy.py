@@ -13,10 +13,9 @@ from rltrain.agents.base import LearningAgent, Policy
 from rltrain.components import RLComponents
 from rltrain.envs import EnvInit, Vectorization
 from rltrain.errors import require
-from rltrain.runner import check_saved_runner
 from rltrain.seeding import EVAL_SEED_OFFSET, derive_seeds
 from rltrain.strategies.base import RLStrategy
-from rltrain.strategies.run import Run, replay
+from rltrain.strategies.run import Run, check_resumed_envs, replay
 
 __all__ = ["EVAL_SEED_OFFSET", "OffPolicyConfig", "OffPolicyStrategy"]
 
@@ -102,13 +101,7 @@ class OffPolicyStrategy(RLStrategy):
         agent.make_buffer(cfg.buffer_size, num_envs=cfg.num_envs,
                           observation_space=observation_space, action_space=action_space,
                           seed=derive_seeds(cfg.seed).storage, device=components.device)
-        if components.checkpoint is not None:
-            path = components.checkpoint
-            try:
-                check_saved_runner(components.saved_state().get("runner"), observation_space,
-                                   action_space, cfg.num_envs)
-            except ValueError as error:
-                raise ValueError(f"{path}: {error}") from None
+        check_resumed_envs(components, observation_space, action_space, cfg.num_envs)
 
     @override
     def train_loop(self, agent: LearningAgent, components: RLComponents,

@@ -13,9 +13,8 @@ from rltrain.buffers.rollout import RolloutBatch, RolloutBuffer
 from rltrain.components import RLComponents
 from rltrain.envs import EnvInit, Vectorization
 from rltrain.errors import require
-from rltrain.runner import check_saved_runner
 from rltrain.strategies.base import RLStrategy
-from rltrain.strategies.run import Run, rollout
+from rltrain.strategies.run import Run, check_resumed_envs, rollout
 
 
 @dataclass
@@ -99,12 +98,7 @@ class OnPolicyStrategy(RLStrategy):
                 f"num_steps ({components.num_steps:,}) is shorter than one rollout (n_steps x "
                 f"num_envs = {cfg.n_steps * cfg.num_envs:,} env steps): the run would end "
                 "before its first update. Raise trainer.num_steps or lower strategy.n_steps.")
-        if components.checkpoint is not None:
-            try:
-                check_saved_runner(components.saved_state().get("runner"), observation_space,
-                                   action_space, cfg.num_envs)
-            except ValueError as error:
-                raise ValueError(f"{components.checkpoint}: {error}") from None
+        check_resumed_envs(components, observation_space, action_space, cfg.num_envs)
 
     @override
     def train_loop(self, agent: LearningAgent, components: RLComponents,

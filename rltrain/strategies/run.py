@@ -34,7 +34,7 @@ from rltrain.envs import EnvInit, Vectorization, make_vector_env
 from rltrain.evaluation import Evaluator
 from rltrain.events.events import Checkpoint, EnvStep, EpisodeEnd, TrainStep
 from rltrain.optim import Optimization
-from rltrain.runner import Runner
+from rltrain.runner import Runner, check_saved_runner
 from rltrain.seeding import GlobalRandomState, derive_seeds, seed_everything
 from rltrain.strategies.failure import StepStart, failed
 from rltrain.types import MetricValue
@@ -49,6 +49,19 @@ RESERVED = frozenset({"runner", "agent", "optimization", "buffer", "random", "me
 #: Makes a run's experience storage: ``(agent, observation_space, action_space, num_envs, seed,
 #: device) -> storage`` (the spaces are a sub-env's).
 StorageFactory = Callable[..., "Buffer | RolloutBuffer"]
+
+
+def check_resumed_envs(components: RLComponents, observation_space: gym.Space[Any],
+                       action_space: gym.Space[Any], num_envs: int) -> None:
+    """Refuse to resume when ``components.checkpoint``'s environments do not fit these spaces
+    and ``num_envs`` (a strategy's ``check``; nothing to do for a fresh run)."""
+    if components.checkpoint is None:
+        return
+    try:
+        check_saved_runner(components.saved_state().get("runner"), observation_space,
+                           action_space, num_envs)
+    except ValueError as error:
+        raise ValueError(f"{components.checkpoint}: {error}") from None
 
 
 def replay(capacity: int) -> StorageFactory:
