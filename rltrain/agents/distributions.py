@@ -3,7 +3,8 @@
 :class:`ActionHead` maps a space to how many outputs the policy network
 needs and the distribution those outputs parameterise. Every distribution offers ``sample``,
 ``mode`` (the deterministic action), ``log_prob`` and ``entropy`` per batch row, summed over
-the action's components.
+the action's components. torch's argument validation is off: it costs more than the forward
+pass of a small policy, and the networks' outputs are checked for NaN elsewhere (the loss).
 """
 
 # torch.distributions is untyped: its calls return Any here.
@@ -39,7 +40,7 @@ class CategoricalActions(ActionDistribution):
     """``Discrete``: one categorical per row; actions are indices ``[B]``."""
 
     def __init__(self, logits: torch.Tensor) -> None:
-        self.dist = Categorical(logits=logits)
+        self.dist = Categorical(logits=logits, validate_args=False)
 
     def sample(self) -> torch.Tensor:
         return self.dist.sample()
@@ -58,7 +59,8 @@ class MultiCategoricalActions(ActionDistribution):
     """``MultiDiscrete``: independent categoricals; actions ``[B, k]``."""
 
     def __init__(self, logits: torch.Tensor, sizes: list[int]) -> None:
-        self.dists = [Categorical(logits=part) for part in logits.split(sizes, dim=-1)]
+        self.dists = [Categorical(logits=part, validate_args=False)
+                      for part in logits.split(sizes, dim=-1)]
 
     def sample(self) -> torch.Tensor:
         return torch.stack([d.sample() for d in self.dists], dim=-1)
@@ -79,7 +81,7 @@ class BernoulliActions(ActionDistribution):
     """``MultiBinary``: independent coins; actions ``[B, n]`` of 0 and 1."""
 
     def __init__(self, logits: torch.Tensor) -> None:
-        self.dist = Bernoulli(logits=logits)
+        self.dist = Bernoulli(logits=logits, validate_args=False)
 
     def sample(self) -> torch.Tensor:
         return self.dist.sample()
@@ -99,7 +101,7 @@ class GaussianActions(ActionDistribution):
     ``[B, *shape]``, unbounded (the policy clips what it sends to the env's bounds)."""
 
     def __init__(self, mean: torch.Tensor, log_std: torch.Tensor) -> None:
-        self.dist = Normal(mean, log_std.exp().expand_as(mean))
+        self.dist = Normal(mean, log_std.exp().expand_as(mean), validate_args=False)
 
     def sample(self) -> torch.Tensor:
         return self.dist.sample()
