@@ -65,7 +65,8 @@ def build_parser() -> argparse.ArgumentParser:
         epilog=EXAMPLES, formatter_class=formatter)
     fit.add_argument("args", nargs="*", metavar="CONFIG.yaml | key=value",
                      help="config files (a shipped one by name, e.g. dqn_cartpole; default "
-                          "dqn_cartpole) and overrides such as agent.lr=1e-3")
+                          "dqn_cartpole, or the named agent's first, e.g. ppo_cartpole for "
+                          "agent.name=ppo) and overrides such as agent.lr=1e-3")
     fit.add_argument("--print-config", action="store_true",
                      help="print the composed, validated config and exit")
     fit.add_argument("--resume", default=None, metavar="RUN_DIR|CHECKPOINT|last|best",
@@ -141,7 +142,7 @@ def fit(args: argparse.Namespace) -> int:
                              f"key=value overrides, not {', '.join(files)}.")
         config, ckpt_path = resumed_config(args.resume, overrides)
     else:
-        config = compose(files or ["dqn_cartpole"], overrides)
+        config = compose(files or [default_config(overrides)], overrides)
     if args.overwrite:
         config.trainer.overwrite = True
     if args.print_config:
@@ -154,6 +155,15 @@ def fit(args: argparse.Namespace) -> int:
     if final is not None:
         print(f"final evaluation return: {final:.2f}")
     return 0
+
+
+def default_config(overrides: list[str]) -> str:
+    """The shipped config ``rltrain fit`` starts from without a file: the first one of the
+    agent an ``agent.name=...`` override names (``ppo`` -> ``ppo_cartpole``), else
+    ``dqn_cartpole``."""
+    names = [o.partition("=")[2].strip() for o in overrides if o.startswith("agent.name=")]
+    shipped = [c for c in shipped_configs() if names and c.startswith(names[-1] + "_")]
+    return shipped[0] if shipped else "dqn_cartpole"
 
 
 def resumed_config(resume: str, overrides: list[str]

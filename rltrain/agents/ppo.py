@@ -51,8 +51,9 @@ class PPOConfig:
     Attributes:
         lr: Adam learning rate. Default 3e-4.
         anneal_lr: Decay the learning rate linearly to 0 over the run's ``num_steps`` (set at
-            each rollout from the env steps before it; CleanRL's default, RL-Zoo's ``lin_``
-            schedules). Default False (SB3's constant rate). The schedule follows the
+            each rollout from the env steps before it, as CleanRL does; RL-Zoo's ``lin_``
+            schedules use the env steps after it, one rollout lower). Default False (SB3's
+            constant rate). The schedule follows the
             ``num_steps`` of the current ``fit``: a resume that changes it changes the rate
             from there on.
         adam_eps: Adam's epsilon. Default 1e-5.
@@ -68,7 +69,8 @@ class PPOConfig:
         max_grad_norm: Clip the gradients' global 2-norm to this. Default 0.5.
         normalize_advantage: Normalise advantages per minibatch. Default True.
         target_kl: End an update early once a minibatch's approximate KL divergence (the k3
-            estimator) exceeds ``1.5 * target_kl`` (SB3's rule); None never does. Default None.
+            estimator) exceeds ``1.5 * target_kl`` (SB3's threshold; SB3 checks before that
+            minibatch's step, rltrain after it); None never does. Default None.
         hidden_sizes: Hidden widths of the policy and value networks. Default [64, 64].
         activation: ``"tanh"`` (default) or ``"relu"``.
         shared_trunk: One trunk for the policy and value heads (else two networks). Default

@@ -46,14 +46,14 @@ def available_memory() -> int | None:
         return None
 
 
-def check_fits(nbytes: int, what: str) -> None:
+def check_fits(nbytes: int, what: str, fix: str = "Lower buffer_size.") -> None:
     """Raise ``MemoryError`` when ``nbytes`` of storage exceed the memory available, so that a
     buffer too large fails when the run starts (before it is allocated) rather than when it
-    fills up."""
+    fills up; ``fix`` names the setting to change."""
     available = available_memory()
     if available is not None and nbytes > available:
         raise MemoryError(f"{what} needs {nbytes / 1e9:.2f} GB; {available / 1e9:.2f} GB of "
-                          "memory is available. Lower buffer_size.")
+                          f"memory is available. {fix}")
 
 
 def storage_dtypes(observation_space: gym.Space[Any],

@@ -67,7 +67,8 @@ class RolloutBuffer:
         shape = (n_steps, num_envs)
         obs_numel = int(np.prod(obs_shape))
         check_fits(n_steps * num_envs * (8 * obs_numel + 4 * int(np.prod(act_shape)) + 40),
-                   f"A rollout of {n_steps:,} x {num_envs} transitions")
+                   f"A rollout of {n_steps:,} x {num_envs} transitions",
+                   "Lower n_steps or num_envs.")
         self.observations = torch.zeros((*shape, *obs_shape), dtype=obs_dtype)
         self.final_observations = torch.zeros((*shape, *obs_shape), dtype=obs_dtype)
         self.last_observations = torch.zeros((num_envs, *obs_shape), dtype=obs_dtype)

@@ -42,7 +42,6 @@ class OnPolicyConfig:
     seed: int = 0
 
     def __post_init__(self) -> None:
-        rollout_size = self.n_steps * self.num_envs
         require("OnPolicyConfig", [
             (self.num_envs >= 1, f"num_envs must be >= 1; got {self.num_envs}."),
             (self.vectorization in ("sync", "async"),
@@ -50,12 +49,14 @@ class OnPolicyConfig:
             (self.n_steps >= 1, f"n_steps must be >= 1 vector step; got {self.n_steps}."),
             (self.batch_size >= 1, f"batch_size must be >= 1; got {self.batch_size}."),
             (self.update_epochs >= 1, f"update_epochs must be >= 1; got {self.update_epochs}."),
-            (rollout_size % self.batch_size == 0,
-             f"batch_size ({self.batch_size}) must divide the rollout, n_steps x num_envs = "
-             f"{self.n_steps} x {self.num_envs} = {rollout_size}, so every epoch uses each "
-             f"transition once; use a divisor, e.g. batch_size="
-             f"{_divisor_near(rollout_size, self.batch_size)}."),
         ])
+        rollout_size = self.n_steps * self.num_envs
+        if rollout_size % self.batch_size:
+            raise ValueError(
+                f"OnPolicyConfig: batch_size ({self.batch_size}) must divide the rollout, "
+                f"n_steps x num_envs = {self.n_steps} x {self.num_envs} = {rollout_size}, so "
+                "every epoch uses each transition once; use a divisor, e.g. batch_size="
+                f"{_divisor_near(rollout_size, self.batch_size)}.")
 
     @property
     def minibatches(self) -> int:
@@ -64,8 +65,13 @@ class OnPolicyConfig:
 
 
 def _divisor_near(n: int, target: int) -> int:
-    """The divisor of ``n`` closest to ``target`` (the smaller on a tie)."""
-    return min((d for d in range(1, n + 1) if n % d == 0), key=lambda d: (abs(d - target), d))
+    """The divisor of ``n`` closest to ``target`` (the smaller on a tie); at most ``target``
+    trials, since 1 divides everything."""
+    for distance in range(target):
+        for d in (target - distance, target + distance):
+            if 1 <= d <= n and n % d == 0:
+                return d
+    return 1
 
 
 class OnPolicyStrategy(RLStrategy):
@@ -93,6 +99,11 @@ class OnPolicyStrategy(RLStrategy):
     def check(self, agent: LearningAgent, components: RLComponents,
               observation_space: gym.Space[Any], action_space: gym.Space[Any]) -> None:
         cfg = self.config
+        # The agent's rollout, made once and dropped: its memory check fails before the run
+        # directory is written.
+        agent.make_rollout(cfg.n_steps, num_envs=cfg.num_envs,
+                           observation_space=observation_space, action_space=action_space,
+                           seed=0, device=components.device)
         if components.num_steps < cfg.n_steps * cfg.num_envs:
             raise ValueError(
                 f"num_steps ({components.num_steps:,}) is shorter than one rollout (n_steps x "

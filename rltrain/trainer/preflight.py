@@ -150,5 +150,5 @@ def strategy_for(trainer: TrainerSettings, agent: LearningAgent) -> RLStrategy:
         raise ValueError(
             f"{type(agent).__name__} trains with {' or '.join(kinds)} strategies, not "
             f"{strategy.kind} ({type(strategy).__name__}). Leave strategy out for the agent's "
-            f"default, or pass a {kinds[0]} strategy.")
+            f"default, or pass a strategy of kind {kinds[0]}.")
     return strategy
