@@ -1,7 +1,17 @@
 """rltrain: reinforcement-learning training on PyTorch and Gymnasium."""
 
 from rltrain._version import __version__
-from rltrain.agents import DQN, PPO, DQNConfig, LearningAgent, Policy, PPOConfig, SpaceError
+from rltrain.agents import (
+    DQN,
+    PPO,
+    SAC,
+    DQNConfig,
+    LearningAgent,
+    Policy,
+    PPOConfig,
+    SACConfig,
+    SpaceError,
+)
 from rltrain.buffers import ReplayBatch, ReplayBuffer, RolloutBatch, RolloutBuffer
 from rltrain.callbacks import EarlyStopping
 from rltrain.checkpoint import Checkpointer
@@ -31,6 +41,7 @@ from rltrain.types import Progress, Summary, Transitions
 __all__ = [
     "DQN",
     "PPO",
+    "SAC",
     "BuiltRun",
     "Checkpointer",
     "ConfigError",
@@ -62,6 +73,7 @@ __all__ = [
     "RolloutBuffer",
     "Run",
     "Runner",
+    "SACConfig",
     "SpaceError",
     "Subscriber",
     "Summary",

@@ -33,6 +33,7 @@ from rltrain.agents.base import LearningAgent
 from rltrain.agents.dqn import DQN, DQNConfig
 from rltrain.agents.dreamer import Dreamer, DreamerConfig
 from rltrain.agents.ppo import PPO, PPOConfig
+from rltrain.agents.sac import SAC, SACConfig
 from rltrain.checkpoint import atomic_write_text
 from rltrain.envs import EnvInit, EnvSpec, check_env_id
 from rltrain.strategies.base import RLStrategy
@@ -102,6 +103,8 @@ AGENTS: dict[str, Registered] = {
                           "world model + actor-critic in imagination; vector observations"),
     "ppo": registered("ppo", PPO, PPOConfig,
                       "proximal policy optimization; discrete or continuous actions"),
+    "sac": registered("sac", SAC, SACConfig,
+                      "soft actor-critic (twin Q, learned temperature); continuous actions"),
 }
 
 #: Strategies by the ``strategy.name`` that selects them.

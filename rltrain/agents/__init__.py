@@ -3,11 +3,13 @@
 from rltrain.agents.base import LearningAgent, Policy, SpaceError
 from rltrain.agents.dqn import DQN, DQNConfig, DQNPolicy
 from rltrain.agents.ppo import PPO, PPOConfig, PPOPolicy
+from rltrain.agents.sac import SAC, SACConfig, SACPolicy
 from rltrain.types import PolicyState, PolicyStep
 
 __all__ = [
     "DQN",
     "PPO",
+    "SAC",
     "DQNConfig",
     "DQNPolicy",
     "LearningAgent",
@@ -16,5 +18,7 @@ __all__ = [
     "Policy",
     "PolicyState",
     "PolicyStep",
+    "SACConfig",
+    "SACPolicy",
     "SpaceError",
 ]

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import itertools
+import math
 from collections.abc import Sequence
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 
@@ -62,3 +65,85 @@ def soft_update(target: nn.Module, online: nn.Module, tau: float) -> None:
             target_param.copy_(param)
         else:
             target_param.lerp_(param, tau)
+
+
+#: Bounds of a squashed Gaussian's log-std (CleanRL's and SpinningUp's).
+LOG_STD_MIN, LOG_STD_MAX = -5.0, 2.0
+
+
+class SquashedGaussianActor(nn.Module):
+    """``a = tanh(u) * scale + bias`` with ``u ~ N(μ(s), σ(s))``: a Gaussian policy squashed into
+    a ``Box``'s bounds, the log-std bounded to ``[LOG_STD_MIN, LOG_STD_MAX]`` by a tanh.
+
+    ``log π(a|s) = log N(u; μ, σ) - Σ log(1 - tanh(u)²) - Σ log scale`` (Haarnoja et al. 2018,
+    arXiv:1801.01290, Appendix C), with ``log(1 - tanh(u)²)`` written ``2 (log 2 - u -
+    softplus(-2u))`` so it stays finite where ``tanh(u)`` rounds to ±1.
+
+    Args:
+        obs_dim: Observation size.
+        action_dim: Action size.
+        hidden_sizes: Hidden widths (ReLU).
+        low: The action space's lower bounds (finite).
+        high: Its upper bounds.
+    """
+
+    scale: torch.Tensor
+    bias: torch.Tensor
+
+    def __init__(self, obs_dim: int, action_dim: int, hidden_sizes: Sequence[int],
+                 low: torch.Tensor, high: torch.Tensor) -> None:
+        super().__init__()
+        self.net = mlp(obs_dim, hidden_sizes, 2 * action_dim)
+        self.register_buffer("scale", (high - low) / 2)
+        self.register_buffer("bias", (high + low) / 2)
+
+    def distribution(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """The Gaussian's mean and std before the squash, ``[B, action_dim]`` each."""
+        mean, log_std = self.net(obs).chunk(2, dim=-1)
+        log_std = LOG_STD_MIN + 0.5 * (LOG_STD_MAX - LOG_STD_MIN) * (torch.tanh(log_std) + 1)
+        return mean, log_std.exp()
+
+    def forward(self, obs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """A reparameterised sample in the env's bounds and its log-probability ``[B]``."""
+        mean, std = self.distribution(obs)
+        u = mean + std * torch.randn_like(mean)
+        log_prob = (-0.5 * ((u - mean) / std).square() - std.log()
+                    - 0.5 * math.log(2 * math.pi)).sum(-1)
+        log_prob = log_prob - (2 * (math.log(2) - u - F.softplus(-2 * u))).sum(-1)
+        return torch.tanh(u) * self.scale + self.bias, log_prob - self.scale.log().sum()
+
+    def mode(self, obs: torch.Tensor) -> torch.Tensor:
+        """The deterministic action ``tanh(μ(s)) * scale + bias``."""
+        return torch.tanh(self.distribution(obs)[0]) * self.scale + self.bias
+
+
+class TwinQ(nn.Module):
+    """Two critics ``Q₁(s, a)``, ``Q₂(s, a)`` evaluated in one call (``[2, B]``), their weights
+    stacked so one batched matrix product runs both (as LeanRL does with ``torch.func``).
+
+    Args:
+        obs_dim: Observation size.
+        action_dim: Action size.
+        hidden_sizes: Hidden widths (ReLU).
+    """
+
+    def __init__(self, obs_dim: int, action_dim: int, hidden_sizes: Sequence[int]) -> None:
+        super().__init__()
+        sizes = [obs_dim + action_dim, *hidden_sizes, 1]
+        # Each layer as nn.Linear would initialise it, twice, stacked: [2, in, out].
+        self.weights = nn.ParameterList()
+        self.biases = nn.ParameterList()
+        for fan_in, fan_out in itertools.pairwise(sizes):
+            layers = [nn.Linear(fan_in, fan_out) for _ in range(2)]
+            self.weights.append(nn.Parameter(torch.stack([lin.weight.T for lin in layers])))
+            self.biases.append(nn.Parameter(torch.stack([lin.bias for lin in layers]).unsqueeze(1)))
+
+    def forward(self, obs: torch.Tensor, action: torch.Tensor) -> torch.Tensor:
+        """``[Q₁(s, a), Q₂(s, a)]``, shape ``[2, B]``."""
+        x = torch.cat([obs, action], dim=-1).expand(2, *obs.shape[:-1], -1)
+        last = len(self.weights) - 1
+        for i, (weight, bias) in enumerate(zip(self.weights, self.biases, strict=True)):
+            x = torch.baddbmm(bias, x, weight)
+            if i < last:
+                x = F.relu(x)
+        return x.squeeze(-1)

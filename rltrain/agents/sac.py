@@ -1,0 +1,214 @@
+"""Soft Actor-Critic (Haarnoja et al. 2018, arXiv:1801.01290 and arXiv:1812.05905) for
+continuous actions, trained by the off-policy strategy.
+
+Per gradient step, on a replayed batch ``(s, a, r, s', terminated)``:
+
+    critic:  y = r + γ (1 - terminated) (min_i Q'_i(s', a') - α log π(a'|s')),  a' ~ π(·|s')
+             L_Q = Σ_i E[(Q_i(s, a) - y)²]
+    actor:   L_π = E[α log π(ã|s) - min_i Q_i(s, ã)],  ã ~ π(·|s)   (every ``policy_delay``)
+    alpha:   L_α = -E[log α (log π(ã|s) + H̄)],  H̄ = target entropy (-|A| by default)
+    targets: θ'_i ← τ θ_i + (1 - τ) θ'_i
+
+A truncated episode bootstraps from its true final observation: only ``terminated`` stops
+the target. Actions are stored in the env's units; the critics see them rescaled to [-1, 1].
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+import torch
+from typing_extensions import override
+
+from rltrain.agents.base import LearningAgent, Policy, SpaceError
+from rltrain.agents.networks import SquashedGaussianActor, TwinQ, soft_update
+from rltrain.buffers.replay import ReplayBatch
+from rltrain.errors import require
+from rltrain.events.events import flatten_hparams
+from rltrain.optim import Optimization, adam
+from rltrain.types import MetricValue, PolicyState, PolicyStep
+
+
+@dataclass
+class SACConfig:
+    """SAC's hyperparameters (defaults: Stable-Baselines3's, RL-Zoo's learning rate for
+    Pendulum-v1).
+
+    Attributes:
+        hidden_sizes: Hidden widths of the actor and of each critic. Default [256, 256].
+        lr: Adam learning rate of the actor, the critics and the temperature. Default 1e-3.
+        gamma: Discount factor. Default 0.99.
+        tau: Polyak rate of the target critics. Default 0.005.
+        alpha: A fixed temperature; None learns it (log α by Adam). Default None.
+        alpha_init: The learned temperature's start. Default 1.0.
+        target_entropy: The entropy the learned temperature aims at; None: ``-|A|``.
+            Default None.
+        policy_delay: Gradient steps per actor (and temperature) update, TD3's delayed
+            updates; 1 updates every step. Default 1.
+        target_update_interval: Gradient steps between target updates. Default 1.
+    """
+
+    hidden_sizes: list[int] = field(default_factory=lambda: [256, 256])
+    lr: float = 1e-3
+    gamma: float = 0.99
+    tau: float = 0.005
+    alpha: float | None = None
+    alpha_init: float = 1.0
+    target_entropy: float | None = None
+    policy_delay: int = 1
+    target_update_interval: int = 1
+
+    def __post_init__(self) -> None:
+        require("SACConfig", [
+            (self.lr > 0, f"lr must be > 0; got {self.lr}."),
+            (0.0 <= self.gamma <= 1.0, f"gamma must be in [0, 1]; got {self.gamma}."),
+            (0.0 < self.tau <= 1.0, f"tau must be in (0, 1]; got {self.tau}."),
+            (self.alpha is None or self.alpha >= 0,
+             f"alpha must be >= 0 (or None to learn it); got {self.alpha}."),
+            (self.alpha_init > 0, f"alpha_init must be > 0; got {self.alpha_init}."),
+            (self.policy_delay >= 1 and self.target_update_interval >= 1,
+             "policy_delay and target_update_interval must be >= 1 gradient step."),
+            (all(h >= 1 for h in self.hidden_sizes),
+             f"hidden_sizes must be positive widths; got {list(self.hidden_sizes)}."),
+        ])
+
+
+class SACPolicy(Policy):
+    """Samples from the squashed Gaussian while collecting; ``tanh(mean)`` (rescaled) when
+    ``deterministic``."""
+
+    def __init__(self, actor: SquashedGaussianActor) -> None:
+        super().__init__()
+        self.actor = actor
+
+    @override
+    def act(self, obs: torch.Tensor, state: PolicyState, deterministic: bool) -> PolicyStep:
+        obs = obs.flatten(1).float()
+        action = self.actor.mode(obs) if deterministic else self.actor(obs)[0]
+        return PolicyStep(action, None, {})
+
+
+class SAC(LearningAgent):
+    """SAC for vector observations and bounded ``Box`` actions.
+
+    Args:
+        config: Hyperparameters. Default: :class:`SACConfig` ().
+    """
+
+    actor: SquashedGaussianActor
+    critic: TwinQ
+    critic_target: TwinQ
+    log_alpha: torch.nn.Parameter
+
+    def __init__(self, config: SACConfig | None = None) -> None:
+        super().__init__()
+        self.config = config if config is not None else SACConfig()
+
+    @override
+    def default_strategy_settings(self) -> dict[str, Any]:
+        # SB3's SAC schedule: one gradient step per env step on batches of 256, after 100
+        # random steps, from a buffer of a million transitions.
+        return {"batch_size": 256, "warmup_steps": 100, "train_interval": 1, "train_steps": 1,
+                "buffer_size": 1_000_000}
+
+    @override
+    def check_spaces(self, observation_space: gym.Space[Any], action_space: gym.Space[Any]) -> None:
+        if not isinstance(action_space, gym.spaces.Box):
+            raise SpaceError(
+                f"{type(self).__name__} needs a continuous (Box) action space; got "
+                f"{action_space}. Use DQN or PPO for discrete actions.")
+        if not (np.isfinite(action_space.low).all() and np.isfinite(action_space.high).all()):
+            raise SpaceError(
+                f"{type(self).__name__} squashes its actions into the action space's bounds, "
+                f"and {action_space} has infinite ones. Bound it: "
+                "gymnasium.wrappers.RescaleAction(env, -1, 1) on a space whose real range you "
+                "know, or ClipAction.")
+        if not isinstance(observation_space, gym.spaces.Box) or len(observation_space.shape) > 1:
+            raise SpaceError(
+                f"{type(self).__name__} takes vector observations (a 1-D Box); got "
+                f"{observation_space}. Flatten them (gymnasium.wrappers.FlattenObservation).")
+
+    @override
+    def build(self, observation_space: gym.Space[Any], action_space: gym.Space[Any]) -> None:
+        assert isinstance(action_space, gym.spaces.Box)
+        c = self.config
+        obs_dim, action_dim = int(np.prod(observation_space.shape or ())), int(
+            np.prod(action_space.shape))
+        low, high = (torch.as_tensor(b, dtype=torch.float32).reshape(-1)
+                     for b in (action_space.low, action_space.high))
+        self.actor = SquashedGaussianActor(obs_dim, action_dim, c.hidden_sizes, low, high)
+        self.critic = TwinQ(obs_dim, action_dim, c.hidden_sizes)
+        self.critic_target = copy.deepcopy(self.critic).requires_grad_(False)
+        self.log_alpha = torch.nn.Parameter(torch.tensor(math.log(c.alpha_init)),
+                                            requires_grad=c.alpha is None)
+        self.target_entropy = (-float(action_dim) if c.target_entropy is None
+                               else c.target_entropy)
+
+    @override
+    def hparams(self) -> dict[str, float | int | str | bool]:
+        return flatten_hparams("agent", self.config)
+
+    @override
+    def configure_optimizers(self) -> dict[str, torch.optim.Optimizer]:
+        c = self.config
+        optimizers: dict[str, torch.optim.Optimizer] = {
+            "critic": adam(self.critic.parameters(), lr=c.lr),
+                      "actor": adam(self.actor.parameters(), lr=c.lr)}
+        if c.alpha is None:
+            optimizers["alpha"] = adam([self.log_alpha], lr=c.lr)
+        return optimizers
+
+    @override
+    def policy(self, device: torch.device) -> SACPolicy:
+        actor = self.actor
+        if torch.device(device) != self.device:
+            actor = copy.deepcopy(actor).to(device)
+        return SACPolicy(actor)
+
+    @property
+    def alpha(self) -> torch.Tensor:
+        """The temperature α (fixed, or ``exp(log α)``), detached."""
+        c = self.config
+        return (torch.tensor(c.alpha, device=self.device) if c.alpha is not None
+                else self.log_alpha.detach().exp())
+
+    def normalized(self, action: torch.Tensor) -> torch.Tensor:
+        """Env-unit actions rescaled to [-1, 1], as the critics see them."""
+        return (action - self.actor.bias) / self.actor.scale
+
+    @override
+    def training_step(self, batch: ReplayBatch, optim: Optimization) -> dict[str, MetricValue]:
+        c = self.config
+        obs, next_obs = batch.observations.flatten(1), batch.next_observations.flatten(1)
+        alpha = self.alpha
+        with torch.no_grad():
+            next_action, next_log_prob = self.actor(next_obs)
+            next_q = self.critic_target(next_obs, self.normalized(next_action)).min(dim=0).values
+            # y = r + γ (1 - terminated) (min_i Q'_i(s', a') - α log π(a'|s'))
+            target = batch.rewards + c.gamma * (1.0 - batch.terminated) * (
+                next_q - alpha * next_log_prob)
+        q = self.critic(obs, self.normalized(batch.actions.reshape(next_action.shape)))
+        critic_loss = (q - target).square().mean(dim=1).sum()  # Σ_i E[(Q_i(s, a) - y)²]
+        optim.step("critic", critic_loss)
+        metrics: dict[str, MetricValue] = {"critic_loss": critic_loss.detach(),
+                                           "q": q.detach().mean(), "alpha": alpha}
+        step = self.progress.gradient_steps
+        if step % c.policy_delay == 0:
+            action, log_prob = self.actor(obs)
+            q_pi = self.critic(obs, self.normalized(action)).min(dim=0).values
+            actor_loss = (alpha * log_prob - q_pi).mean()  # E[α log π(ã|s) - min_i Q_i(s, ã)]
+            optim.step("actor", actor_loss)
+            metrics.update(actor_loss=actor_loss.detach(), entropy=-log_prob.detach().mean())
+            if c.alpha is None:
+                # -E[log α (log π(ã|s) + H̄)]
+                alpha_loss = -(self.log_alpha * (log_prob.detach() + self.target_entropy)).mean()
+                optim.step("alpha", alpha_loss)
+                metrics["alpha_loss"] = alpha_loss.detach()
+        if step % c.target_update_interval == 0:
+            soft_update(self.critic_target, self.critic, c.tau)
+        return metrics
