@@ -21,6 +21,7 @@ from rltrain.config import (
     compose,
     literal_config,
     load_stored,
+    load_yaml,
     parse_overrides,
     shipped_configs,
     validate,
@@ -142,7 +143,7 @@ def fit(args: argparse.Namespace) -> int:
                              f"key=value overrides, not {', '.join(files)}.")
         config, ckpt_path = resumed_config(args.resume, overrides)
     else:
-        config = compose(files or [default_config(overrides)], overrides)
+        config = compose(files or default_files(overrides), overrides)
     if args.overwrite:
         config.trainer.overwrite = True
     if args.print_config:
@@ -157,13 +158,17 @@ def fit(args: argparse.Namespace) -> int:
     return 0
 
 
-def default_config(overrides: list[str]) -> str:
-    """The shipped config ``rltrain fit`` starts from without a file: the first one of the
-    agent an ``agent.name=...`` override names (``ppo`` -> ``ppo_cartpole``), else
-    ``dqn_cartpole``."""
-    names = [o.partition("=")[2].strip() for o in overrides if o.startswith("agent.name=")]
-    shipped = [c for c in shipped_configs() if names and c.startswith(names[-1] + "_")]
-    return shipped[0] if shipped else "dqn_cartpole"
+def default_files(overrides: list[str]) -> list[str]:
+    """The shipped config ``rltrain fit`` starts from without a file: ``dqn_cartpole``; with
+    ``agent.name=`` / ``strategy.name=`` overrides, the first shipped config naming them
+    (``agent.name=ppo``: ``ppo_cartpole``), or none (the defaults) when none does."""
+    named = {key: value.strip() for key, _, value in (o.partition("=") for o in overrides)
+             if key in ("agent.name", "strategy.name")}
+    if not named:
+        return ["dqn_cartpole"]
+    matching = [name for name in shipped_configs() if all(
+        OmegaConf.select(load_yaml(name), key) == value for key, value in named.items())]
+    return matching[:1]
 
 
 def resumed_config(resume: str, overrides: list[str]

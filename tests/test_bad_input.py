@@ -32,7 +32,17 @@ import torch
 from conftest import QUIET, NanLossDQN, dqn, small, trainer
 from omegaconf import DictConfig
 
-from rltrain import DQN, DQNConfig, OffPolicyConfig, SpaceError, Trainer
+from rltrain import (
+    DQN,
+    PPO,
+    DQNConfig,
+    OffPolicyConfig,
+    OnPolicyConfig,
+    OnPolicyStrategy,
+    PPOConfig,
+    SpaceError,
+    Trainer,
+)
 from rltrain.agents.dreamer import Dreamer, DreamerConfig
 from rltrain.checkpoint import Checkpointer, ManifestError, atomic_save, load_agent
 from rltrain.cli import resumed_config
@@ -348,7 +358,86 @@ CASES = [
          r" raise the capacity \(buffer_size\) or shorten the sequences"),
     Case("imagination horizon < 1", lambda d: DreamerConfig(horizon=0), ValueError,
          r"DreamerConfig: horizon must be >= 1; got 0"),
+    # PPO and the on-policy strategy
+    Case("PPO with the off-policy strategy",
+         lambda d: trainer(d).fit("CartPole-v1", ppo()), ValueError,
+         r"PPO trains with on_policy strategies, not off_policy \(OffPolicyStrategy\)\. Leave "
+         r"strategy out for the agent's default, or pass .*on_policy"),
+    Case("DQN with the on-policy strategy",
+         lambda d: trainer(d, strategy=on_policy()).fit("CartPole-v1", dqn()), ValueError,
+         r"DQN trains with off_policy strategies, not on_policy \(OnPolicyStrategy\)\. Leave "
+         r"strategy out for the agent's default, or pass .*off_policy"),
+    Case("on-policy batch_size that does not divide the rollout",
+         lambda d: OnPolicyConfig(n_steps=100, num_envs=3, batch_size=64), ValueError,
+         r"OnPolicyConfig: batch_size \(64\) must divide the rollout, n_steps x num_envs = "
+         r"100 x 3 = 300, so every epoch uses each transition once; use a divisor, e\.g\. "
+         r"batch_size=60"),
+    Case("num_steps shorter than one rollout",
+         lambda d: trainer(d, 100, strategy=on_policy(n_steps=64)).fit("CartPole-v1", ppo()),
+         ValueError, r"num_steps \(100\) is shorter than one rollout \(n_steps x num_envs = "
+                     r"128 env steps\): the run would end before its first update\. Raise "
+                     r"trainer\.num_steps or lower strategy\.n_steps"),
+    Case("rollout larger than the memory",
+         lambda d: trainer(d, strategy=on_policy(n_steps=10**11)).fit("CartPole-v1", ppo()),
+         MemoryError, r"A rollout of 100,000,000,000 x 2 transitions needs [\d.]+ GB; [\d.]+ GB "
+                      r"of memory is available\. Lower n_steps or num_envs"),
+    Case("image observations for PPO",
+         lambda d: trainer(d, strategy=on_policy()).fit(
+             EnvSpec("CartPole-v1", wrappers=(_pixels,)), ppo()), SpaceError,
+         r"PPO takes vector observations \(a 1-D Box\); got Box\(0, 255, \(84, 84, 3\), uint8\)"
+         r"\. Flatten them \(gymnasium\.wrappers\.FlattenObservation\) or one-hot encode them; "
+         r"image observations need an encoder PPO does not have yet"),
+    Case("discrete observations for PPO",
+         lambda d: trainer(d, strategy=on_policy()).fit("FrozenLake-v1", ppo()), SpaceError,
+         r"PPO takes vector observations \(a 1-D Box\); got Discrete\(16\)\. Flatten them "
+         r"\(gymnasium\.wrappers\.FlattenObservation\) or one-hot encode them"),
+    Case("PPO clip_range <= 0", lambda d: PPOConfig(clip_range=0.0), ValueError,
+         r"PPOConfig: clip_range must be > 0; got 0\.0"),
+    Case("PPO gae_lambda > 1", lambda d: PPOConfig(gae_lambda=1.5), ValueError,
+         r"PPOConfig: gae_lambda must be in \[0, 1\]; got 1\.5"),
+    Case("PPO activation it does not know", lambda d: PPOConfig(activation="gelu"), ValueError,
+         r"PPOConfig: activation must be one of \['relu', 'tanh'\]; got 'gelu'"),
+    Case("PPO clip_range <= 0, in a config",
+         lambda d: compose([], ["agent.name=ppo", "agent.clip_range=-0.1"]), ConfigError,
+         r"agent: PPOConfig: clip_range must be > 0; got -0\.1"),
+    Case("PPO run resumed with another rollout length",
+         lambda d: trainer(d, 256, strategy=on_policy(n_steps=16)).fit(
+             "CartPole-v1", ppo(), ckpt_path="last"), ValueError,
+         r"settings differ from the checkpoint's \(strategy/n_steps: 32 in the checkpoint, 16 "
+         r"now\)", setup=lambda d: _ppo_fitted(d)),
 ]
+
+
+def ppo() -> PPO:
+    return PPO(PPOConfig(hidden_sizes=[16]))
+
+
+def on_policy(**overrides: Any) -> OnPolicyStrategy:
+    """2 envs x 32 steps a rollout, 2 epochs of 2 minibatches of 32."""
+    settings: dict[str, Any] = dict(num_envs=2, n_steps=32, batch_size=32, update_epochs=2)
+    settings.update(overrides)
+    return OnPolicyStrategy(OnPolicyConfig(**settings))
+
+
+def _ppo_fitted(run_dir: Path) -> None:
+    trainer(run_dir, 128, strategy=on_policy()).fit("CartPole-v1", ppo())
+
+
+class _Pixels(gym.ObservationWrapper[Any, Any, Any]):
+    """CartPole seen as an 84 x 84 RGB image (one bright column where the cart is)."""
+
+    def __init__(self, env: gym.Env[Any, Any]) -> None:
+        super().__init__(env)
+        self.observation_space = gym.spaces.Box(0, 255, (84, 84, 3), np.uint8)
+
+    def observation(self, observation: Any) -> Any:
+        image = np.zeros((84, 84, 3), np.uint8)
+        image[:, int(np.clip((observation[0] + 2.4) / 4.8 * 83, 0, 83))] = 255
+        return image
+
+
+def _pixels(env: gym.Env[Any, Any]) -> gym.Env[Any, Any]:
+    return _Pixels(env)
 
 
 def dreamer(**overrides: Any) -> Dreamer:

@@ -231,16 +231,26 @@ class PPO(LearningAgent):
 
     @override
     def check_spaces(self, observation_space: gym.Space[Any], action_space: gym.Space[Any]) -> None:
-        if not isinstance(observation_space, gym.spaces.Box) or len(observation_space.shape) > 1:
+        if not isinstance(observation_space, gym.spaces.Box):
             raise SpaceError(
                 f"{type(self).__name__} takes vector observations (a 1-D Box); got "
-                f"{observation_space}. Flatten them (gymnasium.wrappers.FlattenObservation) "
-                "or one-hot encode them; image observations need an encoder PPO does not "
-                "have yet.")
+                f"{observation_space}. One-hot encode them, or flatten them "
+                "(gymnasium.wrappers.FlattenObservation).")
+        if len(observation_space.shape) > 1:
+            raise SpaceError(
+                f"{type(self).__name__} takes vector observations (a 1-D Box); got "
+                f"{observation_space}. Flatten them (gymnasium.wrappers.FlattenObservation); "
+                "image observations need an encoder PPO does not have yet.")
         if not isinstance(action_space, (gym.spaces.Discrete, gym.spaces.MultiDiscrete,
                                          gym.spaces.MultiBinary, gym.spaces.Box)):
             raise SpaceError(f"{type(self).__name__} needs a Discrete, MultiDiscrete, "
                              f"MultiBinary or Box action space; got {action_space}.")
+        if (isinstance(action_space, (gym.spaces.MultiDiscrete, gym.spaces.MultiBinary))
+                and len(action_space.shape) > 1):
+            raise SpaceError(
+                f"{type(self).__name__} takes 1-D {type(action_space).__name__} actions; got "
+                f"shape {action_space.shape}. Flatten them with a gymnasium.ActionWrapper that "
+                "reshapes a 1-D action into the env's.")
 
     @override
     def build(self, observation_space: gym.Space[Any], action_space: gym.Space[Any]) -> None:

@@ -185,14 +185,23 @@ class RolloutBuffer:
         pos, permutations = int(state["pos"]), state["permutations"]
         if not 0 <= pos <= self.n_steps:
             raise ValueError(f"The saved rollout's position {pos} is outside 0..{self.n_steps}.")
+        prepared = bool(state["prepared"])
         if not (isinstance(permutations, torch.Tensor) and permutations.dim() == 2
                 and permutations.shape[1] == self.num_transitions
-                and (permutations.numel() == 0 or (permutations.min() >= 0 and
-                                                    permutations.max() < self.num_transitions))):
-            raise ValueError("The saved rollout's minibatch permutations do not index this "
-                             f"rollout's {self.num_transitions:,} transitions.")
+                and (permutations.shape[0] >= 1) == prepared
+                and torch.equal(permutations.sort(dim=1).values,
+                                torch.arange(self.num_transitions).expand_as(permutations))):
+            raise ValueError("The saved rollout's minibatch order is not one permutation of "
+                             f"its {self.num_transitions:,} transitions per epoch (one at least "
+                             "when prepared).")
+        rng = np.random.default_rng()
+        try:
+            rng.bit_generator.state = state["rng"]
+        except (TypeError, ValueError, KeyError, OverflowError) as error:
+            raise ValueError(f"The saved rollout's shuffling generator is not valid: {error}."
+                             ) from None
         for name in _TENSORS:
             getattr(self, name).copy_(state[name])
-        self.pos, self.prepared = pos, bool(state["prepared"])
+        self.pos, self.prepared = pos, prepared
         self.permutations = permutations.to(torch.int64).clone()
-        self.rng.bit_generator.state = state["rng"]
+        self.rng = rng

@@ -140,6 +140,12 @@ def load_agent(agent: LearningAgent, path: str | Path, env: EnvInit) -> dict[str
     except RuntimeError as error:
         raise ValueError(
             f"The networks in {path} do not fit this {type(agent).__name__} (were they trained "
-            f"with other sizes or on another environment?): {error}"
-        ) from error
+            f"with other settings, sizes or on another environment? Build the agent with the "
+            f"checkpoint's agent settings, its 'hparams'): {_first_line(error)}") from None
     return state
+
+
+def _first_line(error: BaseException) -> str:
+    """The gist of torch's multi-line ``load_state_dict`` error, on one line."""
+    lines = [line.strip() for line in str(error).splitlines() if line.strip()]
+    return " ".join(lines[1:3] if len(lines) > 1 else lines)[:300]

@@ -120,13 +120,15 @@ class OnPolicyStrategy(RLStrategy):
                  vectorization=cast(Vectorization, cfg.vectorization)) as run:
             storage, progress = cast(RolloutBuffer, run.storage), run.progress
             while not run.interrupter.should_stop():
-                if storage.full:
-                    self.update(run, agent, storage)  # may stop part-way: then it is owed
+                if storage.full:  # resumed in the middle of an update
+                    self.update(run, agent, storage)
                     continue
                 if run.should_stop():
                     break
                 before = progress.env_steps
                 run.step()
+                if storage.full:  # before what is due: they see the updated policy
+                    self.update(run, agent, storage)  # may stop part-way: then it is owed
                 run.after_step(before)
             return run.finish()
 
