@@ -385,12 +385,12 @@ CASES = [
          lambda d: trainer(d, strategy=on_policy()).fit(
              EnvSpec("CartPole-v1", wrappers=(_pixels,)), ppo()), SpaceError,
          r"PPO takes vector observations \(a 1-D Box\); got Box\(0, 255, \(84, 84, 3\), uint8\)"
-         r"\. Flatten them \(gymnasium\.wrappers\.FlattenObservation\) or one-hot encode them; "
-         r"image observations need an encoder PPO does not have yet"),
+         r"\. Flatten them \(gymnasium\.wrappers\.FlattenObservation\); image observations "
+         r"need an encoder PPO does not have yet"),
     Case("discrete observations for PPO",
          lambda d: trainer(d, strategy=on_policy()).fit("FrozenLake-v1", ppo()), SpaceError,
-         r"PPO takes vector observations \(a 1-D Box\); got Discrete\(16\)\. Flatten them "
-         r"\(gymnasium\.wrappers\.FlattenObservation\) or one-hot encode them"),
+         r"PPO takes vector observations \(a 1-D Box\); got Discrete\(16\)\. One-hot encode "
+         r"them, or flatten them \(gymnasium\.wrappers\.FlattenObservation\)"),
     Case("PPO clip_range <= 0", lambda d: PPOConfig(clip_range=0.0), ValueError,
          r"PPOConfig: clip_range must be > 0; got 0\.0"),
     Case("PPO gae_lambda > 1", lambda d: PPOConfig(gae_lambda=1.5), ValueError,
