@@ -72,6 +72,12 @@ class Optimization:
             ``FloatingPointError``.
         interrupter: The run's stop request (needed for ``on_nan_loss="stop"``).
         dtype: ``torch.float32`` (default), or ``torch.bfloat16`` / ``torch.float16`` autocast.
+        check_on_device: Check losses for NaN on the device instead of reading each one to
+            the host: the fused Adam kernel skips the update of a non-finite loss itself, and
+            the run reads the flags once per vector step (:meth:`poll`), so a GPU step needs no
+            host sync. Default None: on for fused optimizers off the CPU (where a read costs a
+            sync; on the CPU it costs nothing). Optimizers that are not fused are always
+            checked on the host.
     """
 
     def __init__(
@@ -85,6 +91,7 @@ class Optimization:
         on_nan_loss: Literal["stop", "skip", "raise"] = "raise",
         interrupter: Interrupter | None = None,
         dtype: torch.dtype = torch.float32,
+        check_on_device: bool | None = None,
     ) -> None:
         if not optimizers:
             raise ValueError("configure_optimizers() returned no optimizer; return at least one.")
@@ -120,6 +127,14 @@ class Optimization:
         check_autocast(self.device_type, dtype)
         self._scalers = ({name: torch.amp.GradScaler(self.device_type)
                           for name in self.optimizers} if dtype == torch.float16 else {})
+        on_device = self.device_type != "cpu" if check_on_device is None else check_on_device
+        #: Optimizers whose losses are checked on the device, and each one's flag of a
+        #: non-finite loss since the last :meth:`poll` (with the gradient step it follows).
+        self._device_checked = {name for name, opt in self.optimizers.items()
+                                if on_device and opt.defaults.get("fused") and not self._scalers}
+        self._flags: dict[str, tuple[torch.Tensor, int]] = {}
+        #: The same flag since each one's last optimizer step: what its next step skips on.
+        self._window: dict[str, torch.Tensor] = {}
 
     @classmethod
     def for_run(cls, optimizers: Mapping[str, torch.optim.Optimizer],
@@ -161,11 +176,39 @@ class Optimization:
                 f"No optimizer named {name!r}; configure_optimizers() returned "
                 f"{sorted(self.optimizers)}."
             )
-        if not _finite(loss):
-            self._refuse(name, loss)
+        if name in self._device_checked:
+            self._flag(name, loss)
+        elif not _finite(loss):
+            self._refuse(name, f"the {name!r} loss is "
+                         f"{loss.detach().float().cpu().flatten()[0].item()} at gradient step "
+                         f"{self.progress.gradient_steps + 1:,}")
             return False
         with self.autocast(enabled=False):
             return self._backward_and_step(name, optimizer, loss, max_norm)
+
+    def _flag(self, name: str, loss: torch.Tensor) -> None:
+        """Note on the device whether ``loss`` is non-finite; the fused step skips on it."""
+        bad = (~torch.isfinite(loss.detach())).any().float()
+        window = self._window.get(name)
+        self._window[name] = bad if window is None else torch.maximum(window, bad)
+        previous = self._flags.get(name)
+        self._flags[name] = ((bad, self.progress.gradient_steps + 1) if previous is None
+                             else (torch.maximum(previous[0], bad), previous[1]))
+
+    def poll(self) -> None:
+        """Read the device-side flags of non-finite losses (one host sync for all of them)
+        and act on a flagged one as :meth:`step` does on the host; the updates themselves
+        were already skipped on the device."""
+        if not self._flags:
+            return
+        flags, self._flags = self._flags, {}
+        names = list(flags)
+        found = torch.stack([flags[n][0] for n in names]).cpu().tolist()
+        for name, bad in zip(names, found, strict=True):
+            if bad:
+                self._refuse(name, f"a {name!r} loss was not finite (NaN or infinite) in a "
+                             f"gradient step from {flags[name][1]:,} on")
+                return
 
     def _backward_and_step(self, name: str, optimizer: torch.optim.Optimizer,
                            loss: torch.Tensor, max_norm: float | None) -> bool:
@@ -196,15 +239,16 @@ class Optimization:
         if scaler is not None:
             scaler.step(optimizer)  # skipped when a gradient overflowed; the scale then drops
             scaler.update()
+        elif name in self._window:  # the fused kernel skips the update of a flagged loss
+            optimizer.found_inf = self._window.pop(name)  # type: ignore[attr-defined]
+            optimizer.step()
+            optimizer.found_inf = None  # type: ignore[attr-defined]
         else:
             optimizer.step()
         optimizer.zero_grad(set_to_none=True)
         return True
 
-    def _refuse(self, name: str, loss: torch.Tensor) -> None:
-        step = self.progress.gradient_steps + 1
-        reason = (f"the {name!r} loss is {loss.detach().float().cpu().flatten()[0].item()} at "
-                  f"gradient step {step:,}")
+    def _refuse(self, name: str, reason: str) -> None:
         self.non_finite_loss = reason
         advice = ("Lower the learning rate, clip gradients (gradient_clip_val), check the "
                   "rewards' scale, or set on_nan_loss='skip' to drop such updates.")

@@ -388,3 +388,59 @@ def test_an_unknown_dtype_is_refused() -> None:
     agent = ThreePartAgent()
     with pytest.raises(ValueError, match="float32, bfloat16 or float16"):
         Optimization(agent.configure_optimizers(), progress=Progress(), dtype=torch.float64)
+
+
+# ------------------------------------------------------------- losses checked on the device
+
+
+def device_checked(on_nan_loss: str = "stop", fused: bool = True
+                   ) -> tuple[Optimization, nn.Linear, Any]:
+    from rltrain.interrupt import Interrupter
+
+    torch.manual_seed(0)
+    model = nn.Linear(3, 1)
+    opt = torch.optim.Adam(model.parameters(), lr=0.1, fused=fused)
+    interrupter = Interrupter()
+    optim = Optimization({"m": opt}, progress=Progress(), on_nan_loss=on_nan_loss,  # type: ignore[arg-type]
+                         interrupter=interrupter, check_on_device=True)
+    return optim, model, interrupter
+
+
+def test_a_non_finite_loss_checked_on_the_device_is_skipped_without_reading_it(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    import rltrain.optim as optim_module
+
+    def no_host_read(loss: torch.Tensor) -> bool:
+        raise AssertionError("the loss was read on the host")
+
+    monkeypatch.setattr(optim_module, "_finite", no_host_read)
+    optim, model, interrupter = device_checked()
+    before = copy.deepcopy(model.state_dict())
+    x = torch.randn(4, 3)
+    assert optim.step("m", model(x).sum() * float("nan"))
+    assert all(torch.equal(before[k], v) for k, v in model.state_dict().items())  # skipped
+    state = next(iter(optim.optimizers["m"].state.values()))
+    assert float(state["step"]) == 0  # the kernel undid its own step count
+    assert not interrupter.should_stop()  # nothing read yet
+    optim.step("m", model(x).sum())  # a finite loss before the poll is applied
+    assert not torch.equal(before["weight"], model.weight.detach())
+    optim.poll()  # one read for the flags since the last poll
+    assert interrupter.should_stop() and "'m' loss was not finite" in interrupter.reason
+    assert optim.non_finite_loss is not None
+
+
+def test_a_clean_poll_changes_nothing_and_raise_raises_at_the_poll() -> None:
+    optim, model, interrupter = device_checked()
+    optim.step("m", model(torch.randn(2, 3)).sum())
+    optim.poll()
+    assert not interrupter.should_stop() and optim.non_finite_loss is None
+    optim, model, _ = device_checked("raise")
+    optim.step("m", model(torch.randn(2, 3)).sum() * float("inf"))
+    with pytest.raises(FloatingPointError, match="not finite"):
+        optim.poll()
+
+
+def test_an_optimizer_that_is_not_fused_is_checked_on_the_host() -> None:
+    optim, model, interrupter = device_checked(fused=False)
+    assert not optim.step("m", model(torch.randn(2, 3)).sum() * float("nan"))
+    assert interrupter.should_stop()  # at once, without a poll

@@ -269,6 +269,7 @@ class Run:
         """What is due once a vector step took the run from ``before`` env steps to now: an
         evaluation (and a best checkpoint) at each ``eval_interval``, a checkpoint at each
         ``checkpoint_interval``."""
+        self.optim.poll()  # non-finite losses flagged on the device, read once per step
         after = self.progress.env_steps
         interval = self.components.evaluation.interval
         if (interval is not None and after // interval > before // interval
@@ -327,5 +328,6 @@ class Run:
     def refused(self) -> bool:
         """True after a refused non-finite loss with ``on_nan_loss="stop"``: nothing is saved
         after it, so ``last`` stays the last checkpoint written before it."""
+        self.optim.poll()
         return (self.components.on_nan_loss == "stop"
                 and self.optim.non_finite_loss is not None)
