@@ -96,14 +96,12 @@ def test_twin_critics_are_two_independent_networks_in_one_call() -> None:
     out = q(obs, action)
     assert out.shape == (2, 5)
     x = torch.cat([obs, action], dim=1)
-    for i in range(2):  # each critic by hand: relu(x W1 + b1) W2 + b2 ...
-        h = x
-        for j, (w, b) in enumerate(zip(q.weights, q.biases, strict=True)):
-            h = h @ w[i] + b[i]
-            if j < len(q.weights) - 1:
-                h = torch.relu(h)
-        torch.testing.assert_close(out[i], h.squeeze(-1))
+    for i, critic in enumerate(q.critics):
+        torch.testing.assert_close(out[i], critic(x).squeeze(-1))
     assert not torch.allclose(out[0], out[1])  # initialised apart
+    out[0].sum().backward()  # each critic's gradient stays its own
+    assert all(p.grad is None or not p.grad.any() for p in q.critics[1].parameters())
+    assert any(p.grad is not None and p.grad.any() for p in q.critics[0].parameters())
 
 
 # ------------------------------------------------------------------ the losses
@@ -112,11 +110,10 @@ def test_twin_critics_are_two_independent_networks_in_one_call() -> None:
 def constant_critic(critic: TwinQ, values: tuple[float, float]) -> None:
     """Make ``Q_i(s, a) = values[i]`` for every input."""
     with torch.no_grad():
-        for weight, bias in zip(critic.weights, critic.biases, strict=True):
-            weight.zero_()
-            bias.zero_()
-        for i, value in enumerate(values):
-            critic.biases[-1][i].fill_(value)
+        for net, value in zip(critic.critics, values, strict=True):
+            for param in net.parameters():
+                param.zero_()
+            net[-1].bias.fill_(value)
 
 
 def test_the_target_uses_the_minimum_of_the_twin_target_critics() -> None:
