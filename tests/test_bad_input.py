@@ -35,11 +35,13 @@ from omegaconf import DictConfig
 from rltrain import (
     DQN,
     PPO,
+    SAC,
     DQNConfig,
     OffPolicyConfig,
     OnPolicyConfig,
     OnPolicyStrategy,
     PPOConfig,
+    SACConfig,
     SpaceError,
     Trainer,
 )
@@ -405,7 +407,37 @@ CASES = [
              "CartPole-v1", ppo(), ckpt_path="last"), ValueError,
          r"settings differ from the checkpoint's \(strategy/n_steps: 32 in the checkpoint, 16 "
          r"now\)", setup=lambda d: _ppo_fitted(d)),
+    # SAC
+    Case("SAC on a discrete action space",
+         lambda d: trainer(d).fit("CartPole-v1", SAC()), SpaceError,
+         r"SAC needs a continuous \(Box\) action space; got Discrete\(2\)\. Use DQN or PPO for "
+         r"discrete actions"),
+    Case("SAC on an unbounded Box action space",
+         lambda d: trainer(d).fit(EnvSpec("Pendulum-v1", wrappers=(_unbounded,)), SAC()),
+         SpaceError, r"SAC squashes its actions into the action space's bounds, and Box\(-inf, "
+                     r"inf, \(1,\), float32\) has infinite ones\. Bound it: "
+                     r"gymnasium\.wrappers\.RescaleAction\(env, -1, 1\).*or ClipAction"),
+    Case("SAC with the on-policy strategy",
+         lambda d: trainer(d, strategy=on_policy()).fit("Pendulum-v1", SAC()), ValueError,
+         r"SAC trains with off_policy strategies, not on_policy"),
+    Case("SAC tau outside (0, 1]", lambda d: SACConfig(tau=1.5), ValueError,
+         r"SACConfig: tau must be in \(0, 1\]; got 1\.5"),
 ]
+
+
+class _Unbounded(gym.ActionWrapper[Any, Any, Any]):
+    """An env whose action space claims no bounds."""
+
+    def __init__(self, env: gym.Env[Any, Any]) -> None:
+        super().__init__(env)
+        self.action_space = gym.spaces.Box(-np.inf, np.inf, (1,), np.float32)
+
+    def action(self, action: Any) -> Any:
+        return action
+
+
+def _unbounded(env: gym.Env[Any, Any]) -> gym.Env[Any, Any]:
+    return _Unbounded(env)
 
 
 def ppo() -> PPO:
