@@ -10,6 +10,8 @@ from typing import Any
 
 import torch
 
+from rltrain.events import EvaluationEnd, Metrics, Subscriber
+
 RESULTS = Path(__file__).parent / "results"
 
 #: Config overrides that turn every built-in output off (TensorBoard, progress bar, console,
@@ -48,3 +50,17 @@ def table(header: list[str], rows: list[list[str]]) -> str:
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     lines += ["| " + " | ".join(row) + " |" for row in rows]
     return "\n".join(lines)
+
+
+class Curve(Subscriber):
+    """Records each complete evaluation as (env steps, mean return), and prints it."""
+
+    def __init__(self, label: str) -> None:
+        self.label = label
+        self.points: list[tuple[int, float]] = []
+
+    def on_evaluation_end(self, event: EvaluationEnd, metrics: Metrics) -> None:
+        if event.complete:
+            self.points.append((event.env_steps, event.return_mean))
+            print(f"{self.label}: {event.env_steps:,} env steps, mean evaluation return "
+                  f"{event.return_mean:.1f}", flush=True)

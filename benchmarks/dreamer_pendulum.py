@@ -22,24 +22,9 @@ import tempfile
 from functools import partial
 from typing import Any
 
-from benchmarks._util import QUIET, table, write_results
+from benchmarks._util import QUIET, Curve, table, write_results
 from rltrain.config import compose
-from rltrain.events import EvaluationEnd, Metrics, Subscriber
 from rltrain.trainer import build
-
-
-class Curve(Subscriber):
-    """Records each complete evaluation as (env steps, mean return)."""
-
-    def __init__(self, seed: int) -> None:
-        self.seed = seed
-        self.points: list[tuple[int, float]] = []
-
-    def on_evaluation_end(self, event: EvaluationEnd, metrics: Metrics) -> None:
-        if event.complete:
-            self.points.append((event.env_steps, event.return_mean))
-            print(f"seed {self.seed}: {event.env_steps:,} env steps, mean evaluation return "
-                  f"{event.return_mean:.1f}", flush=True)
 
 
 def run(args: argparse.Namespace, run_root: str, seed: int) -> dict[str, Any]:
@@ -49,7 +34,7 @@ def run(args: argparse.Namespace, run_root: str, seed: int) -> dict[str, Any]:
         f"strategy.seed={seed}", f"trainer.num_steps={args.steps}",
         f"trainer.eval_interval={args.eval_interval}", f"trainer.run_dir={run_dir}", *QUIET,
         *args.overrides])
-    curve = Curve(seed)
+    curve = Curve(f"seed {seed}")
     summary = build(config, callbacks=[curve]).fit().summary
     best = max((r for _, r in curve.points), default=None)
     return {"seed": seed, "curve": curve.points, "best_eval_return": best,

@@ -35,7 +35,7 @@ from typing import Any
 
 import torch
 
-from benchmarks._util import QUIET, median_range, table, write_results
+from benchmarks._util import QUIET, Curve, median_range, table, write_results
 from rltrain.config import compose
 from rltrain.events import EvaluationEnd, Metrics, Subscriber
 from rltrain.trainer import build
@@ -43,20 +43,6 @@ from rltrain.trainer import build
 CONFIGS = {"cartpole": "ppo_cartpole", "lunarlander": "ppo_lunarlander",
            "pendulum": "ppo_pendulum"}
 THRESHOLDS = {"ppo_cartpole": 475.0, "ppo_lunarlander": 200.0, "ppo_pendulum": -400.0}
-
-
-class Curve(Subscriber):
-    """Records each complete evaluation as (env steps, mean return)."""
-
-    def __init__(self, label: str) -> None:
-        self.label = label
-        self.points: list[tuple[int, float]] = []
-
-    def on_evaluation_end(self, event: EvaluationEnd, metrics: Metrics) -> None:
-        if event.complete:
-            self.points.append((event.env_steps, event.return_mean))
-            print(f"{self.label}: {event.env_steps:,} env steps, mean evaluation return "
-                  f"{event.return_mean:.1f}", flush=True)
 
 
 def overrides(args: argparse.Namespace, seed: int, run_dir: str) -> list[str]:
