@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import json
+import multiprocessing
 import platform
 import statistics
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -64,3 +66,17 @@ class Curve(Subscriber):
             self.points.append((event.env_steps, event.return_mean))
             print(f"{self.label}: {event.env_steps:,} env steps, mean evaluation return "
                   f"{event.return_mean:.1f}", flush=True)
+
+
+def run_seeds(train: Callable[[int], dict[str, Any]], seeds: Sequence[int],
+              jobs: int = 1) -> list[dict[str, Any]]:
+    """``train(seed)`` for each seed, ``jobs`` at a time (in spawned processes when more than
+    one); then each result printed."""
+    if jobs > 1:
+        with multiprocessing.get_context("spawn").Pool(jobs) as pool:
+            results = pool.map(train, seeds, chunksize=1)
+    else:
+        results = [train(seed) for seed in seeds]
+    for result in results:
+        print(f"seed {result['seed']}: {result}", flush=True)
+    return results

@@ -27,7 +27,6 @@ Writes ``benchmarks/results/ppo_learning_<env>.json`` (``_sb3`` appended with ``
 from __future__ import annotations
 
 import argparse
-import multiprocessing
 import tempfile
 import time
 from functools import partial
@@ -35,7 +34,7 @@ from typing import Any
 
 import torch
 
-from benchmarks._util import QUIET, Curve, median_range, table, write_results
+from benchmarks._util import QUIET, Curve, median_range, run_seeds, table, write_results
 from rltrain.config import compose
 from rltrain.events import EvaluationEnd, Metrics, Subscriber
 from rltrain.trainer import build
@@ -203,14 +202,8 @@ def main() -> None:
     results_name = args.results or f"ppo_learning_{name}" + ("_sb3" if args.sb3 else "")
     torch.set_num_threads(1)
     with tempfile.TemporaryDirectory() as tmp:
-        train = partial(run_sb3 if args.sb3 else run_rltrain, args, tmp)
-        if args.jobs > 1:
-            with multiprocessing.get_context("spawn").Pool(args.jobs) as pool:
-                results = pool.map(train, args.seeds, chunksize=1)
-        else:
-            results = [train(seed) for seed in args.seeds]
-    for result in results:
-        print(f"seed {result['seed']}: {result}", flush=True)
+        results = run_seeds(partial(run_sb3 if args.sb3 else run_rltrain, args, tmp),
+                            args.seeds, args.jobs)
     rows = [[str(r["seed"]),
              "not reached" if r["threshold_env_steps"] is None else f"{r['threshold_env_steps']:,}",
              "-" if r["threshold_seconds"] is None else f"{r['threshold_seconds']:.1f}",
