@@ -182,7 +182,7 @@ def train(*, env_id: str = "Pendulum-v1", num_steps: int = 20_000, seed: int = 0
             pi_in = torch.cat([o, pi], 1)
             actor_loss = (alpha * log_prob - torch.min(qf1(pi_in), qf2(pi_in)).squeeze(-1)).mean()
             actor_optimizer.zero_grad()
-            actor_loss.backward()  # type: ignore[no-untyped-call]
+            actor_loss.backward()
             actor_optimizer.step()
 
             alpha_loss = -(log_alpha * (log_prob.detach() + target_entropy)).mean()

@@ -47,14 +47,32 @@ import numpy as np
 import torch
 
 from benchmarks._util import QUIET, Curve, median_range, run_seeds, table, write_results
-from rltrain.agents.sac import SACConfig
+from rltrain.agents.sac import SAC, SACConfig
 from rltrain.config import compose
+from rltrain.events import EvaluationEnd, Metrics
 from rltrain.seeding import derive_seeds
 from rltrain.trainer import build
 
 HERE = Path(__file__).parent
 CONFIGS = {"pendulum": "sac_pendulum", "lunarlander": str(HERE / "sac_lunarlander.yaml")}
 THRESHOLDS = {"pendulum": -200.0, "lunarlander": 200.0}
+
+
+class TimedCurve(Curve):
+    """:class:`Curve` plus the seconds from the Start event to each evaluation's end."""
+
+    def __init__(self, label: str) -> None:
+        super().__init__(label)
+        self.seconds: dict[int, float] = {}
+        self.start = time.perf_counter()
+
+    def on_start(self, event: Any, metrics: Metrics) -> None:
+        self.start = time.perf_counter()
+
+    def on_evaluation_end(self, event: EvaluationEnd, metrics: Metrics) -> None:
+        if event.complete:
+            self.seconds[event.env_steps] = time.perf_counter() - self.start
+        super().on_evaluation_end(event, metrics)
 
 
 def overrides(args: argparse.Namespace, seed: int, run_dir: str) -> list[str]:
@@ -79,6 +97,7 @@ def log_scale(env_id: str, kwargs: dict[str, Any]) -> float:
     env = gym.make(env_id, **kwargs)
     space = env.action_space
     env.close()
+    assert isinstance(space, gym.spaces.Box)
     return float(np.log((space.high - space.low) / 2).sum())
 
 
@@ -86,10 +105,12 @@ def run_rltrain(args: argparse.Namespace, run_root: str, seed: int) -> dict[str,
     """Train one seed with rltrain; returns its curve, timings and final train metrics."""
     torch.set_num_threads(1)
     config = compose([args.config], overrides(args, seed, f"{run_root}/seed{seed}"))
-    curve = Curve(f"rltrain seed {seed}")
+    curve = TimedCurve(f"rltrain seed {seed}")
     built = build(config, callbacks=[curve])
     summary = built.fit().summary
-    action_dim = int(np.prod(built.agent.actor.scale.shape))  # type: ignore[attr-defined]
+    agent = built.agent
+    assert isinstance(agent, SAC)
+    action_dim = agent.actor.scale.numel()
     reached = first_reaching(curve.points, args.threshold)
     final = summary.final_metrics
     return {"library": "rltrain", "seed": seed, "curve": curve.points,
@@ -98,7 +119,7 @@ def run_rltrain(args: argparse.Namespace, run_root: str, seed: int) -> dict[str,
             "best_eval_return": summary.best_eval_return,
             "final_eval_return": curve.points[-1][1] if curve.points else None,
             "alpha": final.get("train/alpha"), "entropy": final.get("train/entropy"),
-            "entropy_target": float(built.agent.target_entropy),  # type: ignore[attr-defined]
+            "entropy_target": float(agent.target_entropy),
             "action_dim": action_dim,
             "train_metrics": {k: v for k, v in final.items() if k.startswith("train/")},
             "env_steps": summary.env_steps, "gradient_steps": summary.gradient_steps,
@@ -129,7 +150,7 @@ def sb3_settings(config: Any) -> dict[str, Any]:
 def run_sb3(args: argparse.Namespace, run_root: str, seed: int) -> dict[str, Any]:
     """Train one seed with Stable-Baselines3's SAC on the same settings."""
     import gymnasium as gym
-    from stable_baselines3 import SAC
+    from stable_baselines3 import SAC as SB3SAC
     from stable_baselines3.common.callbacks import BaseCallback
 
     torch.set_num_threads(1)
@@ -138,7 +159,7 @@ def run_sb3(args: argparse.Namespace, run_root: str, seed: int) -> dict[str, Any
     env_id, num_steps = str(config.env.id), int(config.trainer.num_steps)
     kwargs = dict(config.env.kwargs or {})
     eval_interval = int(config.trainer.eval_interval)
-    model = SAC("MlpPolicy", gym.make(env_id, **kwargs), seed=seed, device="cpu", verbose=0,
+    model = SB3SAC("MlpPolicy", gym.make(env_id, **kwargs), seed=seed, device="cpu", verbose=0,
                 **settings)
     eval_env = gym.make(env_id, **kwargs)
     # rltrain's Evaluator resets sub-env i of its evaluation envs with seed + i at every
@@ -175,6 +196,7 @@ def run_sb3(args: argparse.Namespace, run_root: str, seed: int) -> dict[str, Any
     wall_time = time.perf_counter() - start
     # The final temperature, and the final actor's entropy on replayed observations.
     alpha = float(model.log_ent_coef.detach().exp()) if model.log_ent_coef is not None else None
+    assert model.replay_buffer is not None
     with torch.no_grad():
         log_probs = [model.actor.action_log_prob(
             model.replay_buffer.sample(256).observations)[1] for _ in range(10)]

@@ -129,8 +129,8 @@ def parts(args: argparse.Namespace) -> None:
 
     def pair_forward_backward() -> None:
         x = torch.cat([obs, actions], 1)
-        (F.mse_loss(q1(x).squeeze(-1), rewards) + F.mse_loss(q2(x).squeeze(-1), rewards)
-         ).backward()
+        loss = F.mse_loss(q1(x).squeeze(-1), rewards) + F.mse_loss(q2(x).squeeze(-1), rewards)
+        loss.backward()  # type: ignore[no-untyped-call]
 
     def actor_through_twin() -> None:
         a, log_prob = actor(obs)
