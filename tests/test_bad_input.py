@@ -352,8 +352,9 @@ CASES = [
                      r"shape \(2, 2\)\. Flatten it \(gymnasium\.wrappers\.FlattenObservation\)"),
     Case("unbounded continuous actions for Dreamer",
          lambda d: trainer(d).fit(EnvSpec("Pendulum-v1", wrappers=(_unbounded,)), dreamer()),
-         SpaceError, r"Dreamer scales its tanh actions to the action bounds, which must be "
-                     r"finite; got Box\(-inf, inf.*gymnasium\.wrappers\.RescaleAction"),
+         SpaceError, r"Dreamer scales its tanh actions to the action space's bounds, and "
+                     r"Box\(-inf, inf.*has infinite ones\. Declare the range the env really "
+                     r"accepts: gymnasium\.wrappers\.TransformAction"),
     Case("Dreamer sequences longer than the replay ring",
          lambda d: trainer(d).fit("Pendulum-v1", dreamer(sequence_length=2_000)), ValueError,
          r"sequence_length 2000 is longer than a ring \(1000 rows per env: capacity / num_envs\);"
@@ -415,8 +416,9 @@ CASES = [
     Case("SAC on an unbounded Box action space",
          lambda d: trainer(d).fit(EnvSpec("Pendulum-v1", wrappers=(_unbounded,)), SAC()),
          SpaceError, r"SAC squashes its actions into the action space's bounds, and Box\(-inf, "
-                     r"inf, \(1,\), float32\) has infinite ones\. Bound it: "
-                     r"gymnasium\.wrappers\.RescaleAction\(env, -1, 1\).*or ClipAction"),
+                     r"inf, \(1,\), float32\) has infinite ones\. Declare the range the env "
+                     r"really accepts: gymnasium\.wrappers\.TransformAction\(env, lambda a: a, "
+                     r"gymnasium\.spaces\.Box\(low, high\)\)"),
     Case("SAC with the on-policy strategy",
          lambda d: trainer(d, strategy=on_policy()).fit("Pendulum-v1", SAC()), ValueError,
          r"SAC trains with off_policy strategies, not on_policy"),

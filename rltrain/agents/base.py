@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 import gymnasium as gym
+import numpy as np
 import torch
 from torch import nn
 
@@ -217,3 +218,13 @@ class LearningAgent(nn.Module, ABC):
 
 class SpaceError(ValueError):
     """An agent was given an observation or action space it cannot handle."""
+
+
+def require_bounded(agent: str, action_space: gym.spaces.Box, why: str) -> None:
+    """Refuse a ``Box`` action space with an infinite bound (the agents that squash actions
+    into the bounds: SAC, Dreamer), naming the wrapper that declares the real range."""
+    if not (np.isfinite(action_space.low).all() and np.isfinite(action_space.high).all()):
+        raise SpaceError(
+            f"{agent} {why}, and {action_space} has infinite ones. Declare the range the env "
+            "really accepts: gymnasium.wrappers.TransformAction(env, lambda a: a, "
+            "gymnasium.spaces.Box(low, high)).")

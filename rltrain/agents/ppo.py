@@ -167,6 +167,10 @@ class ActorCritic(nn.Module):
         value_hidden = hidden if self.critic is self.actor else self.critic(obs)
         return self.head(self.policy_out(hidden)), self.value_out(value_hidden).squeeze(-1)
 
+    def distribution(self, obs: torch.Tensor) -> ActionDistribution:
+        """``π(·|s)`` alone."""
+        return self.head(self.policy_out(self.actor(obs)))  # type: ignore[no-any-return]
+
     def value(self, obs: torch.Tensor) -> torch.Tensor:
         """``V(s)``, ``[B]``."""
         return self.value_out(self.critic(obs)).squeeze(-1)  # type: ignore[no-any-return]
@@ -203,9 +207,10 @@ class PPOPolicy(Policy):
 
     @override
     def act(self, obs: torch.Tensor, state: PolicyState, deterministic: bool) -> PolicyStep:
-        dist, value = self.net(self.observe(obs))
-        if deterministic:
-            return PolicyStep(self.to_env(dist.mode()), None, {})
+        obs = self.observe(obs)
+        if deterministic:  # evaluation: the mode, no value needed
+            return PolicyStep(self.to_env(self.net.distribution(obs).mode()), None, {})
+        dist, value = self.net(obs)
         raw = dist.sample()
         return PolicyStep(self.to_env(raw), None,
                           {"log_prob": dist.log_prob(raw), "value": value, "raw_action": raw})

@@ -25,7 +25,7 @@ import numpy as np
 import torch
 from typing_extensions import override
 
-from rltrain.agents.base import LearningAgent, Policy, SpaceError
+from rltrain.agents.base import LearningAgent, Policy, SpaceError, require_bounded
 from rltrain.agents.networks import SquashedGaussianActor, TwinQ, soft_update
 from rltrain.buffers.replay import ReplayBatch
 from rltrain.errors import require
@@ -122,12 +122,8 @@ class SAC(LearningAgent):
             raise SpaceError(
                 f"{type(self).__name__} needs a continuous (Box) action space; got "
                 f"{action_space}. Use DQN or PPO for discrete actions.")
-        if not (np.isfinite(action_space.low).all() and np.isfinite(action_space.high).all()):
-            raise SpaceError(
-                f"{type(self).__name__} squashes its actions into the action space's bounds, "
-                f"and {action_space} has infinite ones. Bound it: "
-                "gymnasium.wrappers.RescaleAction(env, -1, 1) on a space whose real range you "
-                "know, or ClipAction.")
+        require_bounded(type(self).__name__, action_space,
+                        "squashes its actions into the action space's bounds")
         if not isinstance(observation_space, gym.spaces.Box) or len(observation_space.shape) > 1:
             raise SpaceError(
                 f"{type(self).__name__} takes vector observations (a 1-D Box); got "

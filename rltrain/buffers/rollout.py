@@ -129,9 +129,10 @@ class RolloutBuffer:
         self.terminated[t] = torch.as_tensor(transitions.terminated)
         self.truncated[t] = truncated = torch.as_tensor(transitions.truncated)
         next_obs = torch.as_tensor(transitions.next_observations)
-        self.final_observations[t] = torch.where(
-            truncated.reshape(-1, *[1] * (next_obs.dim() - 1)), next_obs,
-            torch.zeros_like(next_obs))
+        self.final_observations[t].zero_()
+        if truncated.any():  # rare: most steps end no episode by a time limit
+            self.final_observations[t][truncated] = next_obs[truncated].to(
+                self.final_observations.dtype)
         self.last_observations.copy_(next_obs)
         self.pos += 1
 

@@ -16,7 +16,7 @@ import torch.nn.functional as F
 from torch import nn
 from typing_extensions import override
 
-from rltrain.agents.base import LearningAgent, Policy, SpaceError
+from rltrain.agents.base import LearningAgent, Policy, SpaceError, require_bounded
 from rltrain.agents.dreamer.behavior import Actor, ReturnScale, imagine
 from rltrain.agents.dreamer.world_model import State, WorldModel, symexp, symlog
 from rltrain.agents.networks import mlp, soft_update
@@ -162,11 +162,9 @@ class Dreamer(LearningAgent):
         if not isinstance(action_space, (gym.spaces.Box, gym.spaces.Discrete)):
             raise SpaceError(f"Dreamer needs a Box or Discrete action space; got "
                              f"{action_space}.")
-        if isinstance(action_space, gym.spaces.Box) and not (
-                np.isfinite(action_space.low).all() and np.isfinite(action_space.high).all()):
-            raise SpaceError(f"Dreamer scales its tanh actions to the action bounds, which must "
-                             f"be finite; got {action_space}. Wrap the env with "
-                             "gymnasium.wrappers.RescaleAction.")
+        if isinstance(action_space, gym.spaces.Box):
+            require_bounded("Dreamer", action_space, "scales its tanh actions to the action "
+                            "space's bounds")
 
     @override
     def build(self, observation_space: gym.Space[Any], action_space: gym.Space[Any]) -> None:
