@@ -2,7 +2,7 @@
 Stable-Baselines3's SAC on the same settings and seeds.
 
 Each seed trains from the config (``--env pendulum``: the shipped ``sac_pendulum``;
-``--env lunarlander``: ``benchmarks/sac_lunarlander.yaml``; or ``--config NAME_OR_FILE``) for all
+``--env lunarlander``: the shipped ``sac_lunarlander``; or ``--config NAME_OR_FILE``) for all
 its env steps, with a greedy evaluation of ``--eval-episodes`` (10) episodes every
 ``--eval-interval`` env steps (2,000 by default; the config's with ``--eval-interval 0``).
 Per seed: the env steps and seconds to the first evaluation whose mean reaches ``--threshold``
@@ -40,7 +40,6 @@ import math
 import tempfile
 import time
 from functools import partial
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -53,8 +52,7 @@ from rltrain.events import EvaluationEnd, Metrics
 from rltrain.seeding import derive_seeds
 from rltrain.trainer import build
 
-HERE = Path(__file__).parent
-CONFIGS = {"pendulum": "sac_pendulum", "lunarlander": str(HERE / "sac_lunarlander.yaml")}
+CONFIGS = {"pendulum": "sac_pendulum", "lunarlander": "sac_lunarlander"}
 THRESHOLDS = {"pendulum": -200.0, "lunarlander": 200.0}
 
 
