@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import json
+import math
 import multiprocessing
 import platform
 import statistics
+import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -66,6 +68,90 @@ class Curve(Subscriber):
             self.points.append((event.env_steps, event.return_mean))
             print(f"{self.label}: {event.env_steps:,} env steps, mean evaluation return "
                   f"{event.return_mean:.1f}", flush=True)
+
+
+class TimedCurve(Curve):
+    """:class:`Curve` plus the seconds from the Start event to each evaluation's end."""
+
+    def __init__(self, label: str) -> None:
+        super().__init__(label)
+        self.seconds: dict[int, float] = {}
+        self.start = time.perf_counter()
+
+    def on_start(self, event: Any, metrics: Metrics) -> None:
+        self.start = time.perf_counter()
+
+    def on_evaluation_end(self, event: EvaluationEnd, metrics: Metrics) -> None:
+        if event.complete:
+            self.seconds[event.env_steps] = time.perf_counter() - self.start
+        super().on_evaluation_end(event, metrics)
+
+
+def first_reaching(curve: Sequence[tuple[int, float]], threshold: float) -> int | None:
+    """Env steps of the first evaluation whose mean reaches ``threshold``."""
+    return next((steps for steps, value in curve if value >= threshold), None)
+
+
+def sb3_evaluator(model: Any, env: Any, seed: int, episodes: int) -> Callable[[], float]:
+    """A greedy evaluation of a Stable-Baselines3 ``model`` on the Gymnasium ``env``: the mean
+    return of ``episodes`` episodes of ``model.predict(deterministic=True)``, episode ``i``
+    reset with ``seed + i``. rltrain's Evaluator resets its sub-env ``i`` with its evaluation
+    seed + ``i`` at every evaluation, so with rltrain's evaluation seed (``derive_seeds(seed)
+    .evaluation``) both libraries are scored from the same start states (for up to 10
+    episodes, rltrain's sub-env count)."""
+    import numpy as np
+
+    def evaluate() -> float:
+        returns = []
+        for episode in range(episodes):
+            obs, _ = env.reset(seed=seed + episode)
+            total, done = 0.0, False
+            while not done:
+                action, _ = model.predict(obs, deterministic=True)
+                obs, reward, terminated, truncated, _ = env.step(action)
+                total, done = total + float(reward), bool(terminated or truncated)
+            returns.append(total)
+        return float(np.mean(returns))
+
+    return evaluate
+
+
+def sb3_curve(evaluate: Callable[[], float], interval: int, label: str) -> Any:
+    """A Stable-Baselines3 callback that calls ``evaluate`` every ``interval`` env steps (in
+    its ``_on_step``, after the env step and before a training round due at the same step) and
+    records ``points`` (env steps, mean return) and ``seconds`` from the start of ``learn``."""
+    from stable_baselines3.common.callbacks import BaseCallback
+
+    class SB3Curve(BaseCallback):
+        def __init__(self) -> None:
+            super().__init__()
+            self.points: list[tuple[int, float]] = []
+            self.seconds: dict[int, float] = {}
+            self.start = time.perf_counter()
+
+        def _on_training_start(self) -> None:
+            self.start = time.perf_counter()
+
+        def _on_step(self) -> bool:
+            if self.num_timesteps % interval == 0:
+                self.points.append((self.num_timesteps, evaluate()))
+                self.seconds[self.num_timesteps] = time.perf_counter() - self.start
+                print(f"{label}: {self.num_timesteps:,} env steps, mean evaluation return "
+                      f"{self.points[-1][1]:.1f}", flush=True)
+            return True
+
+    return SB3Curve()
+
+
+def fmt(value: float | None, spec: str = "{:.1f}") -> str:
+    """``value`` formatted, or ``-`` for None or NaN."""
+    return "-" if value is None or (isinstance(value, float) and math.isnan(value)) \
+        else spec.format(value)
+
+
+def curve_text(curve: Sequence[tuple[int, float]]) -> str:
+    """``5k:-500 10k:-120 ...``: env steps (thousands) and mean evaluation return."""
+    return " ".join(f"{steps / 1000:g}k:{value:.0f}" for steps, value in curve)
 
 
 def run_seeds(train: Callable[[int], dict[str, Any]], seeds: Sequence[int],

@@ -34,7 +34,15 @@ from typing import Any
 
 import torch
 
-from benchmarks._util import QUIET, Curve, median_range, run_seeds, table, write_results
+from benchmarks._util import (
+    QUIET,
+    Curve,
+    first_reaching,
+    median_range,
+    run_seeds,
+    table,
+    write_results,
+)
 from rltrain.config import compose
 from rltrain.events import EvaluationEnd, Metrics, Subscriber
 from rltrain.trainer import build
@@ -53,11 +61,6 @@ def overrides(args: argparse.Namespace, seed: int, run_dir: str) -> list[str]:
     return [f"strategy.seed={seed}", f"trainer.eval_episodes={args.eval_episodes}",
             f"trainer.return_threshold={threshold}", f"trainer.run_dir={run_dir}", *extra,
             "trainer.num_threads=1", *QUIET, *args.overrides]
-
-
-def first_reaching(curve: list[tuple[int, float]], threshold: float) -> int | None:
-    """Env steps of the first evaluation whose mean reaches ``threshold``."""
-    return next((steps for steps, value in curve if value >= threshold), None)
 
 
 def run_rltrain(args: argparse.Namespace, run_root: str, seed: int) -> dict[str, Any]:

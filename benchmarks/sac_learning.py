@@ -36,7 +36,6 @@ Writes ``benchmarks/results/sac_learning_<env>.json`` (``_sb3`` appended with ``
 from __future__ import annotations
 
 import argparse
-import math
 import tempfile
 import time
 from functools import partial
@@ -45,32 +44,26 @@ from typing import Any
 import numpy as np
 import torch
 
-from benchmarks._util import QUIET, Curve, median_range, run_seeds, table, write_results
+from benchmarks._util import (
+    QUIET,
+    TimedCurve,
+    curve_text,
+    first_reaching,
+    fmt,
+    median_range,
+    run_seeds,
+    sb3_curve,
+    sb3_evaluator,
+    table,
+    write_results,
+)
 from rltrain.agents.sac import SAC, SACConfig
 from rltrain.config import compose
-from rltrain.events import EvaluationEnd, Metrics
 from rltrain.seeding import derive_seeds
 from rltrain.trainer import build
 
 CONFIGS = {"pendulum": "sac_pendulum", "lunarlander": "sac_lunarlander"}
 THRESHOLDS = {"pendulum": -200.0, "lunarlander": 200.0}
-
-
-class TimedCurve(Curve):
-    """:class:`Curve` plus the seconds from the Start event to each evaluation's end."""
-
-    def __init__(self, label: str) -> None:
-        super().__init__(label)
-        self.seconds: dict[int, float] = {}
-        self.start = time.perf_counter()
-
-    def on_start(self, event: Any, metrics: Metrics) -> None:
-        self.start = time.perf_counter()
-
-    def on_evaluation_end(self, event: EvaluationEnd, metrics: Metrics) -> None:
-        if event.complete:
-            self.seconds[event.env_steps] = time.perf_counter() - self.start
-        super().on_evaluation_end(event, metrics)
 
 
 def overrides(args: argparse.Namespace, seed: int, run_dir: str) -> list[str]:
@@ -81,11 +74,6 @@ def overrides(args: argparse.Namespace, seed: int, run_dir: str) -> list[str]:
     return [f"strategy.seed={seed}", f"trainer.eval_episodes={args.eval_episodes}",
             "trainer.return_threshold=null", f"trainer.run_dir={run_dir}", *extra,
             "trainer.num_threads=1", *QUIET, *args.overrides]
-
-
-def first_reaching(curve: list[tuple[int, float]], threshold: float) -> int | None:
-    """Env steps of the first evaluation whose mean reaches ``threshold``."""
-    return next((steps for steps, value in curve if value >= threshold), None)
 
 
 def log_scale(env_id: str, kwargs: dict[str, Any]) -> float:
@@ -149,7 +137,6 @@ def run_sb3(args: argparse.Namespace, run_root: str, seed: int) -> dict[str, Any
     """Train one seed with Stable-Baselines3's SAC on the same settings."""
     import gymnasium as gym
     from stable_baselines3 import SAC as SB3SAC
-    from stable_baselines3.common.callbacks import BaseCallback
 
     torch.set_num_threads(1)
     config = compose([args.config], overrides(args, seed, f"{run_root}/seed{seed}"))
@@ -163,35 +150,12 @@ def run_sb3(args: argparse.Namespace, run_root: str, seed: int) -> dict[str, Any
     # rltrain's Evaluator resets sub-env i of its evaluation envs with seed + i at every
     # evaluation: the same start states here, so both libraries are scored on the same episodes.
     eval_seed = derive_seeds(seed).evaluation
-    label = f"sb3 seed {seed}"
-    curve: list[tuple[int, float]] = []
-    seconds_at: dict[int, float] = {}
+    callback = sb3_curve(sb3_evaluator(model, eval_env, eval_seed, args.eval_episodes),
+                         eval_interval, f"sb3 seed {seed}")
     start = time.perf_counter()
-
-    def evaluate() -> float:
-        returns = []
-        for episode in range(args.eval_episodes):
-            obs, _ = eval_env.reset(seed=eval_seed + episode)
-            total, done = 0.0, False
-            while not done:
-                action, _ = model.predict(obs, deterministic=True)
-                obs, reward, terminated, truncated, _ = eval_env.step(action)
-                total, done = total + float(reward), bool(terminated or truncated)
-            returns.append(total)
-        return float(np.mean(returns))
-
-    class Evaluate(BaseCallback):
-        def _on_step(self) -> bool:
-            if self.num_timesteps % eval_interval == 0:
-                curve.append((self.num_timesteps, evaluate()))
-                seconds_at[self.num_timesteps] = time.perf_counter() - start
-                print(f"{label}: {self.num_timesteps:,} env steps, mean evaluation return "
-                      f"{curve[-1][1]:.1f}", flush=True)
-            return True
-
-    start = time.perf_counter()
-    model.learn(total_timesteps=num_steps, callback=Evaluate())
+    model.learn(total_timesteps=num_steps, callback=callback)
     wall_time = time.perf_counter() - start
+    curve, seconds_at = callback.points, callback.seconds
     # The final temperature, and the final actor's entropy on replayed observations.
     alpha = float(model.log_ent_coef.detach().exp()) if model.log_ent_coef is not None else None
     assert model.replay_buffer is not None
@@ -209,11 +173,6 @@ def run_sb3(args: argparse.Namespace, run_root: str, seed: int) -> dict[str, Any
             "entropy_unit_box": entropy_unit, "entropy_target": float(model.target_entropy) + shift,
             "env_steps": model.num_timesteps, "gradient_steps": model._n_updates,
             "wall_time": wall_time}
-
-
-def fmt(value: float | None, spec: str = "{:.1f}") -> str:
-    return "-" if value is None or (isinstance(value, float) and math.isnan(value)) \
-        else spec.format(value)
 
 
 def main() -> None:
@@ -246,7 +205,7 @@ def main() -> None:
              fmt(r["final_eval_return"]), fmt(r["alpha"], "{:.3f}"),
              f"{fmt(r['entropy'], '{:.2f}')} ({r['entropy_target']:.2f})",
              f"{r['wall_time']:.0f}",
-             " ".join(f"{s / 1000:g}k:{v:.0f}" for s, v in r["curve"])] for r in results]
+             curve_text(r["curve"])] for r in results]
     library = "Stable-Baselines3" if args.sb3 else "rltrain"
     print(f"{library} SAC, {args.config}, threshold {args.threshold:g}, "
           f"{args.eval_episodes} greedy episodes per evaluation")
