@@ -25,16 +25,19 @@ class Interrupter:
         self._event = threading.Event()
         self._lock = threading.Lock()
         self._reason: str | None = None
+        #: The request has ended a run (:meth:`end_run`): the next run starts without it.
+        self._honoured = False
 
     def stop(self, reason: str = "stop requested") -> None:
-        """Request a stop. The first reason given is kept; later calls change nothing."""
+        """Request a stop. The first reason given is kept; later calls change nothing until
+        the request has ended a run, after which a call is a new request."""
         with self._lock:
-            if self._reason is None:
-                self._reason = reason
+            if self._reason is None or self._honoured:
+                self._reason, self._honoured = reason, False
             self._event.set()
 
     def should_stop(self) -> bool:
-        """True once :meth:`stop` was called (and not :meth:`reset` since)."""
+        """True once :meth:`stop` was called (and the request not cleared since)."""
         return self._event.is_set()
 
     @property
@@ -44,10 +47,27 @@ class Interrupter:
             return self._reason
 
     def reset(self) -> None:
-        """Clear the request, so the same interrupter can serve another run."""
+        """Clear the request, whoever made it and whenever."""
         with self._lock:
-            self._reason = None
+            self._reason, self._honoured = None, False
             self._event.clear()
+
+    def begin_run(self) -> None:
+        """A run starts: clear the request that ended the previous run, and keep any other.
+
+        A request made before the run began (a thread that called :meth:`stop` just after
+        starting ``fit`` in another thread, a timer that fired early) ends this run at its
+        first step; it is never dropped."""
+        with self._lock:
+            if self._honoured:
+                self._reason, self._honoured = None, False
+                self._event.clear()
+
+    def end_run(self) -> None:
+        """A run ended: a request standing now was this run's, and :meth:`begin_run` of the
+        next one clears it (it still reads as requested until then)."""
+        with self._lock:
+            self._honoured = self._event.is_set()
 
 
 @contextlib.contextmanager

@@ -205,6 +205,61 @@ def test_the_stop_that_ended_one_fit_does_not_stop_the_next(tmp_path: Path) -> N
     assert second.summary.stop_reason is None
 
 
+def fit_in_a_thread(trainer: Trainer, stop_first: bool) -> tuple[threading.Thread, list[Any]]:
+    """Start ``trainer.fit`` in a new thread and request a stop at once (or, with
+    ``stop_first``, just before starting it); the thread's result or error lands in the list."""
+    outcome: list[Any] = []
+
+    def target() -> None:
+        try:
+            outcome.append(trainer.fit(ENV, small_dqn()))
+        except BaseException as error:
+            outcome.append(error)
+
+    thread = threading.Thread(target=target)
+    if stop_first:
+        trainer.interrupter.stop("stopped at once")
+    thread.start()
+    if not stop_first:
+        trainer.interrupter.stop("stopped at once")
+    thread.join(timeout=120)
+    assert not thread.is_alive()
+    return thread, outcome
+
+
+@pytest.mark.parametrize("stop_first", [False, True], ids=["just-after", "just-before"])
+def test_a_stop_requested_as_fit_starts_in_another_thread_ends_the_run_at_once(
+        tmp_path: Path, stop_first: bool) -> None:
+    # The thread may not have entered fit yet when the stop comes: the request must hold
+    # (it used to be cleared by fit's first line, and the run trained to the end).
+    trainer = Trainer(num_steps=50_000, strategy=small_strategy(), eval_interval=1_000,
+                      run_dir=tmp_path, **QUIET)
+    _, outcome = fit_in_a_thread(trainer, stop_first)
+    assert len(outcome) == 1 and not isinstance(outcome[0], BaseException), outcome
+    summary = outcome[0].summary
+    assert summary.stop_reason == "stopped at once"
+    if stop_first:  # requested before fit began: not one env step is taken
+        assert summary.env_steps == 0
+    assert summary.env_steps < 1_000
+    assert json.loads((tmp_path / "summary.json").read_text())["stop_reason"] == "stopped at once"
+    last = Checkpointer.load(tmp_path / "checkpoints" / "last.pt")
+    assert last["progress"]["env_steps"] == summary.env_steps
+    # The request that ended that run does not end the next.
+    trainer.run_dir = tmp_path / "next"
+    trainer.num_steps = 200
+    assert trainer.fit(ENV, small_dqn()).summary.stop_reason is None
+
+
+def test_a_stop_requested_between_two_fits_ends_the_second(tmp_path: Path) -> None:
+    trainer = Trainer(num_steps=200, strategy=small_strategy(), eval_interval=None,
+                      run_dir=tmp_path / "first", **QUIET)
+    assert trainer.fit(ENV, small_dqn()).summary.env_steps == 200
+    trainer.interrupter.stop("before the second")
+    trainer.run_dir = tmp_path / "second"
+    second = trainer.fit(ENV, small_dqn())
+    assert (second.summary.env_steps, second.summary.stop_reason) == (0, "before the second")
+
+
 def test_a_buffer_smaller_than_the_warmup_is_refused_or_still_trains(tmp_path: Path) -> None:
     try:
         strategy = small_strategy(buffer_size=64, warmup_steps=100)

@@ -99,9 +99,21 @@ class Trainer(TrainerSettings):
         The spaces are checked and the agent built before anything starts. A stop request
         (``trainer.interrupter``, a callback's ``request_stop``, or Ctrl-C / SIGTERM while
         ``fit`` runs in the main thread) ends the run after the current step, with the agent
-        saved; a second Ctrl-C aborts at once.
+        saved; a second Ctrl-C aborts at once. A request is never dropped: one made before
+        ``fit`` got going (``Thread(target=trainer.fit, ...).start()`` then
+        ``trainer.interrupter.stop()``) ends the run before its first step, with a checkpoint;
+        only the request that ended the previous ``fit`` is cleared when the next one starts.
         """
-        self.interrupter.reset()  # a stop requested from here on ends this run
+        # A stop requested before this line (say, by the thread that started fit in another
+        # one) ends this run too; only the request that ended the previous run is cleared.
+        self.interrupter.begin_run()
+        try:
+            return self._prepare_and_fit(env, agent, ckpt_path)
+        finally:
+            self.interrupter.end_run()
+
+    def _prepare_and_fit(self, env: EnvInit, agent: LearningAgent,
+                         ckpt_path: str | Path | LoadedCheckpoint | None) -> RLResult:
         self.strategy = strategy = strategy_for(self, agent)
         run_dir = self.resolve_run_dir(env, agent)
         components = make_components(self, run_dir)
