@@ -4,9 +4,12 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
+import os
 import sys
-from collections.abc import Sequence
+import warnings
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +31,8 @@ from rltrain.config import (
 )
 from rltrain.envs import SubEnvError
 from rltrain.errors import TrainingError
+from rltrain.seeding import derive_seeds
+from rltrain.targets import TRUSTED, Trust
 from rltrain.trainer import build
 
 #: Exit statuses: bad input found before training (a config, an environment, a checkpoint, a
@@ -77,6 +82,7 @@ def build_parser() -> argparse.ArgumentParser:
                           "and checkpoint settings")
     fit.add_argument("--overwrite", action="store_true",
                      help="replace the run already in trainer.run_dir (its checkpoints and logs)")
+    add_trust(fit)
 
     evaluate = commands.add_parser(
         "evaluate", help="run greedy episodes of a trained agent",
@@ -88,23 +94,60 @@ def build_parser() -> argparse.ArgumentParser:
     evaluate.add_argument("--seed", type=int, default=None,
                           help="reset seed (default: the run's evaluation seed, which "
                                "reproduces the run's evaluation returns)")
+    evaluate.add_argument("--checkpoint", choices=("last", "best"), default="last",
+                          help="which checkpoint of a RUN_DIR to evaluate (default: last)")
+    add_trust(evaluate)
 
     commands.add_parser("list", help="list agents, strategies and shipped configs",
                         epilog=EXAMPLES, formatter_class=formatter)
     return parser
 
 
+#: Flags other tools use, and the config key that says the same here.
+FLAG_KEYS = {
+    "--steps": "trainer.num_steps", "--num-steps": "trainer.num_steps",
+    "--total-timesteps": "trainer.num_steps", "--n-timesteps": "trainer.num_steps",
+    "--timesteps": "trainer.num_steps", "--seed": "strategy.seed", "--env": "env.id",
+    "--env-id": "env.id", "--algo": "agent.name", "--agent": "agent.name",
+    "--lr": "agent.lr", "--learning-rate": "agent.lr", "--device": "trainer.device",
+    "--run-dir": "trainer.run_dir", "--log-dir": "trainer.run_dir",
+    "--logdir": "trainer.run_dir", "--num-envs": "strategy.num_envs",
+    "--n-envs": "strategy.num_envs", "--batch-size": "strategy.batch_size",
+    "--eval-episodes": "trainer.eval_episodes", "--threads": "trainer.num_threads",
+}
+
+
+def add_trust(parser: argparse.ArgumentParser) -> None:
+    """The ``--trust MODULE`` option of the commands that rebuild a stored run."""
+    parser.add_argument(
+        "--trust", action="append", default=[], metavar="MODULE",
+        help="a module whose functions a run directory's stored config may name (repeatable); "
+             "without it, a stored config may name only env, wrapper, agent and strategy "
+             "classes, from outside the run directory")
+
+
+def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
+    """The command line, with a hint for flags other tools use (``--steps``: write
+    ``trainer.num_steps=N``)."""
+    parser = build_parser()
+    args, unknown = parser.parse_known_args(argv)
+    if unknown:
+        flag = unknown[0].partition("=")[0]
+        key = FLAG_KEYS.get(flag)
+        hint = (f" Settings are key=value overrides here: write {key}=VALUE." if key else
+                " Settings are key=value overrides (rltrain fit --print-config shows them).")
+        parser.error(f"unrecognized arguments: {' '.join(unknown)}.{hint}")
+    return args
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``rltrain`` console script; returns the exit status: 0, or
     :data:`EXIT_BAD_INPUT` (2), :data:`EXIT_TRAINING_FAILED` (3), :data:`EXIT_INTERNAL_ERROR`
     (1), each with a one-line message (``--traceback`` shows Python's traceback instead)."""
-    args = build_parser().parse_args(argv)
+    args = parse_args(argv)
     try:
-        if args.command == "fit":
-            return fit(args)
-        if args.command == "evaluate":
-            return evaluate(args)
-        return list_registered()
+        with warnings_as_lines():
+            return run_command(args)
     except Exception as error:
         if args.traceback:
             raise
@@ -113,6 +156,31 @@ def main(argv: Sequence[str] | None = None) -> int:
         print("rltrain: aborted (a second Ctrl-C); the last checkpoint is kept.",
               file=sys.stderr)
         return 130
+
+
+def run_command(args: argparse.Namespace) -> int:
+    """The subcommand ``args`` names. Modules in the current directory can be named by import
+    path (``env._target_=my_envs.Corridor``), as under ``python -m``; installed ones win."""
+    if os.getcwd() not in sys.path:
+        sys.path.append(os.getcwd())
+    if args.command == "fit":
+        return fit(args)
+    if args.command == "evaluate":
+        return evaluate(args)
+    return list_registered()
+
+
+@contextlib.contextmanager
+def warnings_as_lines() -> Iterator[None]:
+    """Python warnings shown as ``rltrain: warning: ...`` lines on stderr, each once."""
+    def show(message: Warning | str, category: type[Warning], filename: str, lineno: int,
+             file: Any = None, line: str | None = None) -> None:
+        print(f"rltrain: warning: {message}", file=sys.stderr)
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("default")
+        warnings.showwarning = show
+        yield
 
 
 def report(error: Exception) -> int:
@@ -142,14 +210,15 @@ def fit(args: argparse.Namespace) -> int:
             raise ValueError("--resume continues a run with its own saved config; pass only "
                              f"key=value overrides, not {', '.join(files)}.")
         config, ckpt_path = resumed_config(args.resume, overrides)
+        trust = Trust(stored_in=Path(str(config.trainer.run_dir)), modules=args.trust)
     else:
-        config = compose(files or default_files(overrides), overrides)
+        config, trust = compose(files or default_files(overrides), overrides), TRUSTED
     if args.overwrite:
         config.trainer.overwrite = True
     if args.print_config:
         print(OmegaConf.to_yaml(config), end="")
         return 0
-    run = build(config)
+    run = build(config, trust)
     summary = run.fit(ckpt_path=ckpt_path).summary
     print(f"run directory: {run.trainer.last_run_dir}")
     final = summary.final_metrics.get("eval/return_mean")
@@ -159,16 +228,21 @@ def fit(args: argparse.Namespace) -> int:
 
 
 def default_files(overrides: list[str]) -> list[str]:
-    """The shipped config ``rltrain fit`` starts from without a file: ``dqn_cartpole``; with
-    ``agent.name=`` / ``strategy.name=`` overrides, the first shipped config naming them
-    (``agent.name=ppo``: ``ppo_cartpole``), or none (the defaults) when none does."""
+    """The shipped config ``rltrain fit`` starts from without a file: the preset tuned for
+    the ``env.id`` and agent the overrides name (``env.id=Acrobot-v1``: ``dqn_acrobot``;
+    ``agent.name=ppo``: ``ppo_cartpole``); without a preset for that env, the agent's first
+    (``dqn_cartpole`` by default, with a warning that it was tuned for another env), or none
+    (the defaults) when no shipped config names that agent or strategy."""
     named = {key: value.strip() for key, _, value in (o.partition("=") for o in overrides)
-             if key in ("agent.name", "strategy.name")}
-    if not named:
-        return ["dqn_cartpole"]
-    matching = [name for name in shipped_configs() if all(
-        OmegaConf.select(load_yaml(name), key) == value for key, value in named.items())]
-    return matching[:1]
+             if key in ("agent.name", "strategy.name", "env.id")}
+    named.setdefault("agent.name", "dqn")
+    without_env = {k: v for k, v in named.items() if k != "env.id"}
+    for wanted in (named, without_env):
+        matching = [name for name in shipped_configs() if all(
+            OmegaConf.select(load_yaml(name), key) == value for key, value in wanted.items())]
+        if matching:
+            return ["dqn_cartpole"] if wanted == {"agent.name": "dqn"} else matching[:1]
+    return []
 
 
 def resumed_config(resume: str, overrides: list[str]
@@ -233,14 +307,23 @@ def evaluate(args: argparse.Namespace) -> int:
     if path.is_dir():
         saved = load_stored(path / "config.yaml") if (path / "config.yaml").is_file() else None
         directory = OmegaConf.select(saved, "trainer.checkpoint_dir") if saved else None
-        checkpoint = Checkpointer(directory or path / "checkpoints").resolve("last")
+        checkpoint = Checkpointer(directory or path / "checkpoints").resolve(args.checkpoint)
+        run_dir = path
     elif path.is_file():
         checkpoint = path
+        run_dir = path.parent.parent if path.parent.name == "checkpoints" else path.parent
     else:
         raise FileNotFoundError(f"No run directory or checkpoint at {path}.")
-    run = build(checkpoint_config(checkpoint), logger=False, enable_progress_bar=False,
-                enable_console=False, enable_metrics_file=False)
-    metrics = run.evaluate(ckpt_path=checkpoint, episodes=args.episodes, seed=args.seed)
+    config = checkpoint_config(checkpoint)
+    seed, extra = args.seed, dict[str, Any]()
+    if "unrecorded" in config.strategy:  # a strategy from a script: only its seed matters here
+        extra["strategy"] = None
+        seed = seed if seed is not None else derive_seeds(
+            int(config.strategy.get("seed", 0))).evaluation
+    run = build(config, Trust(stored_in=run_dir, modules=args.trust), logger=False,
+                enable_progress_bar=False, enable_console=False, enable_metrics_file=False,
+                **extra)
+    metrics = run.evaluate(ckpt_path=checkpoint, episodes=args.episodes, seed=seed)
     print(json.dumps({"checkpoint": str(checkpoint), **metrics}, indent=2))
     return 0
 

@@ -20,6 +20,8 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import typing
+import warnings
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -29,14 +31,12 @@ import yaml
 from omegaconf import DictConfig, ListConfig, OmegaConf
 from omegaconf.errors import ConfigKeyError, OmegaConfBaseException
 
-from rltrain.agents.base import LearningAgent
 from rltrain.agents.dqn import DQN, DQNConfig
 from rltrain.agents.dreamer import Dreamer, DreamerConfig
 from rltrain.agents.ppo import PPO, PPOConfig
 from rltrain.agents.sac import SAC, SACConfig
 from rltrain.checkpoint import atomic_write_text
-from rltrain.envs import EnvInit, EnvSpec, check_env_id
-from rltrain.strategies.base import RLStrategy
+from rltrain.envs import check_env_id
 from rltrain.strategies.off_policy import OffPolicyConfig, OffPolicyStrategy
 from rltrain.strategies.on_policy import OnPolicyConfig, OnPolicyStrategy
 from rltrain.trainer_config import TrainerConfig as TrainerConfig
@@ -54,12 +54,37 @@ class EnvConfig:
     """The ``env:`` section.
 
     Attributes:
-        id: A registered Gymnasium id. Default ``"CartPole-v1"``.
-        kwargs: Keyword arguments for ``gymnasium.make`` (e.g. ``{max_episode_steps: 200}``).
+        id: A registered Gymnasium id, or Gymnasium's ``"module:EnvId"``. Default
+            ``"CartPole-v1"``; ignored (set to null) when ``_target_`` is given.
+        kwargs: Keyword arguments for ``gymnasium.make`` or ``_target_`` (e.g.
+            ``{max_episode_steps: 200}``).
+        imports: Modules imported first: packages that register their ids (``[minigrid]``).
+        wrappers: Applied in order, each ``{_target_: import.path.Wrapper, **kwargs}``
+            (``[{_target_: minigrid.wrappers.ImgObsWrapper}]``).
+        _target_: Instead of ``id``: the import path of an env class, or of a function
+            returning an env, called with ``kwargs`` (``my_envs.Corridor``; a module in the
+            current directory is found). Default null.
+        unrecorded: Set by rltrain when the run's env was a Python callable with no import
+            path: why the env cannot be rebuilt from this config. Default null.
     """
 
-    id: str = "CartPole-v1"
+    id: str | None = "CartPole-v1"
     kwargs: dict[str, Any] = field(default_factory=dict)
+    imports: list[str] = field(default_factory=list)
+    wrappers: list[Any] = field(default_factory=list)
+    _target_: str | None = None
+    unrecorded: str | None = None
+
+    def __post_init__(self) -> None:
+        for index, wrapper in enumerate(self.wrappers):
+            if not isinstance(wrapper, Mapping) or not isinstance(wrapper.get("_target_"), str):
+                raise ValueError(
+                    f"wrappers[{index}] is {wrapper!r}; each wrapper is a mapping with the "
+                    "import path of its class and its keyword arguments, e.g. {_target_: "
+                    "gymnasium.wrappers.TimeLimit, max_episode_steps: 200}.")
+        if self.id is None and self._target_ is None and self.unrecorded is None:
+            raise ValueError("give the environment an id (a Gymnasium id) or a _target_ "
+                             "(the import path of an env class or function).")
 
 
 @dataclass(frozen=True)
@@ -127,11 +152,12 @@ class RunConfig:
     agent: Any = field(default_factory=AGENTS["dqn"].section)
 
 
-def schema(agent: str = "dqn", strategy: str = "off_policy") -> DictConfig:
-    """The typed, default config for ``agent`` trained by ``strategy``."""
+def schema(agent: str | None = "dqn", strategy: str | None = "off_policy") -> DictConfig:
+    """The typed, default config for ``agent`` trained by ``strategy``; None leaves that
+    section untyped (a section naming its class by ``_target_``, checked when it is made)."""
     config = OmegaConf.structured(RunConfig(
-        strategy=_lookup(STRATEGIES, strategy, "strategy").section(),
-        agent=_lookup(AGENTS, agent, "agent").section()))
+        strategy={} if strategy is None else lookup(STRATEGIES, strategy, "strategy").section(),
+        agent={} if agent is None else lookup(AGENTS, agent, "agent").section()))
     assert isinstance(config, DictConfig)
     return config
 
@@ -139,10 +165,43 @@ def schema(agent: str = "dqn", strategy: str = "off_policy") -> DictConfig:
 def compose(files: Sequence[str | Path] = (), overrides: Sequence[str] = ()) -> DictConfig:
     """Merge YAML ``files`` (later ones win) and ``key=value`` ``overrides`` onto the defaults,
     type-checked. A file name without a folder or suffix (``dqn_cartpole``) is a shipped config.
+    A shipped preset whose ``env.id`` a later file or override changes gets a warning: its
+    settings were tuned for its own env.
     """
     layers = [load_yaml(path) for path in files]
-    return validate(OmegaConf.merge(*layers, parse_overrides(overrides)) if layers or overrides
-                    else OmegaConf.create())
+    config = validate(OmegaConf.merge(*layers, parse_overrides(overrides)) if layers or overrides
+                      else OmegaConf.create())
+    for path, layer in zip(files, layers, strict=True):
+        tuned = OmegaConf.select(layer, "env.id")
+        if _is_shipped(path) and tuned is not None and config.env.id != tuned:
+            warnings.warn(retuned_message(Path(path).stem, str(tuned), config), stacklevel=2)
+    return config
+
+
+def _is_shipped(path: str | Path) -> bool:
+    found = Path(path)
+    if not found.exists() and found.parent == Path(".") and not found.suffix:
+        found = SHIPPED_CONFIGS / f"{found}.yaml"
+    return found.resolve().parent == SHIPPED_CONFIGS.resolve()
+
+
+def presets_for(env_id: str | None, agent: str | None = None) -> list[str]:
+    """The shipped configs tuned for ``env_id`` (and ``agent``, when given)."""
+    return [name for name in shipped_configs()
+            if OmegaConf.select(load_yaml(name), "env.id") == env_id
+            and agent in (None, OmegaConf.select(load_yaml(name), "agent.name"))]
+
+
+def retuned_message(preset: str, tuned: str, config: DictConfig) -> str:
+    """The warning for a shipped ``preset`` tuned for ``tuned`` but run on another env."""
+    env = config.env.id or config.env._target_
+    agent = OmegaConf.select(config, "agent.name")
+    matching = presets_for(config.env.id, agent) if config.env.id is not None else []
+    advice = (f"start from {' or '.join(matching)} instead" if matching else
+              "no shipped preset is tuned for it, so tune the strategy.* and agent.* "
+              "settings (RL-Zoo's hyperparameters are a good start)")
+    return (f"{preset} is tuned for {tuned}, and env.id is now {env}: its settings may not "
+            f"suit {env}; {advice}.")
 
 
 def validate(config: Mapping[str, Any] | DictConfig | ListConfig) -> DictConfig:
@@ -168,17 +227,20 @@ def _validate(config: Mapping[str, Any] | DictConfig | ListConfig) -> DictConfig
         raise ConfigError("A run config is a mapping of sections (trainer, env, strategy, "
                           "agent), not a list.")
     raw = config if isinstance(config, DictConfig) else OmegaConf.create(dict(config))
-    agent = str(OmegaConf.select(raw, "agent.name", default="dqn"))
-    kinds = getattr(AGENTS[agent].cls, "strategy_kinds", ("off_policy",)) if agent in AGENTS else ()
-    base = schema(agent, str(OmegaConf.select(raw, "strategy.name",
-                                              default=kinds[0] if kinds else "off_policy")))
+    agent, strategy = _named(raw, "agent"), _named(raw, "strategy")
+    if agent is not None and strategy == "":
+        kinds = getattr(AGENTS[agent].cls, "strategy_kinds", ()) if agent in AGENTS else ()
+        strategy = kinds[0] if kinds else "off_policy"
+    base = schema(agent, strategy or "off_policy")
     try:
-        merged = OmegaConf.merge(base, raw)
+        merged = OmegaConf.merge(base, _integral_floats(base, raw))
     except ConfigKeyError as error:
         raise ConfigError(_unknown_key_message(base, error)) from None
     except OmegaConfBaseException as error:
         raise ConfigError(_omegaconf_message(error)) from None
     assert isinstance(merged, DictConfig)
+    if merged.env._target_ is not None:
+        merged.env.id = None
     for section in ("trainer", "env", "strategy", "agent"):
         try:
             OmegaConf.to_object(merged[section])  # runs the dataclass's own checks
@@ -186,11 +248,43 @@ def _validate(config: Mapping[str, Any] | DictConfig | ListConfig) -> DictConfig
             raise ConfigError(_omegaconf_message(error)) from None
         except ValueError as error:
             raise ConfigError(f"{section}: {error}") from None
-    try:
-        check_env_id(str(merged.env.id))
-    except ValueError as error:
-        raise ConfigError(f"env.id: {error}") from None
+    env_id = merged.env.id
+    if env_id is not None and ":" not in env_id and not merged.env.imports:
+        try:  # an id in an imported module is checked once the module is imported
+            check_env_id(str(env_id))
+        except ValueError as error:
+            raise ConfigError(f"env.id: {error}") from None
     return merged
+
+
+def _named(raw: DictConfig, section: str) -> str | None:
+    """The registered name a section selects; None for a section naming its class by
+    ``_target_`` (or recorded as not rebuildable); ``""`` for a strategy left to the agent."""
+    node = OmegaConf.select(raw, section)
+    if isinstance(node, DictConfig) and ("_target_" in node or "unrecorded" in node):
+        if "name" in node:
+            raise ConfigError(f"{section}: give either name (a registered {section}) or "
+                              "_target_ (an import path), not both.")
+        return None
+    default = "dqn" if section == "agent" else ""
+    return str(OmegaConf.select(raw, f"{section}.name", default=default))
+
+
+def _integral_floats(base: DictConfig, raw: DictConfig) -> DictConfig:
+    """``raw`` with integral floats (``1e4``, as YAML and overrides read it) turned into ints
+    where the schema's field is an int."""
+    fixed = OmegaConf.create(to_container_raw(raw))
+    for section in ("trainer", "env", "strategy", "agent"):
+        node, schema_node = fixed.get(section), base.get(section)
+        if not isinstance(node, DictConfig) or not isinstance(schema_node, DictConfig):
+            continue
+        kind = OmegaConf.get_type(schema_node)
+        hints = typing.get_type_hints(kind) if dataclasses.is_dataclass(kind) else {}
+        for key, value in node.items():
+            if (isinstance(value, float) and value.is_integer()
+                    and hints.get(str(key)) in (int, int | None)):
+                node[key] = int(value)
+    return fixed
 
 
 def parse_overrides(overrides: Iterable[str]) -> DictConfig:
@@ -299,46 +393,7 @@ def to_container(config: DictConfig | Mapping[str, Any]) -> dict[str, Any]:
             for k, v in config.items()}
 
 
-def make_agent(section: DictConfig) -> LearningAgent:
-    """The agent an ``agent:`` section names, with its hyperparameters."""
-    entry = _lookup(AGENTS, str(section.name), "agent")
-    agent = entry.cls(_plain(entry, section))
-    assert isinstance(agent, LearningAgent)
-    return agent
-
-
-def make_strategy(section: DictConfig) -> RLStrategy:
-    """The strategy a ``strategy:`` section names, with its settings."""
-    entry = _lookup(STRATEGIES, str(section.name), "strategy")
-    strategy = entry.cls(_plain(entry, section))
-    assert isinstance(strategy, RLStrategy)
-    return strategy
-
-
-def make_env(section: DictConfig) -> EnvInit:
-    """The environment an ``env:`` section describes: its id, or an :class:`EnvSpec` with
-    keyword arguments."""
-    kwargs = to_container(section.kwargs) if section.kwargs else {}
-    return EnvSpec(str(section.id), kwargs) if kwargs else str(section.id)
-
-
-def section_of(obj: object, registry: Mapping[str, Registered]) -> dict[str, Any] | None:
-    """The config section describing a registered agent or strategy instance (None for
-    unregistered classes)."""
-    for entry in registry.values():
-        if type(obj) is entry.cls:
-            config = getattr(obj, "config", None)
-            if dataclasses.is_dataclass(config) and not isinstance(config, type):
-                return {"name": entry.name, **dataclasses.asdict(config)}
-    return None
-
-
-def _plain(entry: Registered, section: DictConfig) -> Any:
-    values = {k: v for k, v in to_container(section).items() if k != "name"}
-    return entry.config(**values)
-
-
-def _lookup(registry: Mapping[str, Registered], name: str, kind: str) -> Registered:
+def lookup(registry: Mapping[str, Registered], name: str, kind: str) -> Registered:
     entry = registry.get(name)
     if entry is None:
         close = difflib.get_close_matches(name, list(registry), n=1, cutoff=0.5)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import difflib
 import functools
+import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, Union
@@ -11,32 +12,53 @@ from typing import Any, Literal, Union
 import gymnasium as gym
 from gymnasium.vector import AsyncVectorEnv, AutoresetMode, SyncVectorEnv, VectorEnv
 
+from rltrain.targets import TRUSTED, Trust, import_modules, locate
+
 Vectorization = Literal["sync", "async"]
 
 
 @dataclass(frozen=True)
 class EnvSpec:
-    """A Gymnasium environment by id, with keyword arguments and wrappers.
+    """An environment by Gymnasium id or by import path, with keyword arguments and wrappers.
 
-    Instances are callables that make one environment, and pickle (for ``AsyncVectorEnv``) as long
-    as the wrappers do.
+    Instances are callables that make one environment, and pickle (for ``AsyncVectorEnv``) as
+    long as the wrappers do (classes, ``functools.partial`` of classes and
+    :class:`~rltrain.targets.Target` do; lambdas do not).
 
     Attributes:
-        id: A registered Gymnasium id, e.g. ``"CartPole-v1"``.
-        kwargs: Keyword arguments for ``gymnasium.make``. Default none.
+        id: A registered Gymnasium id, e.g. ``"CartPole-v1"``, or Gymnasium's
+            ``"module:EnvId"`` (the module is imported first; it registers the id).
+        kwargs: Keyword arguments for ``gymnasium.make`` (or for ``target``). Default none.
         wrappers: Applied in order to the made environment, e.g.
             ``(gymnasium.wrappers.NormalizeReward,)``. Default none.
+        imports: Modules imported before the env is made (packages that register their ids,
+            e.g. ``("minigrid",)``). Default none.
+        target: Instead of ``id``: the import path of an env class or of a function returning
+            an env (``"my_envs.Corridor"``), called with ``kwargs``. Default None.
     """
 
-    id: str
+    id: str | None = None
     kwargs: Mapping[str, Any] = field(default_factory=dict)
     wrappers: Sequence[Callable[[gym.Env[Any, Any]], gym.Env[Any, Any]]] = ()
+    imports: Sequence[str] = ()
+    target: str | None = None
 
     def __post_init__(self) -> None:
-        check_env_id(self.id)
+        if (self.id is None) == (self.target is None):
+            raise ValueError("An EnvSpec names its environment by id or by target (an import "
+                             f"path), exactly one; got id={self.id!r}, target={self.target!r}.")
+        import_modules(self.imports)
+        if self.id is not None:
+            check_env_id(self.id)
 
     def __call__(self) -> gym.Env[Any, Any]:
-        env = gym.make(self.id, **dict(self.kwargs))
+        import_modules(self.imports)
+        env: gym.Env[Any, Any]
+        if self.target is not None:
+            env = locate(self.target)(**dict(self.kwargs))
+        else:
+            assert self.id is not None
+            env = gym.make(self.id, **dict(self.kwargs))
         for wrapper in self.wrappers:
             env = wrapper(env)
         return env
@@ -46,8 +68,13 @@ class EnvSpec:
 EnvInit = Union[str, EnvSpec, Callable[[], gym.Env[Any, Any]]]
 
 
-def check_env_id(env_id: str) -> None:
-    """Raise ``ValueError`` naming the closest registered ids when ``env_id`` is not registered."""
+def check_env_id(env_id: str, trust: Trust = TRUSTED) -> None:
+    """Raise ``ValueError`` naming the closest registered ids when ``env_id`` is not registered;
+    a ``"module:EnvId"`` id imports its module first, as ``gymnasium.make`` does."""
+    module, sep, name = env_id.rpartition(":")
+    if sep:
+        import_modules([module], trust)
+        env_id = name
     if env_id in gym.registry:
         return
     close = difflib.get_close_matches(env_id, list(gym.registry), n=3, cutoff=0.5)
@@ -147,12 +174,20 @@ def _make_sub_env(factory: Callable[[], gym.Env[Any, Any]], index: int,
 
 
 def env_name(env: EnvInit) -> str:
-    """A short name for logs and run directories: the id, or the callable's name."""
+    """A short name for logs and run directories: the id, or the callable's (or target's)
+    name, with anything but letters, digits, ``.``, ``_`` and ``-`` replaced by ``_`` (a
+    lambda is ``env``)."""
     if isinstance(env, str):
-        return env
-    if isinstance(env, EnvSpec):
-        return env.id
-    return getattr(env, "__name__", type(env).__name__)
+        name = env
+    elif isinstance(env, EnvSpec):
+        name = env.id if env.id is not None else str(env.target).replace(":", ".")
+    elif isinstance(env, functools.partial):
+        return env_name(env.func)
+    else:
+        name = getattr(env, "__name__", type(env).__name__)
+    name = name.rpartition(":")[2]
+    cleaned = re.sub(r"[^A-Za-z0-9._-]+", "_", name).strip("._")
+    return cleaned if cleaned and cleaned != "lambda" else "env"
 
 
 def make_vector_env(

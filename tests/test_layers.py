@@ -17,7 +17,7 @@ PACKAGE = Path(__file__).resolve().parent.parent / "rltrain"
 #: Lowest first. A module belongs to the first prefix that names it (the longest wins).
 LAYERS: list[tuple[str, ...]] = [
     ("rltrain.types", "rltrain.errors", "rltrain._version"),
-    ("rltrain.envs", "rltrain.seeding", "rltrain.interrupt", "rltrain.safe_pickle",
+    ("rltrain.targets", "rltrain.envs", "rltrain.seeding", "rltrain.interrupt", "rltrain.safe_pickle",
      "rltrain.buffers", "rltrain.events", "rltrain.model_summary",
      "rltrain.checkpoint.manifest", "rltrain.checkpoint.store"),
     ("rltrain.components",),
@@ -25,7 +25,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("rltrain.agents",),
     ("rltrain.runner", "rltrain.evaluation", "rltrain.checkpoint", "rltrain.callbacks"),
     ("rltrain.strategies",),
-    ("rltrain.trainer_config", "rltrain.config"),
+    ("rltrain.trainer_config", "rltrain.config", "rltrain.instantiate"),
     ("rltrain.trainer",),
     ("rltrain.cli",),
     ("rltrain",),  # the package's own __init__: the public names

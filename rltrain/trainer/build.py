@@ -11,9 +11,11 @@ from omegaconf import DictConfig
 
 from rltrain.agents.base import LearningAgent
 from rltrain.checkpoint import LoadedCheckpoint
-from rltrain.config import make_agent, make_env, validate
+from rltrain.config import validate
 from rltrain.envs import EnvInit
+from rltrain.instantiate import make_agent, make_env
 from rltrain.strategies.base import RLResult
+from rltrain.targets import TRUSTED, Trust
 from rltrain.trainer.trainer import Trainer
 
 
@@ -36,11 +38,15 @@ class BuiltRun:
                                      episodes=episodes, seed=seed)
 
 
-def build(config: DictConfig | Mapping[str, Any], **trainer_overrides: Any) -> BuiltRun:
+def build(config: DictConfig | Mapping[str, Any], trust: Trust = TRUSTED,
+          **trainer_overrides: Any) -> BuiltRun:
     """Trainer, strategy, agent and environment from one run config (validated first);
-    ``trainer_overrides`` are further Trainer arguments (``callbacks``, ``interrupter``)."""
+    ``trainer_overrides`` are further Trainer arguments (``callbacks``, ``interrupter``).
+    ``trust``: what the config's import paths may name; a config read from a run directory or
+    a checkpoint is untrusted (``Trust(stored_in=run_dir)``), the default trusts the config
+    as the user's own."""
     cfg = validate(config)
-    return BuiltRun(trainer=Trainer.from_config(cfg, **trainer_overrides),
-                    agent=make_agent(cfg.agent), env=make_env(cfg.env))
+    return BuiltRun(trainer=Trainer.from_config(cfg, trust, **trainer_overrides),
+                    agent=make_agent(cfg.agent, trust), env=make_env(cfg.env, trust))
 
 

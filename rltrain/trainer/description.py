@@ -8,8 +8,9 @@ from pathlib import Path
 from typing import Any
 
 from rltrain.agents.base import LearningAgent
-from rltrain.config import AGENTS, STRATEGIES, section_of, to_container
-from rltrain.envs import EnvInit, EnvSpec
+from rltrain.config import to_container
+from rltrain.envs import EnvInit
+from rltrain.instantiate import describe_agent, describe_env, describe_strategy
 from rltrain.trainer.settings import TrainerSettings
 from rltrain.trainer_config import TrainerConfig
 
@@ -30,18 +31,13 @@ def run_config(trainer: TrainerSettings, env: EnvInit, agent: LearningAgent,
                run_dir: Path | None = None) -> dict[str, Any]:
     """The run's config as plain dicts: the ``config`` given, with the ``trainer`` section
     from :meth:`settings` (``run_dir`` filled in), and ``env``, ``strategy`` and ``agent``
-    described from the objects when they are registered (their sections as given
-    otherwise)."""
-    described: dict[str, Any] = {"trainer": trainer_settings(trainer)}
+    described from the objects (:mod:`rltrain.instantiate`): by registered name, by import
+    path, or as ``unrecorded`` with the reason they cannot be rebuilt."""
+    described: dict[str, Any] = {"trainer": trainer_settings(trainer),
+                                 "env": describe_env(env), "agent": describe_agent(agent)}
+    if trainer.strategy is not None:
+        described["strategy"] = describe_strategy(trainer.strategy)
     if run_dir is not None:
         described["trainer"]["run_dir"] = str(run_dir)
-    if isinstance(env, str):
-        described["env"] = {"id": env, "kwargs": {}}
-    elif isinstance(env, EnvSpec) and not env.wrappers:
-        described["env"] = {"id": env.id, "kwargs": dict(env.kwargs)}
-    for name, section in (("strategy", section_of(trainer.strategy, STRATEGIES)),
-                          ("agent", section_of(agent, AGENTS))):
-        if section is not None:
-            described[name] = section
     given = to_container(trainer.config) if trainer.config is not None else {}
     return {**given, **described}

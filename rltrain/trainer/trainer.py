@@ -21,13 +21,15 @@ from rltrain.checkpoint import (
     training_state,
 )
 from rltrain.components import RLComponents
-from rltrain.config import make_strategy, save_config, validate
+from rltrain.config import save_config, validate
 from rltrain.envs import EnvInit, env_name
 from rltrain.evaluation import Evaluator
 from rltrain.events.processor import EventProcessor
 from rltrain.events.renderers.jsonl import json_safe
+from rltrain.instantiate import make_strategy
 from rltrain.interrupt import stop_on_signals
 from rltrain.strategies.base import RLResult, RLStrategy
+from rltrain.targets import TRUSTED, Trust
 from rltrain.trainer.description import run_config, trainer_settings
 from rltrain.trainer.outputs import subscribers, write_model_summary
 from rltrain.trainer.preflight import (
@@ -74,15 +76,19 @@ class Trainer(TrainerSettings):
     last_run_dir: Path | None = None
 
     @classmethod
-    def from_config(cls, config: DictConfig | Mapping[str, Any], **overrides: Any) -> Trainer:
+    def from_config(cls, config: DictConfig | Mapping[str, Any], trust: Trust = TRUSTED,
+                    **overrides: Any) -> Trainer:
         """The Trainer and strategy a run config describes (its ``trainer`` and ``strategy``
         sections; validated first). ``overrides`` are further Trainer arguments, e.g.
-        ``callbacks=[...]`` or ``interrupter=...``. See :func:`build` for agent and env too."""
+        ``callbacks=[...]`` or ``interrupter=...`` (a ``strategy=`` given replaces the
+        config's). ``trust``: see :func:`build`, which makes the agent and env too."""
         cfg = validate(config)
         settings = OmegaConf.to_object(cfg.trainer)
         assert isinstance(settings, TrainerConfig)
         fields = {f.name: getattr(settings, f.name) for f in dataclasses.fields(TrainerConfig)}
-        return cls(strategy=make_strategy(cfg.strategy), config=cfg, **{**fields, **overrides})
+        if "strategy" not in overrides:
+            overrides["strategy"] = make_strategy(cfg.strategy, trust)
+        return cls(config=cfg, **{**fields, **overrides})
 
     def fit(self, env: EnvInit, agent: LearningAgent,
             ckpt_path: str | Path | LoadedCheckpoint | None = None) -> RLResult:

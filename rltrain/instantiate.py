@@ -1,0 +1,201 @@
+"""Objects from config sections and back: the agent, strategy and env a run config describes
+(:func:`make_agent`, :func:`make_strategy`, :func:`make_env`), and the sections that describe
+the objects of a run (:func:`describe_agent`, :func:`describe_strategy`, :func:`describe_env`).
+
+A section names a registered class (``name: dqn``) or any class by import path
+(``_target_: my_agents.MyAgent``, Hydra's convention), built as ``cls(ConfigClass(**rest))``
+when its ``__init__`` takes a config dataclass (``config: MyAgentConfig``), else
+``cls(**rest)``. An object that has no import path (defined in a script or a function, or a
+lambda) is described as ``unrecorded``: why it cannot be rebuilt, which making it then says.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import inspect
+import typing
+from collections.abc import Mapping
+from typing import Any
+
+import gymnasium as gym
+from omegaconf import DictConfig, OmegaConf
+from omegaconf.errors import OmegaConfBaseException
+
+from rltrain.agents.base import LearningAgent
+from rltrain.config import AGENTS, STRATEGIES, ConfigError, Registered, lookup, to_container
+from rltrain.envs import EnvInit, EnvSpec, check_env_id, env_factory
+from rltrain.strategies.base import RLStrategy
+from rltrain.targets import (
+    TRUSTED,
+    Target,
+    TargetError,
+    Trust,
+    describe_callable,
+    import_modules,
+    import_path,
+    locate,
+    split_target,
+)
+
+
+def make_agent(section: DictConfig, trust: Trust = TRUSTED) -> LearningAgent:
+    """The agent an ``agent:`` section names, with its hyperparameters."""
+    agent = _make(section, AGENTS, LearningAgent, "agent", trust)
+    assert isinstance(agent, LearningAgent)
+    return agent
+
+
+def make_strategy(section: DictConfig, trust: Trust = TRUSTED) -> RLStrategy:
+    """The strategy a ``strategy:`` section names, with its settings."""
+    strategy = _make(section, STRATEGIES, RLStrategy, "strategy", trust)
+    assert isinstance(strategy, RLStrategy)
+    return strategy
+
+
+def make_env(section: DictConfig, trust: Trust = TRUSTED) -> EnvInit:
+    """The environment an ``env:`` section describes: its id, or an :class:`EnvSpec` with
+    keyword arguments, imports, wrappers or a ``_target_``. Every import path is located (and
+    checked against ``trust``) here, before anything runs."""
+    if section.unrecorded is not None:
+        raise ConfigError(
+            f"env: this run's environment cannot be rebuilt from its config: "
+            f"{section.unrecorded}. Give it on the command line (env.id=... or "
+            "env._target_=module.make_env), or evaluate it from Python: "
+            "Trainer.evaluate(env, agent, ckpt_path=...).")
+    try:
+        imports = [str(name) for name in section.imports]
+        import_modules(imports, trust)
+        wrappers = tuple(_wrapper(to_container(w), i, trust)
+                         for i, w in enumerate(section.wrappers))
+        kwargs = to_container(section.kwargs) if section.kwargs else {}
+        if section._target_ is not None:
+            locate(str(section._target_), kind=gym.Env, trust=trust, what="env._target_")
+            return EnvSpec(target=str(section._target_), kwargs=kwargs, wrappers=wrappers,
+                           imports=imports)
+        check_env_id(str(section.id), trust)
+    except ValueError as error:
+        raise ConfigError(str(error)) from None
+    if kwargs or wrappers or imports:
+        return EnvSpec(str(section.id), kwargs, wrappers, imports)
+    return str(section.id)
+
+
+def _wrapper(item: dict[str, Any], index: int, trust: Trust) -> Target:
+    path, kwargs = split_target(item)
+    locate(path, kind=gym.Wrapper, trust=trust, what=f"env.wrappers[{index}]._target_")
+    return Target(path, kwargs)
+
+
+def _make(section: DictConfig, registry: Mapping[str, Registered], kind: type, name: str,
+          trust: Trust) -> Any:
+    values = to_container(section)
+    if "unrecorded" in values:
+        raise ConfigError(
+            f"{name}: this run's {name} cannot be rebuilt from its config: "
+            f"{values['unrecorded']}. Continue or evaluate it from Python with the same "
+            f"{name} object, or define its class in an importable module (then the run "
+            "records its import path).")
+    if "_target_" in values:
+        path, kwargs = split_target(values)
+        try:
+            cls = locate(path, kind=kind, trust=trust, what=f"{name}._target_")
+        except TargetError as error:
+            raise ConfigError(str(error)) from None
+        made = construct(cls, kwargs, f"{name} ({path})")
+        if not isinstance(made, kind):
+            raise ConfigError(f"{name}._target_: {path!r} made a {type(made).__name__}, not a "
+                              f"{kind.__name__}.")
+        return made
+    entry = lookup(registry, str(values.pop("name")), name)
+    return entry.cls(entry.config(**values))
+
+
+def construct(cls: Any, kwargs: dict[str, Any], what: str) -> Any:
+    """``cls(ConfigClass(**kwargs))`` when ``cls`` takes a config dataclass (its ``config``
+    parameter's annotation), type-checked as a config section; else ``cls(**kwargs)``."""
+    config_class = config_class_of(cls)
+    try:
+        if config_class is None:
+            return cls(**kwargs)
+        typed = OmegaConf.merge(OmegaConf.structured(config_class), kwargs)
+        return cls(OmegaConf.to_object(typed))
+    except (OmegaConfBaseException, TypeError, ValueError) as error:
+        message = str(error).splitlines()[0]
+        raise ConfigError(f"{what}: {message}.") from None
+
+
+def config_class_of(cls: Any) -> type | None:
+    """The dataclass ``cls``'s ``__init__`` takes as ``config`` (``Optional`` unwrapped), or
+    None."""
+    init = cls.__init__ if inspect.isclass(cls) else cls
+    try:
+        hints = typing.get_type_hints(init)
+    except Exception:  # annotations naming what cannot be imported: no config class
+        return None
+    for hint in typing.get_args(hints.get("config")) or (hints.get("config"),):
+        if isinstance(hint, type) and dataclasses.is_dataclass(hint):
+            return hint
+    return None
+
+
+def describe_agent(agent: LearningAgent) -> dict[str, Any]:
+    """The ``agent:`` section that makes ``agent`` again."""
+    return _describe(agent, AGENTS, "agent")
+
+
+def describe_strategy(strategy: RLStrategy) -> dict[str, Any]:
+    """The ``strategy:`` section that makes ``strategy`` again (an unrecorded one keeps its
+    ``seed``, so evaluations still start where the run's did)."""
+    section = _describe(strategy, STRATEGIES, "strategy")
+    return {**section, "seed": strategy.seed} if "unrecorded" in section else section
+
+
+def _describe(obj: Any, registry: Mapping[str, Registered], name: str) -> dict[str, Any]:
+    config = getattr(obj, "config", None)
+    plain = dataclasses.asdict(config) if (
+        dataclasses.is_dataclass(config) and not isinstance(config, type)) else None
+    for entry in registry.values():
+        if type(obj) is entry.cls and entry.cls.__module__.startswith("rltrain.") and plain:
+            return {"name": entry.name, **plain}
+    cls = type(obj)
+    path = import_path(cls)
+    if path is None:
+        return {"unrecorded": f"its class {cls.__qualname__} is defined in {cls.__module__} "
+                              "(a script run directly, or a function), which has no import "
+                              "path"}
+    if plain is None or config_class_of(cls) is not type(config):
+        return {"unrecorded": f"{path} keeps no config dataclass as .config that its "
+                              "__init__(config) takes, so its settings are not recorded"}
+    return {"_target_": path, **plain}
+
+
+def describe_env(env: EnvInit) -> dict[str, Any]:
+    """The ``env:`` section that makes ``env`` again; ``unrecorded`` (with the reason) for a
+    callable or wrapper that has no import path."""
+    if isinstance(env, str):
+        return {"id": env, "kwargs": {}}
+    if isinstance(env, EnvSpec):
+        wrappers = [describe_callable(w) for w in env.wrappers]
+        missing = [_name(w) for w, d in zip(env.wrappers, wrappers, strict=True) if d is None]
+        if missing:
+            return _unrecorded(f"its wrapper {', '.join(missing)} has no import path (a "
+                               "lambda or a local function); use a wrapper class, or "
+                               "functools.partial of one")
+        return {"id": env.id, "kwargs": dict(env.kwargs), "imports": list(env.imports),
+                "wrappers": wrappers, "_target_": env.target}
+    factory = env_factory(env)
+    described = describe_callable(factory)
+    if described is None:
+        return _unrecorded(f"it was the Python callable {_name(factory)}, which has no import "
+                           "path; define it at the top level of an importable module (not a "
+                           "script run directly), or use an EnvSpec")
+    path, kwargs = split_target(described)
+    return {"id": None, "_target_": path, "kwargs": kwargs}
+
+
+def _unrecorded(why: str) -> dict[str, Any]:
+    return {"id": None, "unrecorded": why}
+
+
+def _name(obj: Any) -> str:
+    return str(getattr(obj, "__qualname__", None) or type(obj).__qualname__)
