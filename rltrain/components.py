@@ -50,10 +50,13 @@ class EvaluationSettings:
         interval: Env steps between evaluations (and one at the end); None never evaluates.
             Default 10,000.
         episodes: Greedy episodes per evaluation. Default 10.
+        max_episode_steps: Env steps after which an evaluation episode is truncated; None:
+            no cap. Default 27,000 (``TrainerConfig.eval_max_episode_steps``).
     """
 
     interval: int | None = 10_000
     episodes: int = 10
+    max_episode_steps: int | None = 27_000
 
     def __post_init__(self) -> None:
         if self.interval is not None and self.interval < 1:
@@ -61,6 +64,9 @@ class EvaluationSettings:
                              f"got {self.interval}.")
         if self.episodes < 1:
             raise ValueError(f"eval_episodes must be >= 1; got {self.episodes}.")
+        if self.max_episode_steps is not None and self.max_episode_steps < 1:
+            raise ValueError(f"eval_max_episode_steps must be >= 1 env step, or None for no "
+                             f"cap; got {self.max_episode_steps}.")
 
 
 #: Training precisions: float32, or autocast to bfloat16 / float16 (weights stay float32).

@@ -2,12 +2,17 @@
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Callable
+from typing import Any
+
+import gymnasium as gym
 import numpy as np
 import torch
 
 from rltrain.agents.base import Policy
-from rltrain.envs import EnvInit, make_vector_env
-from rltrain.events.events import EvaluationEnd, EvaluationStart
+from rltrain.envs import EnvInit, env_factory, make_vector_env
+from rltrain.events.events import EvaluationEnd, EvaluationStart, EvaluationStep
 from rltrain.events.processor import EventProcessor
 from rltrain.interrupt import Interrupter
 from rltrain.runner import Runner
@@ -20,7 +25,9 @@ class Evaluator:
     Every evaluation resets the sub-envs with the same ``seed``, so two evaluations of the same
     weights give the same returns (and a saved policy can be re-evaluated to the same number).
     Sub-env ``i`` runs ``(episodes + i) // num_envs`` episodes, fixed in advance, so short
-    episodes are not over-represented (as Stable-Baselines3's ``evaluate_policy``).
+    episodes are not over-represented (as Stable-Baselines3's ``evaluate_policy``). An
+    episode that reaches ``max_episode_steps`` is truncated there (a ``TimeLimit`` around each
+    evaluation sub-env), so an environment that never terminates cannot hang an evaluation.
 
     Args:
         env: The environment to evaluate on.
@@ -28,15 +35,20 @@ class Evaluator:
         seed: Reset seed of every evaluation.
         device: Where the policy acts.
         num_envs: Sub-envs stepped together. Default: ``min(episodes, 10)``.
+        max_episode_steps: Env steps after which an episode is truncated; None: no cap.
+            Default None (the Trainer passes its ``eval_max_episode_steps``).
     """
 
     def __init__(self, env: EnvInit, *, episodes: int, seed: int, device: torch.device,
-                 num_envs: int | None = None) -> None:
+                 num_envs: int | None = None, max_episode_steps: int | None = None) -> None:
         if episodes < 1:
             raise ValueError(f"Evaluation needs >= 1 episode; got eval_episodes={episodes}.")
         self.episodes = episodes
         self.seed = seed
+        self.max_episode_steps = max_episode_steps
         num_envs = min(episodes, 10) if num_envs is None else num_envs
+        if max_episode_steps is not None:
+            env = functools.partial(_time_limited, env_factory(env), max_episode_steps)
         self.envs = make_vector_env(env, num_envs=num_envs, seed=seed)
         self.runner = Runner(self.envs, device=device, progress=Progress())
         self.targets = np.array([(episodes + i) // num_envs for i in range(num_envs)])
@@ -44,9 +56,11 @@ class Evaluator:
     def run(self, policy: Policy, *, env_steps: int, events: EventProcessor,
             interrupter: Interrupter | None = None) -> EvaluationEnd:
         """Evaluate ``policy``, emitting EvaluationStart and EvaluationEnd; stops on request."""
-        events.emit(EvaluationStart(env_steps=env_steps, episodes=self.episodes))
+        events.emit(EvaluationStart(env_steps=env_steps, episodes=self.episodes,
+                                    max_episode_steps=self.max_episode_steps))
         runner = self.runner
         runner.reset(seed=self.seed, policy=policy)
+        start = runner.progress.env_steps
         counts = np.zeros_like(self.targets)
         returns: list[float] = []
         lengths: list[int] = []
@@ -61,6 +75,9 @@ class Evaluator:
                     counts[episode.env_index] += 1
                     returns.append(episode.episode_return)
                     lengths.append(episode.episode_length)
+            events.emit(EvaluationStep(env_steps=env_steps,
+                                       eval_env_steps=runner.progress.env_steps - start,
+                                       episodes_done=len(returns), episodes=self.episodes))
         result = EvaluationEnd(env_steps=env_steps, returns=tuple(returns),
                                lengths=tuple(lengths), complete=complete)
         events.emit(result)
@@ -69,3 +86,9 @@ class Evaluator:
     def close(self) -> None:
         """Close the evaluation environments."""
         self.envs.close()
+
+
+def _time_limited(factory: Callable[[], gym.Env[Any, Any]],
+                  max_episode_steps: int) -> gym.Env[Any, Any]:
+    """One environment from ``factory``, truncated after ``max_episode_steps`` env steps."""
+    return gym.wrappers.TimeLimit(factory(), max_episode_steps=max_episode_steps)

@@ -33,6 +33,13 @@ class TrainerConfig:
             evaluates. Default 10,000.
         eval_episodes: Episodes per evaluation (and the default of ``Trainer.evaluate``).
             Default 10.
+        eval_max_episode_steps: Env steps after which an evaluation episode is cut short
+            (truncated, as by ``gymnasium.wrappers.TimeLimit``), so an environment that never
+            terminates cannot hang an evaluation; None: no cap. Default 27,000: the longest
+            episode of the usual benchmarks (Atari's 108,000 frames at frame skip 4, the
+            ALE protocol of Machado et al. 2018 that SB3 and RL-Zoo use), far above
+            Gymnasium's classic-control, Box2D and MuJoCo limits (at most 2,000), so it cuts
+            no episode those environments' own limits allow.
         return_threshold: Stop when the mean evaluation return reaches it, and report the env
             steps and seconds it took. Default None: run all ``num_steps``.
         device: Where the agent learns (``"cpu"``, ``"cuda"``, ``"cuda:1"``; a
@@ -74,6 +81,7 @@ class TrainerConfig:
     num_steps: int = 50_000
     eval_interval: int | None = 10_000
     eval_episodes: int = 10
+    eval_max_episode_steps: int | None = 27_000
     return_threshold: float | None = None
     device: str = "cpu"
     inference_device: str | None = None
@@ -134,8 +142,10 @@ class TrainerConfig:
 
     @property
     def evaluation(self) -> EvaluationSettings:
-        """``eval_interval`` and ``eval_episodes``, as the strategies take them."""
-        return EvaluationSettings(interval=self.eval_interval, episodes=self.eval_episodes)
+        """``eval_interval``, ``eval_episodes`` and ``eval_max_episode_steps``, as the
+        strategies take them."""
+        return EvaluationSettings(interval=self.eval_interval, episodes=self.eval_episodes,
+                                  max_episode_steps=self.eval_max_episode_steps)
 
     @property
     def summary(self) -> SummarySettings:

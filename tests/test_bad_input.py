@@ -168,6 +168,8 @@ CASES = [
          r"batch_size \(512\) is larger than buffer_size \(256\); raise buffer_size"),
     Case("eval_episodes < 1", lambda d: Trainer(eval_episodes=0), ValueError,
          r"eval_episodes must be >= 1; got 0"),
+    Case("eval_max_episode_steps < 1", lambda d: Trainer(eval_max_episode_steps=0), ValueError,
+         r"eval_max_episode_steps must be >= 1 env step, or None for no cap; got 0"),
     Case("negative warmup_steps", lambda d: OffPolicyConfig(warmup_steps=-1), ValueError,
          r"warmup_steps must be >= 0; got -1"),
     Case("learning rate <= 0", lambda d: DQNConfig(lr=0.0), ValueError,

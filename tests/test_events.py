@@ -20,6 +20,7 @@ from rltrain.events import (
     EpisodeEnd,
     EvaluationEnd,
     EvaluationStart,
+    EvaluationStep,
     EventProcessor,
     EventRecorder,
     Interrupted,
@@ -162,8 +163,13 @@ def test_evaluation_start_and_end_come_in_pairs_at_each_eval_interval(
     events = recorder.events
     for i, event in enumerate(events):
         if isinstance(event, EvaluationStart):
-            # Nothing happens between an evaluation's start and its end.
-            assert isinstance(events[i + 1], EvaluationEnd)
+            # Nothing but the evaluation's own steps happens between its start and its end.
+            end = next(j for j in range(i + 1, len(events))
+                       if not isinstance(events[j], EvaluationStep))
+            assert isinstance(events[end], EvaluationEnd)
+            steps = events[i + 1:end]
+            assert steps and [s.episodes_done for s in steps][-1] == 2
+            assert [s.eval_env_steps for s in steps] == [2 * (k + 1) for k in range(len(steps))]
             assert event.episodes == 2
     for end in recorder.of(EvaluationEnd):
         assert end.complete

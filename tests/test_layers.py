@@ -17,9 +17,9 @@ PACKAGE = Path(__file__).resolve().parent.parent / "rltrain"
 #: Lowest first. A module belongs to the first prefix that names it (the longest wins).
 LAYERS: list[tuple[str, ...]] = [
     ("rltrain.types", "rltrain.errors", "rltrain._version"),
-    ("rltrain.targets", "rltrain.envs", "rltrain.seeding", "rltrain.interrupt", "rltrain.safe_pickle",
-     "rltrain.buffers", "rltrain.events", "rltrain.model_summary",
-     "rltrain.checkpoint.manifest", "rltrain.checkpoint.store"),
+    ("rltrain.targets", "rltrain.envs", "rltrain.env_checks", "rltrain.seeding",
+     "rltrain.interrupt", "rltrain.safe_pickle", "rltrain.buffers", "rltrain.events",
+     "rltrain.model_summary", "rltrain.checkpoint.manifest", "rltrain.checkpoint.store"),
     ("rltrain.components",),
     ("rltrain.optim",),
     ("rltrain.agents",),

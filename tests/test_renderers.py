@@ -5,6 +5,7 @@ from __future__ import annotations
 import io
 import json
 import re
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -395,3 +396,35 @@ def test_tqdm_bar_reaches_the_total_and_shows_sps(run: Run) -> None:
     counts = [int(m.group(1)) for f in frames if (m := re.search(r"\| *(\d+)/600 ", f))]
     assert counts[0] < NUM_STEPS
     assert counts == sorted(counts)
+
+
+def slow_to_make() -> gym.Env[Any, Any]:
+    """CartPole that takes a second to make (a simulator that loads, say)."""
+    time.sleep(1.0)
+    return gym.make(ENV)
+
+
+def remaining_seconds(frame: str) -> float | None:
+    """The ETA a tqdm frame shows (``[elapsed<remaining, rate...]``); None for ``?``."""
+    match = re.search(r"\[[\d:]+<([\d:]+|\?)[,\]]", frame)
+    if match is None or match.group(1) == "?":
+        return None
+    seconds = 0.0
+    for part in match.group(1).split(":"):
+        seconds = 60 * seconds + int(part)
+    return seconds
+
+
+def test_tqdm_eta_does_not_count_the_setup_as_the_first_step(tmp_path: Path) -> None:
+    # The training envs take a second to make after the bar appears. Counted as the first
+    # env step's time, that second made the first ETA 2,000 x 1 s (33 min) for a run of 2 s.
+    bar = io.StringIO()
+    trainer = Trainer(num_steps=2_000, strategy=small_strategy(), eval_interval=None,
+                      run_dir=tmp_path, logger=False, enable_progress_bar=False,
+                      enable_console=False, enable_metrics_file=False,
+                      callbacks=[TqdmRenderer(file=bar, refresh_seconds=0)])
+    trainer.fit(slow_to_make, DQN(DQNConfig(hidden_sizes=[16])))
+    frames = [f for f in re.split(r"[\r\n]", bar.getvalue()) if f.strip()]
+    etas = [eta for f in frames if (eta := remaining_seconds(f)) is not None]
+    assert etas, frames[:5]
+    assert max(etas) < 120, [f for f in frames if (remaining_seconds(f) or 0) >= 120][:3]

@@ -97,9 +97,30 @@ class EvaluationStart:
     Attributes:
         env_steps: Env steps done when evaluation began.
         episodes: The number of episodes the evaluation will run.
+        max_episode_steps: Env steps after which an evaluation episode is truncated (the
+            ``eval_max_episode_steps`` setting); None: no cap.
     """
 
     env_steps: int
+    episodes: int
+    max_episode_steps: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class EvaluationStep:
+    """One step of the evaluation's vector environment (one event per vector step), so that
+    renderers can show a long evaluation's progress.
+
+    Attributes:
+        env_steps: Env steps of training done when the evaluation began.
+        eval_env_steps: Env steps this evaluation has taken so far (summed over its sub-envs).
+        episodes_done: Evaluation episodes finished so far.
+        episodes: The number of episodes the evaluation will run.
+    """
+
+    env_steps: int
+    eval_env_steps: int
+    episodes_done: int
     episodes: int
 
 
@@ -177,8 +198,8 @@ class End:
 
 
 Event = Union[
-    Start, EnvStep, EpisodeEnd, TrainStep, EvaluationStart, EvaluationEnd, Checkpoint,
-    Interrupted, End,
+    Start, EnvStep, EpisodeEnd, TrainStep, EvaluationStart, EvaluationStep, EvaluationEnd,
+    Checkpoint, Interrupted, End,
 ]
 
 #: Every event type, in the order a run emits them first.
@@ -188,6 +209,7 @@ EVENT_TYPES: tuple[type, ...] = (
     EpisodeEnd,
     TrainStep,
     EvaluationStart,
+    EvaluationStep,
     EvaluationEnd,
     Checkpoint,
     Interrupted,

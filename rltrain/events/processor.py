@@ -13,6 +13,7 @@ from rltrain.events.events import (
     EpisodeEnd,
     EvaluationEnd,
     EvaluationStart,
+    EvaluationStep,
     Interrupted,
     Start,
     TrainStep,
@@ -56,6 +57,9 @@ class Subscriber:
 
     def on_evaluation_start(self, event: EvaluationStart, metrics: Metrics) -> None:
         """Evaluation episodes begin."""
+
+    def on_evaluation_step(self, event: EvaluationStep, metrics: Metrics) -> None:
+        """The evaluation took a vector step (called once per evaluation vector step)."""
 
     def on_evaluation_end(self, event: EvaluationEnd, metrics: Metrics) -> None:
         """Evaluation finished."""

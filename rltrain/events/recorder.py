@@ -13,6 +13,7 @@ from rltrain.events.events import (
     EpisodeEnd,
     EvaluationEnd,
     EvaluationStart,
+    EvaluationStep,
     Interrupted,
     Start,
     TrainStep,
@@ -58,6 +59,10 @@ class EventRecorder(Subscriber):
 
     @override
     def on_evaluation_start(self, event: EvaluationStart, metrics: Metrics) -> None:
+        self.events.append(event)
+
+    @override
+    def on_evaluation_step(self, event: EvaluationStep, metrics: Metrics) -> None:
         self.events.append(event)
 
     @override

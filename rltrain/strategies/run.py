@@ -138,9 +138,10 @@ class Run:
                   storage: StorageFactory | None, extra: dict[str, Stateful]) -> None:
         components, agent, envs = self.components, self.agent, self.envs
         if components.evaluation.interval is not None:
-            self.evaluator = Evaluator(env_init, episodes=components.evaluation.episodes,
-                                       seed=self.seeds.evaluation,
-                                       device=components.inference_device)
+            self.evaluator = Evaluator(
+                env_init, episodes=components.evaluation.episodes, seed=self.seeds.evaluation,
+                device=components.inference_device,
+                max_episode_steps=components.evaluation.max_episode_steps)
         spaces = envs.single_observation_space, envs.single_action_space
         if not agent.is_set_up_for(self.progress):  # a Trainer's fit has set it up already
             agent.setup(observation_space=spaces[0], action_space=spaces[1],

@@ -14,7 +14,8 @@ from rltrain.agents.base import LearningAgent
 from rltrain.checkpoint import Checkpointer
 from rltrain.components import RLComponents
 from rltrain.config import STRATEGIES
-from rltrain.envs import EnvInit, make_probe_env
+from rltrain.env_checks import check_env
+from rltrain.envs import EnvInit, env_name, make_probe_env
 from rltrain.events.events import EvaluationEnd
 from rltrain.seeding import derive_seeds, seed_everything
 from rltrain.strategies.base import RLStrategy
@@ -51,13 +52,16 @@ def check_resume_settings(checkpoint: Path, state: dict[str, Any],
 
 def setup_agent(env: EnvInit, agent: LearningAgent, components: RLComponents,
                 seed: int) -> tuple[gym.Space[Any], gym.Space[Any]]:
-    """Make one environment to check its spaces and build ``agent`` for them on the run's
-    device and dtype, with the run's counters, before any training starts. The networks are
-    initialised from the global generators seeded with ``seed`` (the strategy's), so a seed
-    gives the same initial weights whatever ran before."""
-    seed_everything(seed)
+    """Make one environment, check it (:func:`~rltrain.env_checks.check_env`) and build
+    ``agent`` for its spaces on the run's device and dtype, with the run's counters, before
+    any training starts. The networks are initialised from the global generators seeded with
+    ``seed`` (the strategy's) once the probe is checked, so a seed gives the same initial
+    weights whatever ran before."""
     probe = make_probe_env(env)
     try:
+        check_env(probe, env_name(env),
+                  eval_max_episode_steps=components.evaluation.max_episode_steps)
+        seed_everything(seed)
         agent.setup(observation_space=probe.observation_space, action_space=probe.action_space,
                     device=components.device, progress=components.progress,
                     dtype=components.dtype, num_steps=components.num_steps)

@@ -179,7 +179,8 @@ class Trainer(TrainerSettings):
         eval_seed = evaluation_seed(self) if seed is None else seed
         device = torch.device(self.inference_device or self.device)
         evaluator = Evaluator(env, episodes=self.eval_episodes if episodes is None
-                              else episodes, seed=eval_seed, device=device)
+                              else episodes, seed=eval_seed, device=device,
+                              max_episode_steps=self.eval_max_episode_steps)
         try:
             with self._threads():
                 result = evaluator.run(agent.policy(device), env_steps=0,

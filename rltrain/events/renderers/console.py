@@ -8,7 +8,16 @@ from typing import TextIO
 
 from typing_extensions import override
 
-from rltrain.events.events import Checkpoint, End, EnvStep, EvaluationEnd, Interrupted, Start
+from rltrain.events.events import (
+    Checkpoint,
+    End,
+    EnvStep,
+    EvaluationEnd,
+    EvaluationStart,
+    EvaluationStep,
+    Interrupted,
+    Start,
+)
 from rltrain.events.metrics import Metrics
 from rltrain.events.processor import Subscriber
 
@@ -16,7 +25,9 @@ from rltrain.events.processor import Subscriber
 class ConsoleRenderer(Subscriber):
     """Prints a status line every ``interval_seconds``, a line per evaluation and a final summary.
 
-    A line reads ``[ 12.0%] env_steps=6,000/50,000 sps=1,502 return=87.3 eval=... loss=0.41``.
+    A line reads ``[ 12.0%] env_steps=6,000/50,000 sps=1,502 return=87.3 eval=... loss=0.41``;
+    while an evaluation runs, the line every ``interval_seconds`` is its progress instead
+    (``evaluating at 10,000 env steps: 3/10 episodes done, 2,500 evaluation env steps``).
 
     Args:
         file: Where lines are written. Default ``sys.stdout``.
@@ -27,6 +38,7 @@ class ConsoleRenderer(Subscriber):
         self.file = file
         self.interval_seconds = interval_seconds
         self._next_line = 0.0
+        self._evaluation_cap: int | None = None
 
     @override
     def on_start(self, event: Start, metrics: Metrics) -> None:
@@ -44,12 +56,28 @@ class ConsoleRenderer(Subscriber):
             self._print(self.status_line(metrics))
 
     @override
+    def on_evaluation_start(self, event: EvaluationStart, metrics: Metrics) -> None:
+        self._evaluation_cap = event.max_episode_steps
+
+    @override
+    def on_evaluation_step(self, event: EvaluationStep, metrics: Metrics) -> None:
+        now = time.monotonic()
+        if now >= self._next_line:
+            self._next_line = now + self.interval_seconds
+            self._print(f"evaluating at {event.env_steps:,} env steps: {event.episodes_done}/"
+                        f"{event.episodes} episodes done, {event.eval_env_steps:,} evaluation "
+                        "env steps")
+
+    @override
     def on_evaluation_end(self, event: EvaluationEnd, metrics: Metrics) -> None:
         if event.returns:
+            cap = self._evaluation_cap
+            capped = 0 if cap is None else sum(length >= cap for length in event.lengths)
             self._print(
                 f"evaluation at {event.env_steps:,} env steps: return "
                 f"{event.return_mean:.2f} ± {event.return_std:.2f} over {len(event.returns)} "
                 f"episodes" + ("" if event.complete else " (cut short by a stop request)")
+                + (f" ({capped} cut at eval_max_episode_steps={cap:,})" if capped else "")
             )
 
     @override

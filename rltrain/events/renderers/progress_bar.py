@@ -9,7 +9,14 @@ from typing import TextIO
 from tqdm import tqdm
 from typing_extensions import override
 
-from rltrain.events.events import End, EnvStep, EvaluationEnd, Start
+from rltrain.events.events import (
+    End,
+    EnvStep,
+    EvaluationEnd,
+    EvaluationStart,
+    EvaluationStep,
+    Start,
+)
 from rltrain.events.metrics import Metrics
 from rltrain.events.processor import Subscriber
 
@@ -17,7 +24,9 @@ from rltrain.events.processor import Subscriber
 class TqdmRenderer(Subscriber):
     """A bar over env steps showing the ETA, SPS, the mean episode return, the last evaluation
     return and the training metrics (losses and what the agent logged), averaged over the
-    window.
+    window. While an evaluation runs, the bar's description shows its episodes done. The ETA
+    counts from the run's first env step: the setup before it (making the environments,
+    allocating the replay buffer, restoring a checkpoint) is not taken for a slow step.
 
     Args:
         file: Where the bar is drawn. Default ``sys.stderr``, as tqdm.
@@ -29,6 +38,7 @@ class TqdmRenderer(Subscriber):
         self.refresh_seconds = refresh_seconds
         self._bar: tqdm[None] | None = None
         self._next_refresh = 0.0
+        self._stepped = False
 
     @override
     def on_start(self, event: Start, metrics: Metrics) -> None:
@@ -41,17 +51,41 @@ class TqdmRenderer(Subscriber):
             file=self.file if self.file is not None else sys.stderr,
             mininterval=self.refresh_seconds,
         )
+        self._stepped = False
 
     @override
     def on_env_step(self, event: EnvStep, metrics: Metrics) -> None:
+        bar = self._bar
+        if not self._stepped and bar is not None:
+            # The clock starts now: tqdm's rate would otherwise take the whole setup for the
+            # first step (an ETA of hours for a run of minutes). The first step is not counted.
+            self._stepped = True
+            bar.unpause()
+            bar.n = bar.last_print_n = bar.initial = event.env_steps
         now = time.monotonic()
         if now >= self._next_refresh:
             self._next_refresh = now + self.refresh_seconds
             self._refresh(event.env_steps, metrics)
 
     @override
+    def on_evaluation_start(self, event: EvaluationStart, metrics: Metrics) -> None:
+        self._describe(f"evaluating 0/{event.episodes} episodes")
+
+    @override
+    def on_evaluation_step(self, event: EvaluationStep, metrics: Metrics) -> None:
+        now = time.monotonic()
+        if now >= self._next_refresh:
+            self._next_refresh = now + self.refresh_seconds
+            self._describe(f"evaluating {event.episodes_done}/{event.episodes} episodes")
+
+    @override
     def on_evaluation_end(self, event: EvaluationEnd, metrics: Metrics) -> None:
+        self._describe("")
         self._refresh(metrics.env_steps, metrics)
+
+    def _describe(self, text: str) -> None:
+        if self._bar is not None:
+            self._bar.set_description_str(text, refresh=True)
 
     @override
     def on_end(self, event: End, metrics: Metrics) -> None:
