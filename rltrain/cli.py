@@ -94,6 +94,10 @@ def build_parser() -> argparse.ArgumentParser:
     evaluate.add_argument("--seed", type=int, default=None,
                           help="reset seed (default: the run's evaluation seed, which "
                                "reproduces the run's evaluation returns)")
+    evaluate.add_argument("overrides", nargs="*", metavar="key=value",
+                          help="settings to change, e.g. env.kwargs.render_mode=rgb_array, or "
+                               "the env of a run that could not record it "
+                               "(env._target_=my_envs.make_env)")
     evaluate.add_argument("--checkpoint", choices=("last", "best"), default="last",
                           help="which checkpoint of a RUN_DIR to evaluate (default: last)")
     add_trust(evaluate)
@@ -210,7 +214,7 @@ def fit(args: argparse.Namespace) -> int:
             raise ValueError("--resume continues a run with its own saved config; pass only "
                              f"key=value overrides, not {', '.join(files)}.")
         config, ckpt_path = resumed_config(args.resume, overrides)
-        trust = Trust(stored_in=Path(str(config.trainer.run_dir)), modules=args.trust)
+        trust = stored_trust(Path(str(config.trainer.run_dir)), args.trust, overrides)
     else:
         config, trust = compose(files or default_files(overrides), overrides), TRUSTED
     if args.overwrite:
@@ -230,18 +234,19 @@ def fit(args: argparse.Namespace) -> int:
 def default_files(overrides: list[str]) -> list[str]:
     """The shipped config ``rltrain fit`` starts from without a file: the preset tuned for
     the ``env.id`` and agent the overrides name (``env.id=Acrobot-v1``: ``dqn_acrobot``;
-    ``agent.name=ppo``: ``ppo_cartpole``); without a preset for that env, the agent's first
-    (``dqn_cartpole`` by default, with a warning that it was tuned for another env), or none
-    (the defaults) when no shipped config names that agent or strategy."""
+    ``agent.name=ppo``: ``ppo_cartpole``); without a preset for that env, the agent's CartPole
+    one (``dqn_cartpole`` by default; a warning then says it was tuned for another env) or its
+    first, or none (the defaults) when no shipped config names that agent or strategy."""
     named = {key: value.strip() for key, _, value in (o.partition("=") for o in overrides)
              if key in ("agent.name", "strategy.name", "env.id")}
     named.setdefault("agent.name", "dqn")
+    on_cartpole = {**named, "env.id": "CartPole-v1"}
     without_env = {k: v for k, v in named.items() if k != "env.id"}
-    for wanted in (named, without_env):
+    for wanted in ({**on_cartpole, **named}, on_cartpole, without_env):
         matching = [name for name in shipped_configs() if all(
             OmegaConf.select(load_yaml(name), key) == value for key, value in wanted.items())]
         if matching:
-            return ["dqn_cartpole"] if wanted == {"agent.name": "dqn"} else matching[:1]
+            return matching[:1]
     return []
 
 
@@ -314,18 +319,49 @@ def evaluate(args: argparse.Namespace) -> int:
         run_dir = path.parent.parent if path.parent.name == "checkpoints" else path.parent
     else:
         raise FileNotFoundError(f"No run directory or checkpoint at {path}.")
-    config = checkpoint_config(checkpoint)
+    config = with_overrides(checkpoint_config(checkpoint), args.overrides)
     seed, extra = args.seed, dict[str, Any]()
     if "unrecorded" in config.strategy:  # a strategy from a script: only its seed matters here
         extra["strategy"] = None
         seed = seed if seed is not None else derive_seeds(
             int(config.strategy.get("seed", 0))).evaluation
-    run = build(config, Trust(stored_in=run_dir, modules=args.trust), logger=False,
+    run = build(config, stored_trust(run_dir, args.trust, args.overrides), logger=False,
                 enable_progress_bar=False, enable_console=False, enable_metrics_file=False,
                 **extra)
     metrics = run.evaluate(ckpt_path=checkpoint, episodes=args.episodes, seed=seed)
     print(json.dumps({"checkpoint": str(checkpoint), **metrics}, indent=2))
     return 0
+
+
+def stored_trust(run_dir: Path, trusted: list[str], overrides: list[str]) -> Trust:
+    """What a config read from ``run_dir`` may name: classes of the expected kind, plus any
+    callable of the modules given by ``--trust`` or named in the command line's
+    ``overrides`` (the user's own words)."""
+    named = [module for value in _targets(OmegaConf.to_container(parse_overrides(overrides)))
+             for module in [value.partition(":")[0] if ":" in value
+                            else value.rpartition(".")[0]] if module]
+    return Trust(stored_in=run_dir, modules=[*trusted, *named])
+
+
+def _targets(node: Any) -> Iterator[str]:
+    if isinstance(node, dict):
+        for key, value in node.items():
+            if key == "_target_" and isinstance(value, str):
+                yield value
+            else:
+                yield from _targets(value)
+    elif isinstance(node, list):
+        for value in node:
+            yield from _targets(value)
+
+
+def with_overrides(stored: DictConfig, overrides: list[str]) -> DictConfig:
+    """A stored config with the command line's ``overrides``; an ``env`` given there replaces
+    a stored env that could not be recorded."""
+    given = parse_overrides(overrides)
+    if "env" in given and OmegaConf.select(stored, "env.unrecorded") is not None:
+        stored.env = {}
+    return validate(OmegaConf.merge(stored, given))
 
 
 def list_registered() -> int:

@@ -228,10 +228,10 @@ def _validate(config: Mapping[str, Any] | DictConfig | ListConfig) -> DictConfig
                           "agent), not a list.")
     raw = config if isinstance(config, DictConfig) else OmegaConf.create(dict(config))
     agent, strategy = _named(raw, "agent"), _named(raw, "strategy")
-    if agent is not None and strategy == "":
+    if strategy == "":  # the agent's own kind (off_policy for one named by import path)
         kinds = getattr(AGENTS[agent].cls, "strategy_kinds", ()) if agent in AGENTS else ()
         strategy = kinds[0] if kinds else "off_policy"
-    base = schema(agent, strategy or "off_policy")
+    base = schema(agent, strategy)
     try:
         merged = OmegaConf.merge(base, _integral_floats(base, raw))
     except ConfigKeyError as error:
