@@ -107,17 +107,22 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-#: Flags other tools use, and the config key that says the same here.
+#: Flags of the old command line and of other tools, and the override that says the same here
+#: (docs/configs.md lists them).
 FLAG_KEYS = {
-    "--steps": "trainer.num_steps", "--num-steps": "trainer.num_steps",
-    "--total-timesteps": "trainer.num_steps", "--n-timesteps": "trainer.num_steps",
-    "--timesteps": "trainer.num_steps", "--seed": "strategy.seed", "--env": "env.id",
-    "--env-id": "env.id", "--algo": "agent.name", "--agent": "agent.name",
-    "--lr": "agent.lr", "--learning-rate": "agent.lr", "--device": "trainer.device",
-    "--run-dir": "trainer.run_dir", "--log-dir": "trainer.run_dir",
-    "--logdir": "trainer.run_dir", "--num-envs": "strategy.num_envs",
-    "--n-envs": "strategy.num_envs", "--batch-size": "strategy.batch_size",
-    "--eval-episodes": "trainer.eval_episodes", "--threads": "trainer.num_threads",
+    **dict.fromkeys(("--steps", "--num-steps", "--total-timesteps", "--n-timesteps",
+                     "--timesteps"), "trainer.num_steps=N"),
+    "--seed": "strategy.seed=S", "--env": "env.id=ID", "--env-id": "env.id=ID",
+    "--algo": "agent.name=NAME", "--agent": "agent.name=NAME", "--lr": "agent.lr=LR",
+    "--learning-rate": "agent.lr=LR", "--device": "trainer.device=D",
+    **dict.fromkeys(("--run-dir", "--log-dir", "--logdir"), "trainer.run_dir=DIR"),
+    "--num-envs": "strategy.num_envs=N", "--n-envs": "strategy.num_envs=N",
+    "--batch-size": "strategy.batch_size=N", "--eval-episodes": "trainer.eval_episodes=N",
+    "--threads": "trainer.num_threads=N", "--target-return": "trainer.return_threshold=R",
+    "--no-early-stop": "trainer.return_threshold=null",
+    "--no-tqdm": "trainer.enable_progress_bar=false",
+    "--no-console": "trainer.enable_console=false", "--no-tensorboard": "trainer.logger=false",
+    "--no-jsonl": "trainer.enable_metrics_file=false",
 }
 
 
@@ -138,7 +143,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     if unknown:
         flag = unknown[0].partition("=")[0]
         key = FLAG_KEYS.get(flag)
-        hint = (f" Settings are key=value overrides here: write {key}=VALUE." if key else
+        hint = (f" Settings are key=value overrides here: write {key}." if key else
                 " Settings are key=value overrides (rltrain fit --print-config shows them).")
         parser.error(f"unrecognized arguments: {' '.join(unknown)}.{hint}")
     return args

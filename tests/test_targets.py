@@ -205,7 +205,10 @@ def test_integral_floats_flag_hints_run_dir_names_and_presets(
         compose([], ["trainer.num_steps=1.5"])
     with pytest.raises(SystemExit):
         main(["fit", "--steps", "100"])
-    assert "write trainer.num_steps=VALUE" in capsys.readouterr().err
+    assert "write trainer.num_steps=N" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        main(["fit", "--no-tqdm"])
+    assert "write trainer.enable_progress_bar=false" in capsys.readouterr().err
     assert env_name(lambda: None) == "env"  # was "<lambda>": a shell redirection
     assert env_name("my_envs:Corridor-v0") == "Corridor-v0"
     with pytest.warns(UserWarning, match="dqn_cartpole is tuned for CartPole-v1.*dqn_acrobot"):
