@@ -242,7 +242,10 @@ def default_files(overrides: list[str]) -> list[str]:
     ``agent.name=ppo``: ``ppo_cartpole``); without a preset for that env, the agent's CartPole
     one (``dqn_cartpole`` by default; a warning then says it was tuned for another env) or its
     first, or none (the defaults) when no shipped config names that agent or strategy."""
-    named = {key: value.strip() for key, _, value in (o.partition("=") for o in overrides)
+    keys = {key: value.strip() for key, _, value in (o.partition("=") for o in overrides)}
+    if "agent._target_" in keys or keys.get("agent", "").startswith("{"):
+        return []  # an agent of the user's own: no preset of rltrain's agents applies
+    named = {key: value for key, value in keys.items()
              if key in ("agent.name", "strategy.name", "env.id")}
     named.setdefault("agent.name", "dqn")
     on_cartpole = {**named, "env.id": "CartPole-v1"}

@@ -226,7 +226,8 @@ def _validate(config: Mapping[str, Any] | DictConfig | ListConfig) -> DictConfig
     if isinstance(config, ListConfig):
         raise ConfigError("A run config is a mapping of sections (trainer, env, strategy, "
                           "agent), not a list.")
-    raw = config if isinstance(config, DictConfig) else OmegaConf.create(dict(config))
+    raw = OmegaConf.create(to_container_raw(config) if isinstance(config, DictConfig)
+                           else dict(config))  # a copy: the caller's config is not changed
     agent, strategy = _named(raw, "agent"), _named(raw, "strategy")
     if strategy == "":  # the agent's own kind (off_policy for one named by import path)
         kinds = getattr(AGENTS[agent].cls, "strategy_kinds", ()) if agent in AGENTS else ()
@@ -259,12 +260,12 @@ def _validate(config: Mapping[str, Any] | DictConfig | ListConfig) -> DictConfig
 
 def _named(raw: DictConfig, section: str) -> str | None:
     """The registered name a section selects; None for a section naming its class by
-    ``_target_`` (or recorded as not rebuildable); ``""`` for a strategy left to the agent."""
+    ``_target_`` (or recorded as not rebuildable; a ``name`` beside it, from a preset, is
+    dropped); ``""`` for a strategy left to the agent."""
     node = OmegaConf.select(raw, section)
     if isinstance(node, DictConfig) and ("_target_" in node or "unrecorded" in node):
-        if "name" in node:
-            raise ConfigError(f"{section}: give either name (a registered {section}) or "
-                              "_target_ (an import path), not both.")
+        if "name" in node:  # a _target_ over a preset's registered name: the class given wins
+            del node["name"]
         return None
     default = "dqn" if section == "agent" else ""
     return str(OmegaConf.select(raw, f"{section}.name", default=default))
@@ -273,9 +274,8 @@ def _named(raw: DictConfig, section: str) -> str | None:
 def _integral_floats(base: DictConfig, raw: DictConfig) -> DictConfig:
     """``raw`` with integral floats (``1e4``, as YAML and overrides read it) turned into ints
     where the schema's field is an int."""
-    fixed = OmegaConf.create(to_container_raw(raw))
     for section in ("trainer", "env", "strategy", "agent"):
-        node, schema_node = fixed.get(section), base.get(section)
+        node, schema_node = raw.get(section), base.get(section)
         if not isinstance(node, DictConfig) or not isinstance(schema_node, DictConfig):
             continue
         kind = OmegaConf.get_type(schema_node)
@@ -284,7 +284,7 @@ def _integral_floats(base: DictConfig, raw: DictConfig) -> DictConfig:
             if (isinstance(value, float) and value.is_integer()
                     and hints.get(str(key)) in (int, int | None)):
                 node[key] = int(value)
-    return fixed
+    return raw
 
 
 def parse_overrides(overrides: Iterable[str]) -> DictConfig:

@@ -89,14 +89,16 @@ def final_return(run_dir: Path) -> float:
                  ["final_metrics"]["eval/return_mean"])
 
 
-def test_a_cli_run_of_an_env_class_in_a_local_module_evaluates_and_resumes(
+def test_a_cli_run_of_an_env_and_strategy_in_local_modules_evaluates_and_resumes(
         project: Path) -> None:
     run_dir = project / "run"
     fit = rltrain("fit", "env._target_=my_envs.Corridor", "env.kwargs.length=4",
                   "env.wrappers=[{_target_: gymnasium.wrappers.TimeLimit, "
-                  "max_episode_steps: 30}]", f"trainer.run_dir={run_dir}", *QUICK, cwd=project)
+                  "max_episode_steps: 30}]", "strategy._target_=my_strategies.MyOffPolicy",
+                  "strategy.seed=3", f"trainer.run_dir={run_dir}", *QUICK, cwd=project)
     assert fit.returncode == 0, fit.stderr
     stored = load_stored(run_dir / "config.yaml")
+    assert stored.strategy._target_ == "my_strategies.MyOffPolicy" and stored.strategy.seed == 3
     assert stored.env._target_ == "my_envs.Corridor" and stored.env.id is None
     assert stored.env.wrappers == [{"_target_": "gymnasium.wrappers.TimeLimit",
                                     "max_episode_steps": 30}]
