@@ -1,10 +1,14 @@
 """Errors: the one a run raises when it fails while training (as opposed to bad input before
-it), and the check every config dataclass makes of its fields."""
+it), the check every config dataclass makes of its fields, and where a warning about the
+user's input points (:func:`user_stacklevel`)."""
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Iterable
 from pathlib import Path
+
+PACKAGE = Path(__file__).resolve().parent
 
 
 def require(owner: str, checks: Iterable[tuple[bool, str]]) -> None:
@@ -37,3 +41,12 @@ class TrainingError(RuntimeError):
         self.env_steps = env_steps
         self.sub_env = sub_env
         self.checkpoint = checkpoint
+
+
+def user_stacklevel() -> int:
+    """The ``stacklevel`` for ``warnings.warn`` that names the first caller outside rltrain
+    (the user's ``fit``, say), counted from the function that calls ``warnings.warn``."""
+    frame, level = sys._getframe(2), 2
+    while frame is not None and Path(frame.f_code.co_filename).resolve().is_relative_to(PACKAGE):
+        frame, level = frame.f_back, level + 1  # type: ignore[assignment]
+    return level

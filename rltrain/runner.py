@@ -13,6 +13,7 @@ from gymnasium.utils import EzPickle
 from gymnasium.vector import SyncVectorEnv, VectorEnv
 
 from rltrain.agents.base import Policy
+from rltrain.env_checks import unpicklable_layer
 from rltrain.events.events import EpisodeEnd
 from rltrain.safe_pickle import env_classes, loads
 from rltrain.types import PolicyState, Progress, Transitions
@@ -51,6 +52,7 @@ class Runner:
         #: True once a step failed part-way: the sub-envs may have moved on from the runner's
         #: observations, so checkpoints leave them out (a resumed run resets them).
         self.envs_out_of_step = False
+        self._warned_unsaved = False
 
     @property
     def episode_lengths(self) -> np.ndarray:
@@ -162,11 +164,32 @@ class Runner:
         if isinstance(self.envs, SyncVectorEnv) and not self.envs_out_of_step:
             try:
                 data = pickle.dumps(list(self.envs.envs))
-            except Exception:
+            except Exception as error:
                 data = None
+                self._warn_unsaved(self.envs.envs, error)
             if data is not None:
                 state["envs"] = torch.frombuffer(bytearray(data), dtype=torch.uint8)
         return state
+
+    def _warn_unsaved(self, envs: list[gym.Env[Any, Any]], error: Exception) -> None:
+        """At the first save whose environments cannot be pickled (once per runner, so once
+        per run), warn that the resume will not be exact, naming the layer that cannot be
+        saved; otherwise only the resume would say so, without the cause."""
+        if self._warned_unsaved:
+            return
+        self._warned_unsaved = True
+        found = next(filter(None, map(unpicklable_layer, envs)), None)
+        layer, error = found if found is not None else (envs[0], error)
+        inner = getattr(layer, "env", None)
+        where = (f" (wrapping {type(inner.unwrapped).__name__})" if isinstance(inner, gym.Env)
+                 else "")
+        warnings.warn(
+            f"The environments cannot be saved in this run's checkpoints: "
+            f"{type(layer).__name__}{where} cannot be pickled ({type(error).__name__}: "
+            f"{error}). A resume will reset the environments, so the episodes running at the "
+            "checkpoint restart and the resumed run is not an exact continuation. For an exact "
+            f"resume, replace {type(layer).__name__} with a picklable equivalent (its functions "
+            "defined at module level, not lambdas or local functions).", stacklevel=3)
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Restore :meth:`state_dict`'s output. Environments that could not be saved (async

@@ -80,6 +80,82 @@ def poisoned(what: str) -> Callable[[], gym.Env[Any, Any]]:
     return make
 
 
+class _UserEnv(gym.Env[Any, Any]):
+    """A user's own environment, done right: 3 floats, 2 actions, episodes of 20 steps (its
+    own limit, ``max_steps``); the malformed ones below change one thing each."""
+
+    observation_space = gym.spaces.Box(-1.0, 1.0, (3,), np.float32)
+    action_space = gym.spaces.Discrete(2)
+    max_steps = 20
+
+    def reset(self, *, seed: int | None = None, options: Any = None) -> Any:
+        super().reset(seed=seed)
+        self.t = 0
+        return self.observe(), {}
+
+    def step(self, action: Any) -> Any:
+        self.t += 1
+        return self.observe(), 1.0, False, self.t >= self.max_steps, {}
+
+    def observe(self) -> Any:
+        return self.np_random.uniform(-1.0, 1.0, 3).astype(np.float32)
+
+
+class WrongShape(_UserEnv):
+    """Declares 3 floats, returns 4 (numpy's "Output array is the wrong shape" in training)."""
+
+    def observe(self) -> Any:
+        return np.zeros(4, np.float32)
+
+
+class OldGymStep(_UserEnv):
+    """The old Gym API's step: (observation, reward, done, info)."""
+
+    def step(self, action: Any) -> Any:  # type: ignore[override]
+        self.t += 1
+        return self.observe(), 1.0, self.t >= 20, {}
+
+
+class OldGymReset(_UserEnv):
+    """The old Gym API's reset: no seed, the observation alone."""
+
+    def reset(self) -> Any:  # type: ignore[override]
+        self.t = 0
+        return self.observe()
+
+
+class ObservationAlone(_UserEnv):
+    """Takes the seed but returns the observation without its info."""
+
+    def reset(self, *, seed: int | None = None, options: Any = None) -> Any:
+        return super().reset(seed=seed)[0]
+
+
+class IgnoresItsSeed(_UserEnv):
+    """Draws its start from NumPy's global generator, whatever the seed."""
+
+    def reset(self, *, seed: int | None = None, options: Any = None) -> Any:
+        self.t = 0
+        return np.random.uniform(-1.0, 1.0, 3).astype(np.float32), {}
+
+
+class Float64Box(_UserEnv):
+    """Declares (and returns) float64 observations."""
+
+    observation_space = gym.spaces.Box(-1.0, 1.0, (3,), np.float64)
+
+    def observe(self) -> Any:
+        return self.np_random.uniform(-1.0, 1.0, 3)
+
+
+def not_an_env() -> Any:
+    return "CartPole-v1"
+
+
+def fit_user_env(run_dir: Path, env: Any) -> object:
+    return trainer(run_dir).fit(env, dqn())
+
+
 def fitted(run_dir: Path, **kwargs: Any) -> Path:
     trainer(run_dir, **kwargs).fit("CartPole-v1", dqn())
     return run_dir
@@ -214,6 +290,40 @@ CASES = [
          lambda d: build(configured(d, f"env.id={MISSING_PACKAGE_ENV}")).fit(), EnvError,
          rf"Cannot make the environment '{re.escape(MISSING_PACKAGE_ENV)}': a package it needs "
          r"is missing \(.+\)\. Install it"),
+    Case("environment observation of another shape than its space",
+         lambda d: fit_user_env(d, WrongShape), EnvError,
+         r"The environment 'WrongShape' fails the check of observations: reset\(\) returned "
+         r"an observation of shape \(4,\), but the observation space Box\(-1\.0, 1\.0, "
+         r"\(3,\), float32\) has shape \(3,\)\. Return observations of the declared shape"),
+    Case("environment step of the old Gym API (4 values)",
+         lambda d: fit_user_env(d, OldGymStep), EnvError,
+         r"The environment 'OldGymStep' fails the check of step's result: step\(\) returned 4 "
+         r"values \(observation, reward, done, info\): the old Gym API; split done into "
+         r"terminated .* and truncated .*Gymnasium's is step\(self, action\) -> "
+         r"\(observation, reward, terminated, truncated, info\)"),
+    Case("environment reset without a seed (the old Gym API)",
+         lambda d: fit_user_env(d, OldGymReset), EnvError,
+         r"The environment 'OldGymReset' fails the check of reset's signature: its reset\(\) "
+         r"takes no seed .*reset\(self, \*, seed=None, options=None\) -> \(observation, "
+         r"info\): add the keywords and call super\(\)\.reset\(seed=seed\) first"),
+    Case("environment reset returning the observation alone",
+         lambda d: fit_user_env(d, ObservationAlone), EnvError,
+         r"The environment 'ObservationAlone' fails the check of reset's result: reset\(\) "
+         r"returned a value of type ndarray, not \(observation, info\).*Return observation, \{\}"),
+    Case("environment callable returning something else than an env",
+         lambda d: fit_user_env(d, not_an_env), EnvError,
+         r"The environment callable 'not_an_env' returned a str, not a gymnasium\.Env"),
+    Case("environment reset that ignores its seed (a warning)",
+         lambda d: strict(lambda: fit_user_env(d, IgnoresItsSeed)), UserWarning,
+         r"The environment 'IgnoresItsSeed' fails the check of a seeded reset: reset\(seed=0\) "
+         r"twice gave two different observations, so its reset ignores the seed.*Call "
+         r"super\(\)\.reset\(seed=seed\) first in its reset, and draw every random number "
+         r"from self\.np_random"),
+    Case("environment of your own with a float64 Box (a warning)",
+         lambda d: strict(lambda: fit_user_env(d, Float64Box)), UserWarning,
+         r"The environment 'Float64Box' fails the check of observation dtypes: its "
+         r"observation_space is a float64 Box .*rltrain's networks and replay storage are "
+         r"float32.*gymnasium\.wrappers\.DtypeObservation\(env, np\.float32\)"),
     # Config files (and overrides)
     Case("YAML syntax error in a config file", lambda d: compose([d / "bad.yaml"]), ConfigError,
          r"bad\.yaml is not a valid YAML config \(line 3, column 16\): mapping values are not "

@@ -59,7 +59,7 @@ def setup_agent(env: EnvInit, agent: LearningAgent, components: RLComponents,
     weights whatever ran before."""
     probe = make_probe_env(env)
     try:
-        check_env(probe, env_name(env),
+        check_env(probe, env_name(env), seed=seed,
                   eval_max_episode_steps=components.evaluation.max_episode_steps)
         seed_everything(seed)
         agent.setup(observation_space=probe.observation_space, action_space=probe.action_space,

@@ -4,7 +4,10 @@ A run directory holds a marker file (:data:`MARKER`) written when the run starts
 file (:data:`LOCK`) that the writing process holds locked (``flock``) for the run's life; the
 kernel releases it when that process ends, however it ends. A directory that holds files with
 rltrain's names but no marker is not a run: it is refused rather than overwritten, and
-``overwrite`` removes only the files rltrain writes, never the rest of a folder.
+``overwrite`` removes only the files rltrain writes, never the rest of a folder. A marked folder
+with neither a checkpoint nor a ``summary.json`` (a run that failed or was killed before its
+first save) holds no run either: nothing in it can be resumed, so a new run takes it, removing
+the files the failed one left (rltrain's only).
 """
 
 from __future__ import annotations
@@ -66,10 +69,11 @@ class RunDirectory:
                 and (self.path / "checkpoints" / MANIFEST).is_file())
 
     @property
-    def holds_run(self) -> bool:
-        """It holds a run's results (checkpoints, metrics or a summary)."""
-        return bool({"checkpoints", "metrics.jsonl", "summary.json"} & set(self.ours)) and (
-            self.marked or self.legacy_run)
+    def holds_summary(self) -> bool:
+        """It holds a finished run's ``summary.json`` (and is rltrain's). Whether it holds a
+        run also depends on its checkpoints (:func:`saved_checkpoints`), which may be in a
+        folder of their own."""
+        return "summary.json" in self.ours and (self.marked or self.legacy_run)
 
 
 @contextlib.contextmanager
@@ -92,10 +96,10 @@ def open_run(run_dir: Path, *, checkpoint_dir: Path, resuming: bool,
         for folder in folders:
             _make_dir(folder)
             stack.enter_context(_locked(folder))
-        if not resuming and overwrite:
+        if not resuming and not overwrite:  # again under the lock: another run may have
+            _refuse_existing_run(run_dir, checkpoint_dir)  # started meanwhile
+        if not resuming:  # what a run left, or one that failed before its first save
             remove_run_files(run_dir, checkpoint_dir)
-        elif not resuming:  # again under the lock: another run may have started meanwhile
-            _refuse_existing_run(run_dir, checkpoint_dir)
         for folder in folders:
             if not (folder / MARKER).exists():
                 _mark(folder)
@@ -104,10 +108,11 @@ def open_run(run_dir: Path, *, checkpoint_dir: Path, resuming: bool,
 
 
 def _refuse_existing_run(run_dir: Path, checkpoint_dir: Path) -> None:
+    """Refuse a run directory holding a run: a checkpoint, or a finished run's summary. A
+    directory of a run that failed before its first save holds neither: nothing to resume."""
     existing = RunDirectory.inspect(run_dir)
-    checkpoints = checkpoint_files(checkpoint_dir)
-    if existing.holds_run or checkpoints:
-        held = [*existing.ours] if existing.holds_run else []
+    if existing.holds_summary or saved_checkpoints(checkpoint_dir):
+        held = [*existing.ours] if existing.marked or existing.legacy_run else []
         held += [] if _inside(checkpoint_dir, run_dir) else [str(checkpoint_dir)]
         raise FileExistsError(
             f"{run_dir} already holds a run ({', '.join(held)}). Resume it with "
@@ -120,6 +125,14 @@ def checkpoint_files(directory: Path) -> list[Path]:
     if not directory.is_dir():
         return []
     return sorted(p for p in directory.iterdir() if _is_checkpoint_file(p.name))
+
+
+def saved_checkpoints(directory: Path) -> list[Path]:
+    """The checkpoints in a checkpoint folder (``checkpoint-*.pt``, ``best-*.pt`` and the
+    ``last``/``best`` links): what a run can be resumed from; not its manifest or temporary
+    files."""
+    return [path for path in checkpoint_files(directory) if path.name != MANIFEST
+            and not TEMPORARY_NAME.fullmatch(path.name)]
 
 
 def remove_run_files(run_dir: Path, checkpoint_dir: Path) -> None:
