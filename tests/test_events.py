@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import time
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -478,3 +479,38 @@ def test_an_event_of_a_strategys_own_type_reaches_on_event() -> None:
     processor.emit(EnvStep(env_steps=1, vector_steps=1))
     assert listener.seen == [RolloutDone(env_steps=128)]  # rltrain's own events keep their hooks
     assert [type(e) for e in recorder.events] == [EnvStep]
+
+
+class MisspeltHook(Subscriber):
+    """Means to count episodes, but ``on_episode_ends`` is no hook: nothing calls it."""
+
+    def __init__(self) -> None:
+        self.episodes = 0
+
+    def on_episode_ends(self, event: EpisodeEnd, metrics: Metrics) -> None:
+        self.episodes += 1
+
+    def on_something_else_entirely(self) -> None:
+        """Named like a hook, close to none."""
+
+
+def test_a_misspelt_hook_is_warned_about_naming_the_closest_hook(tmp_path: Path) -> None:
+    # It used to be silently never called.
+    subscriber = MisspeltHook()
+    trainer = Trainer(num_steps=50, strategy=OffPolicyStrategy(OffPolicyConfig(warmup_steps=10)),
+                      eval_interval=None, run_dir=tmp_path, callbacks=[subscriber], **QUIET)
+    with pytest.warns(UserWarning) as caught:
+        trainer.fit("CartPole-v1", DQN(DQNConfig(hidden_sizes=[16])))
+    messages = {str(w.message): w.filename for w in caught}
+    assert messages.pop(
+        "MisspeltHook.on_episode_ends is not a subscriber hook, so no event calls it. Did you "
+        "mean on_episode_end? (Events of a strategy's own types reach on_event.)") == __file__
+    (other,) = [m for m in messages if "on_something_else_entirely" in m]
+    assert "The hooks are on_checkpoint, on_end, on_env_step, on_episode_end," in other
+    assert subscriber.episodes == 0
+
+
+def test_a_subscriber_of_real_hooks_only_gets_no_warning() -> None:
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        EventProcessor([EventRecorder(), Subscriber()])

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import difflib
+import warnings
 from collections.abc import Callable, Iterable
 from typing import Any
 
+from rltrain.errors import user_stacklevel
 from rltrain.events.events import (
     EVENT_TYPES,
     Checkpoint,
@@ -83,6 +86,26 @@ class Subscriber:
 
 Handler = Callable[[Any, Metrics], None]
 
+#: Every hook a subscriber can override: one per event type, and the fallback ``on_event``.
+HOOKS = frozenset({hook_name(t) for t in EVENT_TYPES} | {"on_event"})
+
+
+def check_hooks(subscriber: Subscriber) -> None:
+    """Warn about each method of ``subscriber`` named like a hook (``on_...``) that is none:
+    no event would ever call it (a misspelt ``on_episode_ends``). The warning names the
+    closest hook."""
+    cls = type(subscriber)
+    for name in sorted(n for n in dir(cls) if n.startswith("on_") and n not in HOOKS):
+        if not callable(getattr(cls, name)):
+            continue
+        close = difflib.get_close_matches(name, sorted(HOOKS), n=1, cutoff=0.6)
+        hint = (f"Did you mean {close[0]}?" if close
+                else f"The hooks are {', '.join(sorted(HOOKS))}.")
+        warnings.warn(
+            f"{cls.__name__}.{name} is not a subscriber hook, so no event calls it. {hint} "
+            "(Events of a strategy's own types reach on_event.)", UserWarning,
+            stacklevel=user_stacklevel())
+
 
 class EventProcessor:
     """Updates :class:`Metrics` from each event, then calls the subscribers' hooks in order.
@@ -103,7 +126,9 @@ class EventProcessor:
             self.add(subscriber)
 
     def add(self, subscriber: Subscriber) -> None:
-        """Register a subscriber; only the hooks it overrides are called."""
+        """Register a subscriber; only the hooks it overrides are called. A method named like
+        a hook that is none (``on_episode_ends``) is warned about (:func:`check_hooks`)."""
+        check_hooks(subscriber)
         self.subscribers.append(subscriber)
         for event_type in EVENT_TYPES:
             name = hook_name(event_type)
