@@ -174,19 +174,21 @@ def _make_sub_env(factory: Callable[[], gym.Env[Any, Any]], index: int,
 
 
 def env_name(env: EnvInit) -> str:
-    """A short name for logs and run directories: the id, or the callable's (or target's)
-    name, with anything but letters, digits, ``.``, ``_`` and ``-`` replaced by ``_`` (a
-    lambda is ``env``)."""
+    """A short name for messages and logs: the id, or the callable's (or target's) name."""
     if isinstance(env, str):
-        name = env
-    elif isinstance(env, EnvSpec):
-        name = env.id if env.id is not None else str(env.target).replace(":", ".")
-    elif isinstance(env, functools.partial):
+        return env
+    if isinstance(env, EnvSpec):
+        return env.id if env.id is not None else str(env.target)
+    if isinstance(env, functools.partial):
         return env_name(env.func)
-    else:
-        name = getattr(env, "__name__", type(env).__name__)
-    name = name.rpartition(":")[2]
-    cleaned = re.sub(r"[^A-Za-z0-9._-]+", "_", name).strip("._")
+    return str(getattr(env, "__name__", type(env).__name__))
+
+
+def file_name(name: str) -> str:
+    """``name`` (an env's, an agent's) as part of a folder name: the part after a ``module:``,
+    anything but letters, digits, ``.``, ``_`` and ``-`` replaced by ``_``; a lambda's is
+    ``env``."""
+    cleaned = re.sub(r"[^A-Za-z0-9._-]+", "_", name.rpartition(":")[2]).strip("._")
     return cleaned if cleaned and cleaned != "lambda" else "env"
 
 

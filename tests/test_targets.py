@@ -19,6 +19,7 @@ from rltrain.config import ConfigError, compose, load_stored
 from rltrain.envs import env_name
 from rltrain.instantiate import make_env
 from rltrain.strategies.off_policy import OffPolicyConfig, OffPolicyStrategy
+from rltrain.trainer.preflight import default_run_dir
 from tests.test_cli import rltrain
 
 QUICK = ["trainer.num_steps=300", "strategy.warmup_steps=100", "strategy.batch_size=32",
@@ -211,8 +212,10 @@ def test_integral_floats_flag_hints_run_dir_names_and_presets(
     with pytest.raises(SystemExit):
         main(["fit", "--no-tqdm"])
     assert "write trainer.enable_progress_bar=false" in capsys.readouterr().err
-    assert env_name(lambda: None) == "env"  # was "<lambda>": a shell redirection
-    assert env_name("my_envs:Corridor-v0") == "Corridor-v0"
+    assert default_run_dir("DQN", env_name(lambda: None)).name.endswith("-dqn-env")  # was
+    # "-dqn-<lambda>": a shell redirection
+    assert default_run_dir("DQN", "my_envs:Corridor-v0").name.endswith("-dqn-Corridor-v0")
+    assert default_run_dir("DQN", "phys2d/CartPole-v1").name.endswith("-dqn-phys2d_CartPole-v1")
     with pytest.warns(UserWarning, match="dqn_cartpole is tuned for CartPole-v1.*dqn_acrobot"):
         compose(["dqn_cartpole"], ["env.id=Acrobot-v1"])
     with warnings.catch_warnings():

@@ -15,7 +15,7 @@ from rltrain.checkpoint import Checkpointer
 from rltrain.components import RLComponents
 from rltrain.config import STRATEGIES
 from rltrain.env_checks import check_env
-from rltrain.envs import EnvInit, env_name, make_probe_env
+from rltrain.envs import EnvInit, env_name, file_name, make_probe_env
 from rltrain.events.events import EvaluationEnd
 from rltrain.seeding import derive_seeds, seed_everything
 from rltrain.strategies.base import RLStrategy
@@ -24,7 +24,8 @@ from rltrain.trainer.settings import TrainerSettings
 
 def default_run_dir(agent_name: str, env_name: str) -> Path:
     """``runs/<date>-<time>-<agent>-<env>`` under the current directory."""
-    return Path("runs") / f"{time.strftime('%Y%m%d-%H%M%S')}-{agent_name.lower()}-{env_name}"
+    return Path("runs") / (f"{time.strftime('%Y%m%d-%H%M%S')}-{file_name(agent_name.lower())}-"
+                           f"{file_name(env_name)}")
 
 
 def check_resume_settings(checkpoint: Path, state: dict[str, Any],
