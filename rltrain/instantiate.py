@@ -163,6 +163,8 @@ def _describe(obj: Any, registry: Mapping[str, Registered], name: str) -> dict[s
         return {"unrecorded": f"its class {cls.__qualname__} is defined in {cls.__module__} "
                               "(a script run directly, or a function), which has no import "
                               "path"}
+    if not inspect.signature(cls).parameters:  # made with no arguments: its path is enough
+        return {"_target_": path}
     if plain is None or config_class_of(cls) is not type(config):
         return {"unrecorded": f"{path} keeps no config dataclass as .config that its "
                               "__init__(config) takes, so its settings are not recorded"}

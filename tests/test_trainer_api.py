@@ -141,8 +141,8 @@ def test_the_run_config_is_saved_in_the_run_dir_every_checkpoint_and_tensorboard
     assert saved["trainer"]["run_dir"] == str(run_dir)
     assert saved["env"] == {"id": ENV, "kwargs": {}}
     assert saved["strategy"]["name"] == "off_policy" and saved["strategy"]["train_steps"] == 8
-    # WatchfulDQN is not a registered agent: its section is not described.
-    assert "agent" not in saved
+    # WatchfulDQN is not a registered agent, and takes no arguments: its import path is enough
+    assert saved["agent"] == {"_target_": f"{WatchfulDQN.__module__}.WatchfulDQN"}
     checkpoints = Checkpointer(run_dir / "checkpoints")
     for which in ("last", "best"):
         assert Checkpointer.load(checkpoints.resolve(which))["config"] == saved
