@@ -13,10 +13,11 @@ from gymnasium.utils import EzPickle
 from gymnasium.vector import SyncVectorEnv, VectorEnv
 
 from rltrain.agents.base import Policy
+from rltrain.buffers.observations import layout, map_obs, to_tensor
 from rltrain.env_checks import unpicklable_layer
 from rltrain.events.events import EpisodeEnd
 from rltrain.safe_pickle import env_classes, loads
-from rltrain.types import PolicyState, Progress, Transitions
+from rltrain.types import ObsArrays, PolicyState, Progress, Transitions
 
 
 class Runner:
@@ -38,14 +39,14 @@ class Runner:
         self.num_envs = envs.num_envs
         self.device = device
         self.progress = progress
-        self.observations: np.ndarray = np.empty(0)
+        #: The current observations: an array, or one per key of a ``Dict`` space.
+        self.observations: ObsArrays = np.empty(0)
         self.policy_state: PolicyState = None
         self.seed = 0
         self.episode_returns = np.zeros(self.num_envs, dtype=np.float64)
         # The vector step at which each sub-env's episode started: lengths are computed when an
         # episode ends instead of counted every step (each small NumPy op costs 1-3 µs here).
         self.episode_starts = np.zeros(self.num_envs, dtype=np.int64)
-        self._zero_copy = device.type == "cpu"
         #: What the policy returned beside the actions of the pending step (``act``), handed
         #: to that step's transitions.
         self.policy_info: dict[str, torch.Tensor] = {}
@@ -69,11 +70,11 @@ class Runner:
 
     def act(self, policy: Policy, *, deterministic: bool = False) -> np.ndarray:
         """The policy's actions for the current observations, as a numpy batch."""
-        observations = self.observations
-        if self._zero_copy and observations.dtype == np.float32:
-            obs = torch.from_numpy(observations)  # shares memory: no copy, no conversion
-        else:
-            obs = torch.as_tensor(observations, device=self.device, dtype=torch.float32)
+        # On the CPU a float32 or uint8 batch is shared, not copied; floats reach the policy as
+        # float32, images as uint8 (the encoder scales them).
+        observations, device = self.observations, self.device
+        obs = ({key: to_tensor(value, device) for key, value in observations.items()}
+               if isinstance(observations, dict) else to_tensor(observations, device))
         with torch.inference_mode():
             actions, self.policy_state, info = policy.act(obs, self.policy_state, deterministic)
         # Outside inference mode, a clone is an ordinary tensor a training step may read.
@@ -98,7 +99,7 @@ class Runner:
         except BaseException:
             self.envs_out_of_step = True
             raise
-        if not (np.isfinite(rewards).all() and np.isfinite(next_obs).all()):
+        if not (np.isfinite(rewards).all() and _finite(next_obs)):
             self.envs_out_of_step = True
             self._raise_non_finite(next_obs, rewards)
         self.observations = next_obs
@@ -112,9 +113,9 @@ class Runner:
         # observations (needed to bootstrap truncations) are in infos["final_obs"].
         if "_final_obs" in infos:
             done = infos["_final_obs"]
-            next_obs = next_obs.copy()
+            next_obs = map_obs(np.copy, next_obs)
             for i in np.flatnonzero(done):
-                next_obs[i] = infos["final_obs"][i]
+                _set_row(next_obs, int(i), infos["final_obs"][i])
                 episodes.append(EpisodeEnd(
                     env_steps=progress.env_steps,
                     env_index=int(i),
@@ -136,8 +137,11 @@ class Runner:
         return saved_spaces(self.envs.single_observation_space, self.envs.single_action_space,
                             self.num_envs)
 
-    def _raise_non_finite(self, observations: np.ndarray, rewards: np.ndarray) -> None:
+    def _raise_non_finite(self, observations: ObsArrays, rewards: np.ndarray) -> None:
         what = "reward" if not np.isfinite(rewards).all() else "observation"
+        if isinstance(observations, dict):
+            key = next(k for k, v in observations.items() if not _finite(v))
+            what, observations = f"observation ({key!r})", observations[key]
         values = rewards if what == "reward" else observations
         env_index = int(np.flatnonzero(~np.isfinite(values.reshape(self.num_envs, -1)).all(1))[0])
         raise FloatingPointError(
@@ -153,7 +157,8 @@ class Runner:
         ``SyncVectorEnv``, the sub-environments themselves (pickled) and the action space's
         generator, so that a resumed run steps exactly as this one would have."""
         state: dict[str, Any] = {
-            "observations": torch.from_numpy(np.array(self.observations)),
+            "observations": map_obs(lambda a: torch.from_numpy(np.array(a)),
+                                    self.observations),
             "episode_returns": torch.from_numpy(self.episode_returns.copy()),
             "episode_starts": torch.from_numpy(self.episode_starts.copy()),
             "policy_state": self.policy_state,
@@ -212,7 +217,7 @@ class Runner:
             for env in self.envs.envs:
                 env.close()
             self.envs.envs = restored
-            self.observations = state["observations"].numpy().copy()
+            self.observations = map_obs(lambda t: t.numpy().copy(), state["observations"])
             self.episode_returns[:] = state["episode_returns"].numpy()
             self.episode_starts[:] = state["episode_starts"].numpy()
             self.policy_state = state["policy_state"]
@@ -249,12 +254,34 @@ def check_saved_runner(state: Any, observation_space: gym.Space[Any],
         raise ValueError(
             f"The checkpoint was saved on an environment with spaces {saved}; this one has "
             f"{spaces}. Resume on the environment it was trained on, with its num_envs.")
-    expected = {"observations": (num_envs, *(observation_space.shape or ())),
-                "episode_returns": (num_envs,), "episode_starts": (num_envs,)}
-    for name, shape in expected.items():
-        value = state.get(name)
+    parts, saved_obs = layout(observation_space), state.get("observations")
+    checks: list[tuple[str, Any, tuple[int, ...]]] = [
+        (name, state.get(name), (num_envs,)) for name in ("episode_returns", "episode_starts")]
+    if isinstance(parts, dict):
+        saved_obs = saved_obs if isinstance(saved_obs, dict) else {}
+        checks += [(f"observations[{key!r}]", saved_obs.get(key), (num_envs, *shape))
+                   for key, (shape, _) in parts.items()]
+    else:
+        checks.append(("observations", saved_obs, (num_envs, *parts[0])))
+    for name, value, shape in checks:
         if not isinstance(value, torch.Tensor) or tuple(value.shape) != shape:
             found = tuple(value.shape) if isinstance(value, torch.Tensor) else type(value)
             raise ValueError(f"The checkpoint's runner {name} has shape {found}; this run's "
                              f"{num_envs} environments need {shape}. It was saved with another "
                              "num_envs or environment, or altered.")
+
+
+def _finite(observations: ObsArrays) -> bool:
+    """True when no float observation (of any key) is NaN or infinite."""
+    if isinstance(observations, dict):
+        return all(_finite(value) for value in observations.values())
+    return observations.dtype.kind != "f" or bool(np.isfinite(observations).all())
+
+
+def _set_row(observations: ObsArrays, row: int, value: Any) -> None:
+    """``observations[row] = value``, key by key for a dict of arrays."""
+    if isinstance(observations, dict):
+        for key, array in observations.items():
+            array[row] = value[key]
+    else:
+        observations[row] = value

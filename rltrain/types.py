@@ -35,6 +35,12 @@ class Progress:
     pending_gradient_steps: int = 0
 
 
+#: A batch of observations as arrays: one array, or one per key of a ``Dict`` observation space.
+ObsArrays = Union[np.ndarray, dict[str, np.ndarray]]
+#: The same as tensors (what a policy and a training step receive).
+ObsTensors = Union[torch.Tensor, dict[str, torch.Tensor]]
+
+
 class Transitions(NamedTuple):
     """One vector step's transitions, one row per sub-env (numpy, as the env returned them).
 
@@ -42,13 +48,14 @@ class Transitions(NamedTuple):
     episode can bootstrap from it; ``terminated`` and ``truncated`` stay apart. ``policy_info``
     is what the acting policy returned beside the actions (``PolicyStep.info``: e.g. PPO's
     log-probabilities and values), as ordinary tensors (copied out of inference mode); empty
-    for random actions and for policies that return nothing more.
+    for random actions and for policies that return nothing more. Observations of a ``Dict``
+    space are a dict of arrays, one per key.
     """
 
-    observations: np.ndarray
+    observations: ObsArrays
     actions: np.ndarray
     rewards: np.ndarray
-    next_observations: np.ndarray
+    next_observations: ObsArrays
     terminated: np.ndarray
     truncated: np.ndarray
     policy_info: Mapping[str, torch.Tensor] = {}

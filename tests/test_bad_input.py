@@ -496,16 +496,18 @@ CASES = [
          lambda d: trainer(d, strategy=on_policy(n_steps=10**11)).fit("CartPole-v1", ppo()),
          MemoryError, r"A rollout of 100,000,000,000 x 2 transitions needs [\d.]+ GB; [\d.]+ GB "
                       r"of memory is available\. Lower n_steps or num_envs"),
-    Case("image observations for PPO",
+    Case("Dict observation with a key no encoder takes (a mission text, as MiniGrid's)",
          lambda d: trainer(d, strategy=on_policy()).fit(
-             EnvSpec("CartPole-v1", wrappers=(_pixels,)), ppo()), SpaceError,
-         r"PPO takes vector observations \(a 1-D Box\); got Box\(0, 255, \(84, 84, 3\), uint8\)"
-         r"\. Flatten them \(gymnasium\.wrappers\.FlattenObservation\); image observations "
-         r"need an encoder PPO does not have yet"),
+             EnvSpec("CartPole-v1", wrappers=(_with_mission,)), ppo()), SpaceError,
+         r"PPO cannot encode the observation key 'mission': Mission\(\) \(it encodes a Dict's "
+         r"Box, Discrete and MultiBinary parts\)\. Drop it: minigrid\.wrappers\.ImgObsWrapper"
+         r"\(env\) keeps MiniGrid's image alone; or gymnasium\.wrappers\.FilterObservation\(env, "
+         r"\['state'\]\) keeps the keys PPO encodes\.$", absent=("FlattenObservation",)),
     Case("discrete observations for PPO",
          lambda d: trainer(d, strategy=on_policy()).fit("FrozenLake-v1", ppo()), SpaceError,
-         r"PPO takes vector observations \(a 1-D Box\); got Discrete\(16\)\. One-hot encode "
-         r"them, or flatten them \(gymnasium\.wrappers\.FlattenObservation\)"),
+         r"PPO takes Box observations \(vectors or images\) or a Dict of them; got "
+         r"Discrete\(16\)\. One-hot encode or flatten them: "
+         r"gymnasium\.wrappers\.FlattenObservation\(env\)"),
     Case("PPO clip_range <= 0", lambda d: PPOConfig(clip_range=0.0), ValueError,
          r"PPOConfig: clip_range must be > 0; got 0\.0"),
     Case("PPO gae_lambda > 1", lambda d: PPOConfig(gae_lambda=1.5), ValueError,
@@ -569,21 +571,30 @@ def _ppo_fitted(run_dir: Path) -> None:
     trainer(run_dir, 128, strategy=on_policy()).fit("CartPole-v1", ppo())
 
 
-class _Pixels(gym.ObservationWrapper[Any, Any, Any]):
-    """CartPole seen as an 84 x 84 RGB image (one bright column where the cart is)."""
+class _Mission(gym.Space[str]):
+    """A text space Gymnasium cannot flatten, as MiniGrid's MissionSpace."""
+
+    def contains(self, x: Any) -> bool:
+        return isinstance(x, str)
+
+    def __repr__(self) -> str:
+        return "Mission()"
+
+
+class _WithMission(gym.ObservationWrapper[Any, Any, Any]):
+    """CartPole's state beside a mission text, in a Dict (as MiniGrid's observations)."""
 
     def __init__(self, env: gym.Env[Any, Any]) -> None:
         super().__init__(env)
-        self.observation_space = gym.spaces.Box(0, 255, (84, 84, 3), np.uint8)
+        self.observation_space = gym.spaces.Dict({"state": env.observation_space,
+                                                  "mission": _Mission()})
 
     def observation(self, observation: Any) -> Any:
-        image = np.zeros((84, 84, 3), np.uint8)
-        image[:, int(np.clip((observation[0] + 2.4) / 4.8 * 83, 0, 83))] = 255
-        return image
+        return {"state": observation, "mission": "balance the pole"}
 
 
-def _pixels(env: gym.Env[Any, Any]) -> gym.Env[Any, Any]:
-    return _Pixels(env)
+def _with_mission(env: gym.Env[Any, Any]) -> gym.Env[Any, Any]:
+    return _WithMission(env)
 
 
 def dreamer(**overrides: Any) -> Dreamer:

@@ -298,7 +298,7 @@ def hostile(edit: str) -> dict[str, Any]:
                       r"n_steps and num_envs"),
     ("other num_envs", r"holds 3 steps of 3 envs; this one 3 of 2"),
     ("other observation shape", r"The saved rollout's observations do not fit this rollout "
-                                r"\(\(3, 2, 3\)\)\. Was it made for another environment"),
+                                r"\(\(3, 2, 3\) float32\)\. Was it made for another environment"),
     ("observations not a tensor", r"The saved rollout's observations do not fit"),
     ("position out of range", r"position 7 is outside 0\.\.3"),
     ("permutation index out of range", r"minibatch order is not one permutation of its 6 "

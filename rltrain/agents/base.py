@@ -15,7 +15,7 @@ from torch import nn
 
 from rltrain.buffers.replay import ReplayBuffer
 from rltrain.buffers.rollout import RolloutBuffer
-from rltrain.types import PolicyState, PolicyStep, Progress
+from rltrain.types import ObsTensors, PolicyState, PolicyStep, Progress
 
 if TYPE_CHECKING:
     from rltrain.buffers import Buffer
@@ -44,8 +44,10 @@ class Policy(nn.Module, ABC):
     """
 
     @abstractmethod
-    def act(self, obs: torch.Tensor, state: PolicyState, deterministic: bool) -> PolicyStep:
-        """Actions for ``obs`` (shape ``[num_envs, *obs_shape]``).
+    def act(self, obs: ObsTensors, state: PolicyState, deterministic: bool) -> PolicyStep:
+        """Actions for ``obs`` (shape ``[num_envs, *obs_shape]``; a dict of such tensors for a
+        ``Dict`` observation space), in their storage dtype: float32 for float spaces,
+        ``uint8`` images unscaled (the agent's encoder scales them).
 
         ``deterministic=True`` is for evaluation (greedy, or the distribution's mode);
         ``False`` explores as the agent does while collecting.

@@ -17,18 +17,19 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import gymnasium as gym
-import numpy as np
 import torch
 import torch.nn.functional as F
 from typing_extensions import override
 
 from rltrain.agents.base import LearningAgent, Policy, SpaceError
+from rltrain.agents.encoders import check_observation_space, make_encoder
 from rltrain.agents.networks import QNetwork, soft_update
+from rltrain.buffers.observations import layout, leading_tensor
 from rltrain.buffers.replay import ReplayBatch
 from rltrain.errors import require
 from rltrain.events.events import flatten_hparams
 from rltrain.optim import Optimization, adam
-from rltrain.types import MetricValue, PolicyState, PolicyStep
+from rltrain.types import MetricValue, ObsTensors, PolicyState, PolicyStep
 
 
 @dataclass
@@ -54,6 +55,9 @@ class DQNConfig:
         exploration_steps: Env steps over which epsilon decays linearly (SB3's
             ``exploration_fraction × total_timesteps``: 0.16 × 50,000). Default 8,000.
         huber_delta: Huber (smooth L1) loss threshold. Default 1.0.
+        normalize_images: Scale image pixels to [0, 1] in the CNN encoder (``uint8`` by 255;
+            SB3's ``normalize_images``); False feeds them as they are (MiniGrid's object,
+            colour and state indices). Default True.
     """
 
     hidden_sizes: list[int] = field(default_factory=lambda: [256, 256])
@@ -67,6 +71,7 @@ class DQNConfig:
     epsilon_end: float = 0.04
     exploration_steps: int = 8_000
     huber_delta: float = 1.0
+    normalize_images: bool = True
 
     def __post_init__(self) -> None:
         checks = [
@@ -89,10 +94,6 @@ class DQNConfig:
         require("DQNConfig", checks)
 
 
-def _flat_size(space: gym.Space[Any]) -> int:
-    return int(np.prod(space.shape or ()))
-
-
 def linear_schedule(start: float, end: float, duration: int, t: int) -> float:
     """``start`` moved linearly to ``end`` over ``duration`` steps, then held at ``end``."""
     if duration <= 0 or t >= duration:
@@ -111,20 +112,21 @@ class DQNPolicy(Policy):
         self.epsilon = epsilon
 
     @override
-    def act(self, obs: torch.Tensor, state: PolicyState, deterministic: bool) -> PolicyStep:
+    def act(self, obs: ObsTensors, state: PolicyState, deterministic: bool) -> PolicyStep:
         if deterministic:
             return PolicyStep(self.q_network(obs).argmax(dim=1), None, {})
         # Each env explores on its own coin, drawn from Python's generator (seeded by the
         # strategy): per-step torch or NumPy calls on one-element arrays cost 10-30 µs here, as
         # much as the env step itself.
         epsilon = self.epsilon()
-        explore = [random.random() < epsilon for _ in range(obs.shape[0])]
+        batch = leading_tensor(obs)
+        explore = [random.random() < epsilon for _ in range(batch.shape[0])]
         if all(explore):  # every env explores: skip the forward pass
-            return PolicyStep(self._random_actions(len(explore), obs.device), None, {})
+            return PolicyStep(self._random_actions(len(explore), batch.device), None, {})
         actions = self.q_network(obs).argmax(dim=1)
         if any(explore):
             rows = [i for i, e in enumerate(explore) if e]
-            actions[rows] = self._random_actions(len(rows), obs.device)
+            actions[rows] = self._random_actions(len(rows), batch.device)
         return PolicyStep(actions, None, {})
 
     def _random_actions(self, n: int, device: torch.device) -> torch.Tensor:
@@ -133,7 +135,9 @@ class DQNPolicy(Policy):
 
 
 class DQN(LearningAgent):
-    """Deep Q-learning for discrete actions and vector observations.
+    """Deep Q-learning for discrete actions; vector, image or ``Dict`` observations through
+    the encoder chosen from the observation space (:func:`~rltrain.agents.encoders.make_encoder`:
+    a CNN for images, stored as ``uint8``).
 
     Args:
         config: Hyperparameters. Default: :class:`DQNConfig` ().
@@ -155,26 +159,23 @@ class DQN(LearningAgent):
                 "Use an agent for continuous actions (SAC) or discretize the actions with a "
                 "wrapper."
             )
-        if not isinstance(observation_space, gym.spaces.Box):
-            raise SpaceError(
-                f"{type(self).__name__} needs a Box observation space (a vector of floats); got "
-                f"{observation_space}. Wrap the environment, e.g. with "
-                "gymnasium.wrappers.FlattenObservation or a one-hot encoding."
-            )
+        check_observation_space(type(self).__name__, observation_space)
         if self.built and (self.num_actions != action_space.n
-                           or self.q_network_input != _flat_size(observation_space)):
+                           or self.observation_layout != layout(observation_space)):
             raise SpaceError(
-                f"This {type(self).__name__} was built for {self.q_network_input} observation "
-                f"features and {self.num_actions} actions; the environment has "
-                f"{observation_space.shape} observations and {action_space.n} actions."
+                f"This {type(self).__name__} was built for {self.built_for} observations and "
+                f"{self.num_actions} actions; the environment has {observation_space} "
+                f"observations and {action_space.n} actions."
             )
 
     @override
     def build(self, observation_space: gym.Space[Any], action_space: gym.Space[Any]) -> None:
         assert isinstance(action_space, gym.spaces.Discrete)
         self.num_actions = int(action_space.n)
-        self.q_network_input = _flat_size(observation_space)
-        self.q_network = QNetwork(self.q_network_input, self.num_actions,
+        self.observation_layout = layout(observation_space)
+        self.built_for = str(observation_space)
+        encoder = make_encoder(observation_space, normalize_images=self.config.normalize_images)
+        self.q_network = QNetwork(encoder, self.num_actions,
                                   self.config.hidden_sizes, dueling=self.config.dueling)
         self.target_network = copy.deepcopy(self.q_network).requires_grad_(False)
 

@@ -6,13 +6,14 @@ The loss of one minibatch (Eq. 7 and 9 of the paper), with the ratio
     L = E[max(-A r, -A clip(r, 1-ε, 1+ε))] + c_v E[(V(s) - R)²] - c_e E[H(π(·|s))]
 
 With the implementation details of "The 37 Implementation Details of PPO" (Huang et al. 2022)
-that apply to vector observations: orthogonal initialisation (√2 trunk, 0.01 policy head, 1
-value head), Adam with eps 1e-5, linear learning-rate (and optional clip-range) annealing,
+that apply to vector observations: orthogonal initialisation (√2 encoder and trunk, 0.01 policy
+head, 1 value head), Adam with eps 1e-5, linear learning-rate (and optional clip-range) annealing,
 shuffled minibatches covering the rollout each epoch, optional value clipping, a global
 gradient-norm clip, and for ``Box`` actions a state-independent log-std, the unclipped action
 stored and the clipped one sent. Observation normalisation and reward scaling live in the
 agent's state (:mod:`rltrain.agents.normalize`), so every checkpoint evaluates as trained.
-The rollout, minibatches and epochs are the on-policy strategy's.
+The rollout, minibatches and epochs are the on-policy strategy's. Observations go through the
+encoder of their space (:mod:`rltrain.agents.encoders`), one for π and V (CleanRL's Atari PPO).
 """
 
 from __future__ import annotations
@@ -21,10 +22,9 @@ import copy
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 import gymnasium as gym
-import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -32,13 +32,21 @@ from typing_extensions import override
 
 from rltrain.agents.base import LearningAgent, Policy, SpaceError
 from rltrain.agents.distributions import ActionDistribution, ActionHead
+from rltrain.agents.encoders import (
+    Encoder,
+    check_observation_space,
+    is_flat,
+    make_encoder,
+    orthogonal,
+)
 from rltrain.agents.normalize import RunningMeanStd
 from rltrain.agents.returns import gae
+from rltrain.buffers.observations import map_obs
 from rltrain.buffers.rollout import RolloutBatch, RolloutBuffer
 from rltrain.errors import require
 from rltrain.events.events import flatten_hparams
 from rltrain.optim import Optimization, adam
-from rltrain.types import MetricValue, PolicyState, PolicyStep
+from rltrain.types import MetricValue, ObsTensors, PolicyState, PolicyStep
 
 ACTIVATIONS: dict[str, type[nn.Module]] = {"tanh": nn.Tanh, "relu": nn.ReLU}
 
@@ -77,11 +85,14 @@ class PPOConfig:
             False.
         log_std_init: Initial log-std of the Gaussian for ``Box`` actions. Default 0.0.
         normalize_observations: Normalise observations by running mean and variance (updated
-            from each rollout, saved with the model, frozen in evaluation). Default False.
+            from each rollout, saved with the model, frozen in evaluation); vector observations
+            only (the image encoder scales pixels itself). Default False.
         normalize_rewards: Divide rewards by the running spread of the discounted return
             (as SB3's ``VecNormalize(norm_reward=True)``). Default False.
         clip_observations: Clip normalised observations to ``±`` this. Default 10.
         clip_rewards: Clip scaled rewards to ``±`` this. Default 10.
+        normalize_images: Scale image pixels to [0, 1] in the CNN encoder (``uint8`` by 255;
+            SB3's ``normalize_images``); False feeds them as they are. Default True.
     """
 
     lr: float = 3e-4
@@ -105,6 +116,7 @@ class PPOConfig:
     normalize_rewards: bool = False
     clip_observations: float = 10.0
     clip_rewards: float = 10.0
+    normalize_images: bool = True
 
     def __post_init__(self) -> None:
         require("PPOConfig", [
@@ -149,31 +161,34 @@ def trunk(in_features: int, hidden_sizes: list[int], activation: type[nn.Module]
 
 
 class ActorCritic(nn.Module):
-    """``π(·|s)`` and ``V(s)``: two trunks, or one shared, with a policy and a value head."""
+    """``π(·|s)`` and ``V(s)``: an encoder, two trunks (or one shared), policy and value heads."""
 
-    def __init__(self, obs_dim: int, head: ActionHead, config: PPOConfig) -> None:
+    def __init__(self, encoder: Encoder, head: ActionHead, config: PPOConfig) -> None:
         super().__init__()
         hidden, activation = list(config.hidden_sizes), ACTIVATIONS[config.activation]
+        obs_dim = encoder.out_features
         features = hidden[-1] if hidden else obs_dim
+        self.encoder = orthogonal(encoder, math.sqrt(2))  # CleanRL's layer_init for the CNN
         self.head = head
         self.actor = trunk(obs_dim, hidden, activation)
         self.critic = self.actor if config.shared_trunk else trunk(obs_dim, hidden, activation)
         self.policy_out = layer(features, head.out_features, 0.01)
         self.value_out = layer(features, 1, 1.0)
 
-    def forward(self, obs: torch.Tensor) -> tuple[ActionDistribution, torch.Tensor]:
-        """The action distribution and the value (``[B]``) of observations ``[B, obs_dim]``."""
-        hidden = self.actor(obs)
-        value_hidden = hidden if self.critic is self.actor else self.critic(obs)
+    def forward(self, obs: ObsTensors) -> tuple[ActionDistribution, torch.Tensor]:
+        """The action distribution and the value (``[B]``) of a batch of observations."""
+        features = self.encoder(obs)
+        hidden = self.actor(features)
+        value_hidden = hidden if self.critic is self.actor else self.critic(features)
         return self.head(self.policy_out(hidden)), self.value_out(value_hidden).squeeze(-1)
 
-    def distribution(self, obs: torch.Tensor) -> ActionDistribution:
+    def distribution(self, obs: ObsTensors) -> ActionDistribution:
         """``π(·|s)`` alone."""
-        return self.head(self.policy_out(self.actor(obs)))  # type: ignore[no-any-return]
+        return self.head(self.policy_out(self.actor(self.encoder(obs))))  # type: ignore[no-any-return]
 
-    def value(self, obs: torch.Tensor) -> torch.Tensor:
+    def value(self, obs: ObsTensors) -> torch.Tensor:
         """``V(s)``, ``[B]``."""
-        return self.value_out(self.critic(obs)).squeeze(-1)  # type: ignore[no-any-return]
+        return self.value_out(self.critic(self.encoder(obs))).squeeze(-1)  # type: ignore[no-any-return]
 
 
 class PPOPolicy(Policy):
@@ -192,10 +207,12 @@ class PPOPolicy(Policy):
         self.register_buffer("high", high)
         self.register_buffer("offset", offset)
 
-    def observe(self, obs: torch.Tensor) -> torch.Tensor:
-        """Observations as the networks see them: flattened, normalised when that is on."""
-        obs = obs.flatten(1).float()
-        return obs if self.obs_rms is None else self.obs_rms.normalize(obs, self.clip_obs)
+    def observe(self, obs: ObsTensors) -> ObsTensors:
+        """Observations as the networks see them: normalised (flattened) when that is on
+        (vectors only: ``PPO.check_spaces``)."""
+        if self.obs_rms is None:
+            return obs
+        return self.obs_rms.normalize(cast(torch.Tensor, obs).flatten(1).float(), self.clip_obs)
 
     def to_env(self, raw: torch.Tensor) -> torch.Tensor:
         """What the env receives: indices shifted by the space's start, or continuous
@@ -206,7 +223,7 @@ class PPOPolicy(Policy):
         return raw.long() if kind == "MultiBinary" else raw.long() + self.offset
 
     @override
-    def act(self, obs: torch.Tensor, state: PolicyState, deterministic: bool) -> PolicyStep:
+    def act(self, obs: ObsTensors, state: PolicyState, deterministic: bool) -> PolicyStep:
         obs = self.observe(obs)
         if deterministic:  # evaluation: the mode, no value needed
             return PolicyStep(self.to_env(self.net.distribution(obs).mode()), None, {})
@@ -217,8 +234,8 @@ class PPOPolicy(Policy):
 
 
 class PPO(LearningAgent):
-    """PPO for vector observations and ``Discrete``, ``MultiDiscrete``, ``MultiBinary`` or
-    ``Box`` actions, trained by the on-policy strategy.
+    """PPO for vector, image or ``Dict`` observations and ``Discrete``, ``MultiDiscrete``,
+    ``MultiBinary`` or ``Box`` actions, trained by the on-policy strategy.
 
     Args:
         config: Hyperparameters. Default: :class:`PPOConfig` ().
@@ -236,16 +253,12 @@ class PPO(LearningAgent):
 
     @override
     def check_spaces(self, observation_space: gym.Space[Any], action_space: gym.Space[Any]) -> None:
-        if not isinstance(observation_space, gym.spaces.Box):
+        check_observation_space(type(self).__name__, observation_space)
+        if self.config.normalize_observations and not is_flat(observation_space):
             raise SpaceError(
-                f"{type(self).__name__} takes vector observations (a 1-D Box); got "
-                f"{observation_space}. One-hot encode them, or flatten them "
-                "(gymnasium.wrappers.FlattenObservation).")
-        if len(observation_space.shape) > 1:
-            raise SpaceError(
-                f"{type(self).__name__} takes vector observations (a 1-D Box); got "
-                f"{observation_space}. Flatten them (gymnasium.wrappers.FlattenObservation); "
-                "image observations need an encoder PPO does not have yet.")
+                f"{type(self).__name__}'s normalize_observations takes vector observations; got "
+                f"{observation_space}. Leave it off: the image encoder scales pixels to [0, 1] "
+                "itself.")
         if not isinstance(action_space, (gym.spaces.Discrete, gym.spaces.MultiDiscrete,
                                          gym.spaces.MultiBinary, gym.spaces.Box)):
             raise SpaceError(f"{type(self).__name__} needs a Discrete, MultiDiscrete, "
@@ -260,10 +273,10 @@ class PPO(LearningAgent):
     @override
     def build(self, observation_space: gym.Space[Any], action_space: gym.Space[Any]) -> None:
         c = self.config
-        obs_dim = int(np.prod(observation_space.shape or ()))
-        self.net = ActorCritic(obs_dim, ActionHead(action_space, c.log_std_init), c)
+        encoder = make_encoder(observation_space, normalize_images=c.normalize_images)
+        self.net = ActorCritic(encoder, ActionHead(action_space, c.log_std_init), c)
         if c.normalize_observations:
-            self.obs_rms = RunningMeanStd((obs_dim,))
+            self.obs_rms = RunningMeanStd((encoder.out_features,))
         if c.normalize_rewards:
             self.return_rms = RunningMeanStd(())
         self.register_buffer("clip_now", torch.tensor(c.clip_range))
@@ -298,24 +311,27 @@ class PPO(LearningAgent):
         the update uses (observations normalised with the statistics the policy acted on)."""
         c, policy = self.config, self.policy(self.device)
 
-        def seen(x: torch.Tensor) -> torch.Tensor:  # [..., obs_dim] as the networks see it
-            return policy.observe(x.reshape(-1, x.shape[-1]).to(self.device)).reshape(x.shape)
+        def seen(x: ObsTensors) -> ObsTensors:  # a batch [B, ...] as the networks see it
+            return policy.observe(map_obs(lambda t: t.to(self.device), x))
 
-        obs, final, last = (seen(x) for x in (rollout.observations, rollout.final_observations,
-                                              rollout.last_observations))
         values = rollout.values.to(self.device)
+        last = seen(rollout.last_observations)
         next_values = torch.cat([values[1:], self.net.value(last).unsqueeze(0)])
         truncated = rollout.truncated.to(self.device)
         if truncated.any():  # bootstrap a time limit from the true final observation
-            next_values[truncated] = self.net.value(final[truncated])
+            rows = truncated.cpu()
+            final = seen(map_obs(lambda t: t[rows], rollout.final_observations))
+            next_values[truncated] = self.net.value(final)
         rewards = self.scaled_rewards(rollout).to(self.device)
         advantages = gae(rewards, values, next_values, rollout.terminated.to(self.device),
                          truncated, c.gamma, c.gae_lambda)
         rollout.advantages.copy_(advantages)
         rollout.returns.copy_(advantages + values)
-        if self.obs_rms is not None:
-            self.obs_rms.update(rollout.observations.flatten(0, 1).flatten(1))
-            rollout.observations.copy_(obs)
+        if self.obs_rms is not None:  # vectors: normalised with the statistics acted on
+            obs = cast(torch.Tensor, rollout.observations)
+            normalized = cast(torch.Tensor, seen(obs.flatten(0, 1)))
+            self.obs_rms.update(obs.flatten(0, 1).flatten(1))
+            obs.copy_(normalized.reshape(obs.shape))
         self.set_schedules(rollout)
         self.log("explained_variance", explained_variance(values, advantages + values))
 

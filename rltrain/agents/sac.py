@@ -11,6 +11,9 @@ Per gradient step, on a replayed batch ``(s, a, r, s', terminated)``:
 
 A truncated episode bootstraps from its true final observation: only ``terminated`` stops
 the target. Actions are stored in the env's units; the critics see them rescaled to [-1, 1].
+Observations go through encoders chosen from the observation space (a CNN for images:
+:mod:`rltrain.agents.encoders`), one for the actor and one shared by the twin critics (SB3's
+``share_features_extractor=False``), each trained by its own loss.
 """
 
 from __future__ import annotations
@@ -26,12 +29,13 @@ import torch
 from typing_extensions import override
 
 from rltrain.agents.base import LearningAgent, Policy, SpaceError, require_bounded
+from rltrain.agents.encoders import Encoder, check_observation_space, make_encoder
 from rltrain.agents.networks import SquashedGaussianActor, TwinQ, soft_update
 from rltrain.buffers.replay import ReplayBatch
 from rltrain.errors import require
 from rltrain.events.events import flatten_hparams
 from rltrain.optim import Optimization, adam
-from rltrain.types import MetricValue, PolicyState, PolicyStep
+from rltrain.types import MetricValue, ObsTensors, PolicyState, PolicyStep
 
 
 @dataclass
@@ -51,6 +55,8 @@ class SACConfig:
         policy_delay: Gradient steps per actor (and temperature) update, TD3's delayed
             updates; 1 updates every step. Default 1.
         target_update_interval: Gradient steps between target updates. Default 1.
+        normalize_images: Scale image pixels to [0, 1] in the CNN encoders (``uint8`` by 255;
+            SB3's ``normalize_images``); False feeds them as they are. Default True.
     """
 
     hidden_sizes: list[int] = field(default_factory=lambda: [256, 256])
@@ -62,6 +68,7 @@ class SACConfig:
     target_entropy: float | None = None
     policy_delay: int = 1
     target_update_interval: int = 1
+    normalize_images: bool = True
 
     def __post_init__(self) -> None:
         require("SACConfig", [
@@ -87,14 +94,13 @@ class SACPolicy(Policy):
         self.actor = actor
 
     @override
-    def act(self, obs: torch.Tensor, state: PolicyState, deterministic: bool) -> PolicyStep:
-        obs = obs.flatten(1).float()
+    def act(self, obs: ObsTensors, state: PolicyState, deterministic: bool) -> PolicyStep:
         action = self.actor.mode(obs) if deterministic else self.actor(obs)[0]
         return PolicyStep(action, None, {})
 
 
 class SAC(LearningAgent):
-    """SAC for vector observations and bounded ``Box`` actions.
+    """SAC for vector, image or ``Dict`` observations and bounded ``Box`` actions.
 
     Args:
         config: Hyperparameters. Default: :class:`SACConfig` ().
@@ -124,26 +130,27 @@ class SAC(LearningAgent):
                 f"{action_space}. Use DQN or PPO for discrete actions.")
         require_bounded(type(self).__name__, action_space,
                         "squashes its actions into the action space's bounds")
-        if not isinstance(observation_space, gym.spaces.Box) or len(observation_space.shape) > 1:
-            raise SpaceError(
-                f"{type(self).__name__} takes vector observations (a 1-D Box); got "
-                f"{observation_space}. Flatten them (gymnasium.wrappers.FlattenObservation).")
+        check_observation_space(type(self).__name__, observation_space)
 
     @override
     def build(self, observation_space: gym.Space[Any], action_space: gym.Space[Any]) -> None:
         assert isinstance(action_space, gym.spaces.Box)
         c = self.config
-        obs_dim, action_dim = int(np.prod(observation_space.shape or ())), int(
-            np.prod(action_space.shape))
+        action_dim = int(np.prod(action_space.shape))
         low, high = (torch.as_tensor(b, dtype=torch.float32).reshape(-1)
                      for b in (action_space.low, action_space.high))
-        self.actor = SquashedGaussianActor(obs_dim, action_dim, c.hidden_sizes, low, high)
-        self.critic = TwinQ(obs_dim, action_dim, c.hidden_sizes)
+        self.actor = SquashedGaussianActor(self.encoder(observation_space), action_dim,
+                                           c.hidden_sizes, low, high)
+        self.critic = TwinQ(self.encoder(observation_space), action_dim, c.hidden_sizes)
         self.critic_target = copy.deepcopy(self.critic).requires_grad_(False)
         self.log_alpha = torch.nn.Parameter(torch.tensor(math.log(c.alpha_init)),
                                             requires_grad=c.alpha is None)
         self.target_entropy = (-float(action_dim) if c.target_entropy is None
                                else c.target_entropy)
+
+    def encoder(self, observation_space: gym.Space[Any]) -> Encoder:
+        """A new observation encoder (one for the actor, one for the critics)."""
+        return make_encoder(observation_space, normalize_images=self.config.normalize_images)
 
     @override
     def hparams(self) -> dict[str, float | int | str | bool]:
@@ -180,7 +187,7 @@ class SAC(LearningAgent):
     @override
     def training_step(self, batch: ReplayBatch, optim: Optimization) -> dict[str, MetricValue]:
         c = self.config
-        obs, next_obs = batch.observations.flatten(1), batch.next_observations.flatten(1)
+        obs, next_obs = batch.observations, batch.next_observations
         alpha = self.alpha
         with torch.no_grad():
             next_action, next_log_prob = self.actor(next_obs)

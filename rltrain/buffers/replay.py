@@ -9,21 +9,32 @@ import gymnasium as gym
 import numpy as np
 import torch
 
+from rltrain.buffers.observations import (
+    map_obs,
+    mismatch,
+    numpy_zeros,
+    obs_nbytes,
+    row_nbytes,
+    storage_dtype,
+)
+
 if TYPE_CHECKING:
-    from rltrain.types import Transitions
+    from rltrain.types import ObsTensors, Transitions
 
 
 class ReplayBatch(NamedTuple):
     """A sampled batch as tensors on the learner's device (first dimension: batch).
 
     ``terminated`` and ``truncated`` are float tensors (1.0 or 0.0) kept apart: a target
-    bootstraps unless the transition ``terminated``.
+    bootstraps unless the transition ``terminated``. Observations are in their storage dtype
+    (``uint8`` images stay ``uint8``: the agent's encoder scales them), a dict of tensors for a
+    ``Dict`` observation space.
     """
 
-    observations: torch.Tensor
+    observations: ObsTensors
     actions: torch.Tensor
     rewards: torch.Tensor
-    next_observations: torch.Tensor
+    next_observations: ObsTensors
     terminated: torch.Tensor
     truncated: torch.Tensor
 
@@ -58,12 +69,12 @@ def check_fits(nbytes: int, what: str, fix: str = "Lower buffer_size.") -> None:
 
 def storage_dtypes(observation_space: gym.Space[Any],
                    action_space: gym.Space[Any]) -> tuple[np.dtype[Any], np.dtype[Any]]:
-    """Storage dtypes: float32 observations for ``Box`` spaces (int64 otherwise), int64
-    actions for ``Discrete`` spaces (float32 otherwise)."""
-    box = isinstance(observation_space, gym.spaces.Box)
+    """Storage dtypes of a space that is not a ``Dict``: observations in
+    :func:`~rltrain.buffers.observations.storage_dtype` (float32 for a float ``Box``, ``uint8``
+    for a ``uint8`` one, int64 otherwise), int64 actions for ``Discrete`` spaces (float32
+    otherwise)."""
     discrete = isinstance(action_space, gym.spaces.Discrete)
-    return (np.dtype(np.float32 if box else np.int64),
-            np.dtype(np.int64 if discrete else np.float32))
+    return storage_dtype(observation_space), np.dtype(np.int64 if discrete else np.float32)
 
 
 class ReplayBuffer:
@@ -77,7 +88,9 @@ class ReplayBuffer:
 
     Args:
         capacity: Transitions kept (summed over sub-envs, unlike SB3's per-env ``buffer_size``).
-        observation_space: The sub-env's observation space (``Box`` or ``Discrete``).
+        observation_space: The sub-env's observation space (``Box``, ``Discrete``, or a
+            ``Dict`` of them: one array per key). Stored in its dtype (``uint8`` images as
+            ``uint8``; float spaces as float32).
         action_space: The sub-env's action space (``Discrete`` or ``Box``).
         seed: Seed of the sampling generator. Default 0.
         device: Where sampled batches go. Default CPU.
@@ -90,14 +103,14 @@ class ReplayBuffer:
             raise ValueError(f"ReplayBuffer capacity must be >= 1 transition; got {capacity}.")
         self.capacity = capacity
         self.device = torch.device(device)
-        obs_shape = observation_space.shape or ()
         act_shape = action_space.shape or ()
-        obs_dtype, act_dtype = storage_dtypes(observation_space, action_space)
-        row = (2 * obs_dtype.itemsize * int(np.prod(obs_shape))
+        act_dtype = np.dtype(np.int64 if isinstance(action_space, gym.spaces.Discrete)
+                             else np.float32)
+        row = (2 * row_nbytes(observation_space)
                + act_dtype.itemsize * int(np.prod(act_shape)) + 3 * 4)
         check_fits(capacity * row, f"A ReplayBuffer of {capacity:,} transitions")
-        self.observations = np.zeros((capacity, *obs_shape), dtype=obs_dtype)
-        self.next_observations = np.zeros((capacity, *obs_shape), dtype=obs_dtype)
+        self.observations = numpy_zeros(observation_space, (capacity,))
+        self.next_observations = numpy_zeros(observation_space, (capacity,))
         self.actions = np.zeros((capacity, *act_shape), dtype=act_dtype)
         self.rewards = np.zeros((capacity,), dtype=np.float32)
         self.terminated = np.zeros((capacity,), dtype=np.float32)
@@ -112,7 +125,7 @@ class ReplayBuffer:
     @property
     def nbytes(self) -> int:
         """Bytes held by the storage arrays."""
-        return sum(getattr(self, name).nbytes for name in _FIELDS)
+        return sum(obs_nbytes(getattr(self, name)) for name in _FIELDS)
 
     def add(self, transitions: Transitions) -> None:
         """Append one vector step's transitions (one row per sub-env), overwriting the oldest."""
@@ -120,10 +133,10 @@ class ReplayBuffer:
         end = self.cursor + n
         idx: slice | np.ndarray = (slice(self.cursor, end) if end <= self.capacity
                                    else np.arange(self.cursor, end) % self.capacity)
-        self.observations[idx] = transitions.observations
+        _store(self.observations, idx, transitions.observations)
         self.actions[idx] = transitions.actions
         self.rewards[idx] = transitions.rewards
-        self.next_observations[idx] = transitions.next_observations
+        _store(self.next_observations, idx, transitions.next_observations)
         self.terminated[idx] = transitions.terminated
         self.truncated[idx] = transitions.truncated
         self.cursor = (self.cursor + n) % self.capacity
@@ -138,16 +151,22 @@ class ReplayBuffer:
         if self.size == 0:
             raise ValueError("Cannot sample from an empty ReplayBuffer; add transitions first.")
         idx = self.rng.integers(0, self.size, size=batch_size)
-        tensors = [torch.from_numpy(getattr(self, name)[idx]) for name in _FIELDS]
-        if self.device.type != "cpu":
-            tensors = [t.to(self.device, non_blocking=True) for t in tensors]
-        return ReplayBatch(*tensors)
+        device = self.device
+
+        def take(array: np.ndarray) -> torch.Tensor:
+            tensor = torch.from_numpy(array[idx])
+            return tensor if device.type == "cpu" else tensor.to(device, non_blocking=True)
+
+        return ReplayBatch(map_obs(take, self.observations), take(self.actions),
+                           take(self.rewards), map_obs(take, self.next_observations),
+                           take(self.terminated), take(self.truncated))
 
     def state_dict(self) -> dict[str, Any]:
         """The stored transitions (as tensors), cursor, size and sampler state."""
         n = self.size
-        state: dict[str, Any] = {name: torch.from_numpy(getattr(self, name)[:n].copy())
-                                 for name in _FIELDS}
+        state: dict[str, Any] = {
+            name: map_obs(lambda a: torch.from_numpy(a[:n].copy()), getattr(self, name))
+            for name in _FIELDS}
         state.update(cursor=self.cursor, size=n, capacity=self.capacity,
                      rng=self.rng.bit_generator.state)
         return state
@@ -160,15 +179,26 @@ class ReplayBuffer:
                 f"{self.capacity:,}. Build the buffer with the saved capacity."
             )
         n = int(state["size"])
-        for name in _FIELDS:  # check every field before overwriting any
-            expected, saved = getattr(self, name).shape[1:], tuple(state[name].shape[1:])
-            if saved != expected:
+        for name in _FIELDS:  # check every field (shapes, dtypes) before overwriting any
+            found = mismatch(state[name], map_obs(torch.from_numpy, getattr(self, name)), 1)
+            if found is not None:
+                where, saved, expected = found
                 raise ValueError(
-                    f"The saved ReplayBuffer's {name} have shape {saved}; this one expects "
-                    f"{expected}. Were they made for another environment?"
+                    f"The saved ReplayBuffer's {name}{where} have shape {saved}; this one "
+                    f"expects {expected}. Were they made for another environment?"
                 )
         for name in _FIELDS:
-            getattr(self, name)[:n] = state[name].numpy()
+            _store(getattr(self, name), slice(0, n), map_obs(torch.Tensor.numpy, state[name]))
         self.size = n
         self.cursor = int(state["cursor"])
         self.rng.bit_generator.state = state["rng"]
+
+
+def _store(storage: np.ndarray | dict[str, np.ndarray], idx: slice | np.ndarray,
+           values: Any) -> None:
+    """``storage[idx] = values``, key by key for a dict of arrays."""
+    if isinstance(storage, dict):
+        for key, array in storage.items():
+            array[idx] = values[key]
+    else:
+        storage[idx] = values

@@ -8,8 +8,9 @@ import gymnasium as gym
 import numpy as np
 import torch
 
-from rltrain.buffers.replay import check_fits, storage_dtypes
-from rltrain.types import Transitions
+from rltrain.buffers.observations import map_obs, mismatch, obs_nbytes, row_nbytes, torch_zeros
+from rltrain.buffers.replay import check_fits
+from rltrain.types import ObsTensors, Transitions
 
 #: What an on-policy policy must return beside its actions (``PolicyStep.info``).
 POLICY_OUTPUTS = ("log_prob", "value")
@@ -20,9 +21,10 @@ _TENSORS = ("observations", "actions", "log_probs", "values", "rewards", "termin
 
 
 class RolloutBatch(NamedTuple):
-    """A minibatch of a rollout, flattened over time and sub-envs (``[B, ...]``)."""
+    """A minibatch of a rollout, flattened over time and sub-envs (``[B, ...]``); observations
+    in their storage dtype (a dict of tensors for a ``Dict`` space)."""
 
-    observations: torch.Tensor
+    observations: ObsTensors
     actions: torch.Tensor
     log_probs: torch.Tensor
     values: torch.Tensor
@@ -43,6 +45,8 @@ class RolloutBuffer:
     (:meth:`shuffle`) and reads minibatches by index (:meth:`minibatch`), so a run stopped in the
     middle of an update resumes at the same minibatch. ``running_returns`` (per sub-env) is kept
     across rollouts for agents that scale rewards by the spread of the discounted return.
+    Observations are stored in their space's dtype (``uint8`` images as ``uint8``), one tensor
+    per key for a ``Dict`` space.
 
     Args:
         n_steps: Vector steps per rollout.
@@ -61,17 +65,16 @@ class RolloutBuffer:
                              f"and {num_envs}.")
         self.n_steps, self.num_envs = n_steps, num_envs
         self.device = torch.device(device)
-        obs_shape, act_shape = observation_space.shape or (), action_space.shape or ()
-        obs_dtype, act_dtype = (getattr(torch, d.name) for d in
-                                storage_dtypes(observation_space, action_space))
+        act_shape = action_space.shape or ()
+        act_dtype = torch.int64 if isinstance(action_space, gym.spaces.Discrete) else torch.float32
         shape = (n_steps, num_envs)
-        obs_numel = int(np.prod(obs_shape))
-        check_fits(n_steps * num_envs * (8 * obs_numel + 4 * int(np.prod(act_shape)) + 40),
+        check_fits(n_steps * num_envs * (2 * row_nbytes(observation_space)
+                                         + 4 * int(np.prod(act_shape)) + 40),
                    f"A rollout of {n_steps:,} x {num_envs} transitions",
                    "Lower n_steps or num_envs.")
-        self.observations = torch.zeros((*shape, *obs_shape), dtype=obs_dtype)
-        self.final_observations = torch.zeros((*shape, *obs_shape), dtype=obs_dtype)
-        self.last_observations = torch.zeros((num_envs, *obs_shape), dtype=obs_dtype)
+        self.observations = torch_zeros(observation_space, shape)
+        self.final_observations = torch_zeros(observation_space, shape)
+        self.last_observations = torch_zeros(observation_space, (num_envs,))
         self.actions = torch.zeros((*shape, *act_shape), dtype=act_dtype)
         self.log_probs, self.values, self.rewards = (torch.zeros(shape) for _ in range(3))
         self.advantages, self.returns = torch.zeros(shape), torch.zeros(shape)
@@ -100,7 +103,7 @@ class RolloutBuffer:
     @property
     def nbytes(self) -> int:
         """Bytes of storage."""
-        return sum(getattr(self, name).nbytes for name in _TENSORS)
+        return sum(obs_nbytes(getattr(self, name)) for name in _TENSORS)
 
     def can_sample(self) -> bool:
         """True once the rollout is prepared: its minibatches can be read."""
@@ -120,7 +123,7 @@ class RolloutBuffer:
                 "action (PolicyStep.info); this policy returned "
                 f"{sorted(info) or 'nothing'}. On-policy agents (PPO) return them.")
         t = self.pos
-        self.observations[t] = torch.as_tensor(transitions.observations)
+        _store(self.observations, t, transitions.observations)
         self.actions[t] = torch.as_tensor(info.get("raw_action", transitions.actions)).reshape(
             self.actions.shape[1:])
         self.log_probs[t] = info["log_prob"].reshape(self.num_envs)
@@ -128,12 +131,13 @@ class RolloutBuffer:
         self.rewards[t] = torch.as_tensor(transitions.rewards, dtype=torch.float32)
         self.terminated[t] = torch.as_tensor(transitions.terminated)
         self.truncated[t] = truncated = torch.as_tensor(transitions.truncated)
-        next_obs = torch.as_tensor(transitions.next_observations)
-        self.final_observations[t].zero_()
-        if truncated.any():  # rare: most steps end no episode by a time limit
-            self.final_observations[t][truncated] = next_obs[truncated].to(
-                self.final_observations.dtype)
-        self.last_observations.copy_(next_obs)
+        next_obs = map_obs(torch.as_tensor, transitions.next_observations)
+        for final, last, value in _parts(self.final_observations, self.last_observations,
+                                         next_obs):
+            final[t].zero_()
+            if truncated.any():  # rare: most steps end no episode by a time limit
+                final[t][truncated] = value[truncated].to(final.dtype)
+            last.copy_(value)
         self.pos += 1
 
     def shuffle(self, epochs: int) -> None:
@@ -150,12 +154,15 @@ class RolloutBuffer:
         per_epoch = self.num_transitions // batch_size
         epoch, slot = divmod(index, per_epoch)
         rows = self.permutations[epoch, slot * batch_size:(slot + 1) * batch_size]
-        flat = (self.observations, self.actions, self.log_probs, self.values, self.advantages,
-                self.returns)
-        tensors = [t.reshape(self.num_transitions, *t.shape[2:])[rows] for t in flat]
-        if self.device.type != "cpu":
-            tensors = [t.to(self.device, non_blocking=True) for t in tensors]
-        return RolloutBatch(*tensors)
+        device = self.device
+
+        def take(t: torch.Tensor) -> torch.Tensor:
+            taken = t.reshape(self.num_transitions, *t.shape[2:])[rows]
+            return taken if device.type == "cpu" else taken.to(device, non_blocking=True)
+
+        return RolloutBatch(map_obs(take, self.observations), take(self.actions),
+                            take(self.log_probs), take(self.values), take(self.advantages),
+                            take(self.returns))
 
     def reset(self) -> None:
         """Empty the rollout for the next one (``running_returns`` carry over)."""
@@ -165,7 +172,8 @@ class RolloutBuffer:
 
     def state_dict(self) -> dict[str, Any]:
         """Every tensor, the position, the update's permutations and the shuffler's state."""
-        state: dict[str, Any] = {name: getattr(self, name).clone() for name in _TENSORS}
+        state: dict[str, Any] = {name: map_obs(torch.Tensor.clone, getattr(self, name))
+                                 for name in _TENSORS}
         state.update(pos=self.pos, prepared=self.prepared,
                      permutations=self.permutations.clone(), n_steps=self.n_steps,
                      num_envs=self.num_envs, rng=self.rng.bit_generator.state)
@@ -178,11 +186,11 @@ class RolloutBuffer:
                 f"The saved rollout holds {state['n_steps']} steps of {state['num_envs']} envs; "
                 f"this one {self.n_steps} of {self.num_envs}. Resume with the saved n_steps "
                 "and num_envs.")
-        for name in _TENSORS:  # check every tensor before overwriting any
-            mine, saved = getattr(self, name), state[name]
-            if not isinstance(saved, torch.Tensor) or saved.shape != mine.shape:
-                raise ValueError(f"The saved rollout's {name} do not fit this rollout "
-                                 f"({tuple(mine.shape)}). Was it made for another environment?")
+        for name in _TENSORS:  # check every tensor (shape, dtype) before overwriting any
+            found = mismatch(state[name], getattr(self, name))
+            if found is not None:
+                raise ValueError(f"The saved rollout's {name}{found[0]} do not fit this rollout "
+                                 f"({found[2]}). Was it made for another environment?")
         pos, permutations = int(state["pos"]), state["permutations"]
         if not 0 <= pos <= self.n_steps:
             raise ValueError(f"The saved rollout's position {pos} is outside 0..{self.n_steps}.")
@@ -202,7 +210,21 @@ class RolloutBuffer:
             raise ValueError(f"The saved rollout's shuffling generator is not valid: {error}."
                              ) from None
         for name in _TENSORS:
-            getattr(self, name).copy_(state[name])
+            for mine, saved in _parts(getattr(self, name), state[name]):
+                mine.copy_(saved)
         self.pos, self.prepared = pos, prepared
         self.permutations = permutations.to(torch.int64).clone()
         self.rng = rng
+
+
+def _store(storage: ObsTensors, t: int, values: Any) -> None:
+    """``storage[t] = values``, key by key for a dict of tensors."""
+    for part, value in _parts(storage, values):
+        part[t] = torch.as_tensor(value)
+
+
+def _parts(*trees: Any) -> list[tuple[Any, ...]]:
+    """The tensors of same-keyed observations side by side: one tuple, or one per key."""
+    if isinstance(trees[0], dict):
+        return [tuple(tree[key] for tree in trees) for key in trees[0]]
+    return [trees]

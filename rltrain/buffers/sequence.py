@@ -109,13 +109,15 @@ class SequenceReplayBuffer:
     def add(self, transitions: Transitions) -> None:
         """Append one vector step (one transition per sub-env): the arrival row of each next
         observation, preceded by the first row of the episodes that start with it."""
+        obs, next_obs = transitions.observations, transitions.next_observations
+        if isinstance(obs, dict) or isinstance(next_obs, dict):
+            raise ValueError("A SequenceReplayBuffer stores vector observations, not a Dict's.")
         envs = np.arange(self.num_envs)
         starting = envs[~self.in_episode]
         if len(starting):  # o_t opens an episode: its row has no action and no reward
-            self._write(starting, observations=transitions.observations[starting],
-                        is_first=1.0)
+            self._write(starting, observations=obs[starting], is_first=1.0)
         ended = np.logical_or(transitions.terminated, transitions.truncated)
-        self._write(envs, observations=transitions.next_observations,
+        self._write(envs, observations=next_obs,
                     actions=transitions.actions, rewards=transitions.rewards,
                     is_last=ended.astype(np.float32),
                     is_terminal=np.asarray(transitions.terminated, np.float32))

@@ -19,13 +19,14 @@ from typing_extensions import override
 from rltrain.agents.base import LearningAgent, Policy, SpaceError, require_bounded
 from rltrain.agents.dreamer.behavior import Actor, ReturnScale, imagine
 from rltrain.agents.dreamer.world_model import State, WorldModel, symexp, symlog
+from rltrain.agents.encoders import flattenable
 from rltrain.agents.networks import mlp, soft_update
 from rltrain.agents.returns import lambda_returns
 from rltrain.buffers import Buffer, SequenceBatch, SequenceReplayBuffer
 from rltrain.errors import require
 from rltrain.events.events import flatten_hparams
 from rltrain.optim import Optimization, adam
-from rltrain.types import MetricValue, PolicyState, PolicyStep
+from rltrain.types import MetricValue, ObsTensors, PolicyState, PolicyStep
 
 
 @dataclass
@@ -100,8 +101,9 @@ class DreamerPolicy(Policy):
         self.action_size = agent.action_size
 
     @override
-    def act(self, obs: torch.Tensor, state: PolicyState, deterministic: bool) -> PolicyStep:
-        assert isinstance(state, tuple)
+    def act(self, obs: ObsTensors, state: PolicyState, deterministic: bool) -> PolicyStep:
+        assert isinstance(state, tuple) and isinstance(obs, torch.Tensor)  # check_spaces: vectors
+        obs = obs.float()  # an integer Box reaches the policy in its own dtype
         h, z, action = state
         rssm = self.world_model.rssm
         latent = State(h, z, z, torch.ones_like(z))
@@ -155,10 +157,7 @@ class Dreamer(LearningAgent):
     def check_spaces(self, observation_space: gym.Space[Any], action_space: gym.Space[Any]) -> None:
         if not (isinstance(observation_space, gym.spaces.Box)
                 and len(observation_space.shape) == 1):
-            shape = getattr(observation_space, "shape", None)
-            raise SpaceError(f"Dreamer needs a flat Box observation space (a vector); got "
-                             f"{type(observation_space).__name__} of shape {shape}. Flatten it "
-                             "(gymnasium.wrappers.FlattenObservation), or encode images first.")
+            raise SpaceError(vector_advice(observation_space))
         if not isinstance(action_space, (gym.spaces.Box, gym.spaces.Discrete)):
             raise SpaceError(f"Dreamer needs a Box or Discrete action space; got "
                              f"{action_space}.")
@@ -233,7 +232,7 @@ class Dreamer(LearningAgent):
         c = self.config
         # 1. World model (Eq. 10) on the replayed sequences.
         losses, posteriors = self.world_model.loss(
-            batch.observations, self.from_env_action(batch.actions), batch.rewards,
+            batch.observations.float(), self.from_env_action(batch.actions), batch.rewards,
             batch.is_first, batch.is_terminal, free_nats=c.free_nats, kl_balance=c.kl_balance)
         optim.step("world_model", losses.total)
 
@@ -299,4 +298,28 @@ class Dreamer(LearningAgent):
         if torch.device(device) != self.device:
             return DreamerPolicy(copy.deepcopy(self).to(device))
         return DreamerPolicy(self)
+
+
+
+def vector_advice(space: gym.Space[Any]) -> str:
+    """Why Dreamer refuses ``space`` (it encodes vectors: an MLP world model, no CNN) and
+    what to do, suggesting ``FlattenObservation`` only where every part can be flattened."""
+    if isinstance(space, gym.spaces.Box):
+        images = (" Images (3-D) go to DQN, PPO or SAC, whose CNN encoders take them."
+                  if len(space.shape) == 3 else "")
+        return (f"Dreamer needs a flat Box observation space (a vector); got Box of shape "
+                f"{space.shape}. Flatten it (gymnasium.wrappers.FlattenObservation).{images}")
+    parts = space.spaces if isinstance(space, gym.spaces.Dict) else {}
+    stuck = [key for key, part in parts.items() if not flattenable(part)]
+    if stuck:
+        keep = [key for key in parts if key not in stuck]
+        return (f"Dreamer needs a flat Box observation space (a vector); got {space}, whose "
+                f"key {stuck[0]!r} cannot be flattened. Drop it "
+                f"(gymnasium.wrappers.FilterObservation(env, {sorted(keep)!r}); for MiniGrid, "
+                "minigrid.wrappers.ImgObsWrapper), then flatten the rest "
+                "(gymnasium.wrappers.FlattenObservation).")
+    fix = ("Flatten it (gymnasium.wrappers.FlattenObservation; a Discrete becomes a one-hot "
+           "vector)" if flattenable(space)
+           else "Turn it into a Box vector with a gymnasium.ObservationWrapper")
+    return f"Dreamer needs a flat Box observation space (a vector); got {space}. {fix}."
 
