@@ -48,9 +48,10 @@ from rltrain import (
 from rltrain.agents.dreamer import Dreamer, DreamerConfig
 from rltrain.checkpoint import Checkpointer, ManifestError, atomic_save, load_agent
 from rltrain.cli import resumed_config
-from rltrain.config import ConfigError, compose
+from rltrain.config import ConfigError, compose, literal_config
 from rltrain.envs import EnvError, EnvSpec
 from rltrain.errors import TrainingError
+from rltrain.targets import Trust
 from rltrain.trainer import RunDirectoryLocked, build
 
 DOCS = Path(__file__).resolve().parent.parent / "docs" / "bad_input.md"
@@ -340,6 +341,24 @@ CASES = [
          r"interpolation\.yaml: env\.id: .*'\$\{foo'\. Interpolations are written "
          r"\$\{section\.key\} or \$\{oc\.env:NAME\}",
          setup=lambda d: _config_file(d, "interpolation.yaml", "env:\n  id: ${foo\n")),
+    Case("stored config naming a function as its env (os.system)",
+         lambda d: build(literal_config({"env": {"_target_": "os.system", "kwargs": {
+             "command": f"touch {shlex.quote(str(d / RAN))}"}}}), Trust(stored_in=d)),
+         ConfigError, r"env\._target_: the stored config names 'os\.system', which is not a "
+         r"subclass of gymnasium\.core\.Env\. A stored config .* is untrusted.*--trust os\.",
+         after=never_ran),
+    Case("stored config of a run whose env had no import path (a lambda)",
+         lambda d: build(literal_config({"env": {"id": None, "unrecorded": (
+             "it was the Python callable <lambda>, which has no import path")}})), ConfigError,
+         r"env: this run's environment cannot be rebuilt from its config: it was the Python "
+         r"callable <lambda>.*env\._target_=module\.make_env"),
+    Case("package in env.imports that is not installed",
+         lambda d: build(compose([], [*TINY, "env.imports=[no_such_package]"])), ConfigError,
+         r"env\.imports: cannot import 'no_such_package' .*Install the package"),
+    Case("wrapper given without its import path",
+         lambda d: compose([], ["env.wrappers=[gymnasium.wrappers.TimeLimit]"]), ConfigError,
+         r"env: wrappers\[0\] is 'gymnasium\.wrappers\.TimeLimit'; each wrapper is a mapping "
+         r"with the import path of its class"),
     Case("interpolation of a key that does not exist",
          lambda d: compose([], ["trainer.run_dir=${no_such_key}"]), ConfigError,
          r"trainer\.run_dir: .*Interpolation key 'no_such_key' not found"),
