@@ -100,6 +100,9 @@ def build_parser() -> argparse.ArgumentParser:
                                "(env._target_=my_envs.make_env)")
     evaluate.add_argument("--checkpoint", choices=("last", "best"), default="last",
                           help="which checkpoint of a RUN_DIR to evaluate (default: last)")
+    evaluate.add_argument("--video", type=Path, default=None, metavar="DIR",
+                          help="record the episodes of evaluation sub-env 0 as MP4 files in "
+                               "DIR (pip install 'rltrain[video]')")
     add_trust(evaluate)
 
     commands.add_parser("list", help="list agents, strategies and shipped configs",
@@ -336,7 +339,8 @@ def evaluate(args: argparse.Namespace) -> int:
     run = build(config, stored_trust(run_dir, args.trust, args.overrides), logger=False,
                 enable_progress_bar=False, enable_console=False, enable_metrics_file=False,
                 **extra)
-    metrics = run.evaluate(ckpt_path=checkpoint, episodes=args.episodes, seed=seed)
+    metrics = run.evaluate(ckpt_path=checkpoint, episodes=args.episodes, seed=seed,
+                           video_dir=args.video)
     print(json.dumps({"checkpoint": str(checkpoint), **metrics}, indent=2))
     return 0
 

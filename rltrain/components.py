@@ -52,11 +52,16 @@ class EvaluationSettings:
         episodes: Greedy episodes per evaluation. Default 10.
         max_episode_steps: Env steps after which an evaluation episode is truncated; None:
             no cap. Default 27,000 (``TrainerConfig.eval_max_episode_steps``).
+        video_interval: Record videos of every N-th evaluation into ``video_dir``
+            (``TrainerConfig.video_interval``); None: none. Default None.
+        video_dir: Where the videos go (a Trainer's ``fit``: ``run_dir/videos``). Default None.
     """
 
     interval: int | None = 10_000
     episodes: int = 10
     max_episode_steps: int | None = 27_000
+    video_interval: int | None = None
+    video_dir: Path | None = None
 
     def __post_init__(self) -> None:
         if self.interval is not None and self.interval < 1:

@@ -193,7 +193,8 @@ def file_name(name: str) -> str:
 
 
 def make_vector_env(
-    env: EnvInit, *, num_envs: int, vectorization: Vectorization = "sync", seed: int
+    env: EnvInit, *, num_envs: int, vectorization: Vectorization = "sync", seed: int,
+    first_env: Callable[[], gym.Env[Any, Any]] | None = None,
 ) -> VectorEnv[Any, Any, Any]:
     """Make ``num_envs`` copies of ``env`` as one Gymnasium vector env, with seeded action space.
 
@@ -201,12 +202,14 @@ def make_vector_env(
     real transition for every sub-env, and the true last observation of an ended episode is in
     ``info["final_obs"]``. Observations are reset with ``seed`` by the caller (the runner);
     sub-env ``i``'s own spaces are seeded with ``seed + i``, and its exceptions are
-    :class:`SubEnvError` naming ``i``.
+    :class:`SubEnvError` naming ``i``. ``first_env``: makes sub-env 0 instead of ``env`` (the
+    evaluation's recorded copy, :mod:`rltrain.video`).
     """
     if num_envs < 1:
         raise ValueError(f"num_envs must be >= 1; got {num_envs}.")
     factory = env_factory(env)
-    fns = [functools.partial(_make_sub_env, factory, i, seed + i) for i in range(num_envs)]
+    fns = [functools.partial(_make_sub_env, first_env if i == 0 and first_env is not None
+                             else factory, i, seed + i) for i in range(num_envs)]
     envs: VectorEnv[Any, Any, Any]
     if vectorization == "sync":
         envs = SyncVectorEnv(fns, autoreset_mode=AutoresetMode.SAME_STEP)

@@ -4,19 +4,23 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import gymnasium as gym
 import numpy as np
 import torch
+from gymnasium.vector import SyncVectorEnv
 
 from rltrain.agents.base import Policy
+from rltrain.components import EvaluationSettings
 from rltrain.envs import EnvInit, env_factory, make_vector_env
 from rltrain.events.events import EvaluationEnd, EvaluationStart, EvaluationStep
 from rltrain.events.processor import EventProcessor
 from rltrain.interrupt import Interrupter
 from rltrain.runner import Runner
 from rltrain.types import Progress
+from rltrain.video import EpisodeRecorder, find_recorder, recorded_env
 
 
 class Evaluator:
@@ -37,19 +41,35 @@ class Evaluator:
         num_envs: Sub-envs stepped together. Default: ``min(episodes, 10)``.
         max_episode_steps: Env steps after which an episode is truncated; None: no cap.
             Default None (the Trainer passes its ``eval_max_episode_steps``).
+        video_dir: Where videos of sub-env 0's episodes go (:mod:`rltrain.video`; sub-env 0
+            is made with ``render_mode="rgb_array"``); None records none. Default None.
+        video_interval: Record every ``video_interval``-th evaluation of this evaluator (the
+            N-th, 2N-th, ...; 1: every one), as ``eval-<env_steps>-episode-<k>.mp4``.
+            Default 1.
     """
 
     def __init__(self, env: EnvInit, *, episodes: int, seed: int, device: torch.device,
-                 num_envs: int | None = None, max_episode_steps: int | None = None) -> None:
+                 num_envs: int | None = None, max_episode_steps: int | None = None,
+                 video_dir: str | Path | None = None, video_interval: int = 1) -> None:
         if episodes < 1:
             raise ValueError(f"Evaluation needs >= 1 episode; got eval_episodes={episodes}.")
         self.episodes = episodes
         self.seed = seed
         self.max_episode_steps = max_episode_steps
+        if video_interval < 1:
+            raise ValueError(f"video_interval must be >= 1 evaluation; got {video_interval}.")
         num_envs = min(episodes, 10) if num_envs is None else num_envs
-        if max_episode_steps is not None:
-            env = functools.partial(_time_limited, env_factory(env), max_episode_steps)
-        self.envs = make_vector_env(env, num_envs=num_envs, seed=seed)
+        limit = (None if max_episode_steps is None
+                 else functools.partial(_time_limited, max_episode_steps=max_episode_steps))
+        first = None if video_dir is None else recorded_env(env, video_dir, limit)
+        if limit is not None:
+            env = functools.partial(limit, env_factory(env))
+        self.envs = make_vector_env(env, num_envs=num_envs, seed=seed, first_env=first)
+        self.recorder: EpisodeRecorder | None = None
+        if first is not None:
+            assert isinstance(self.envs, SyncVectorEnv)
+            self.recorder = find_recorder(self.envs.envs[0])
+        self.video_interval, self.evaluations = video_interval, 0
         self.runner = Runner(self.envs, device=device, progress=Progress())
         self.targets = np.array([(episodes + i) // num_envs for i in range(num_envs)])
 
@@ -58,6 +78,10 @@ class Evaluator:
         """Evaluate ``policy``, emitting EvaluationStart and EvaluationEnd; stops on request."""
         events.emit(EvaluationStart(env_steps=env_steps, episodes=self.episodes,
                                     max_episode_steps=self.max_episode_steps))
+        self.evaluations += 1
+        if self.recorder is not None:
+            due = self.evaluations % self.video_interval == 0
+            self.recorder.plan(f"eval-{env_steps}", int(self.targets[0]) if due else 0)
         runner = self.runner
         runner.reset(seed=self.seed, policy=policy)
         start = runner.progress.env_steps
@@ -86,6 +110,14 @@ class Evaluator:
     def close(self) -> None:
         """Close the evaluation environments."""
         self.envs.close()
+
+
+def video_options(settings: EvaluationSettings) -> dict[str, Any]:
+    """The :class:`Evaluator`'s video arguments from a run's evaluation settings (none when it
+    records no video)."""
+    if settings.video_interval is None or settings.video_dir is None:
+        return {}
+    return {"video_dir": settings.video_dir, "video_interval": settings.video_interval}
 
 
 def _time_limited(factory: Callable[[], gym.Env[Any, Any]],

@@ -40,6 +40,12 @@ class TrainerConfig:
             ALE protocol of Machado et al. 2018 that SB3 and RL-Zoo use), far above
             Gymnasium's classic-control, Box2D and MuJoCo limits (at most 2,000), so it cuts
             no episode those environments' own limits allow.
+        video_interval: Record videos of every ``video_interval``-th evaluation of a ``fit``
+            (the N-th, 2N-th, ..., counted from the start of that ``fit``; 1: every one) into
+            ``run_dir/videos`` as ``eval-<env_steps>-episode-<k>.mp4``: the episodes of
+            evaluation sub-env 0 (``eval_episodes // min(eval_episodes, 10)`` of them), made
+            with ``render_mode="rgb_array"`` (set for a Gymnasium id or ``EnvSpec``; a callable
+            must make its env so). Needs ``pip install 'rltrain[video]'``. Default None: none.
         return_threshold: Stop when the mean evaluation return reaches it, and report the env
             steps and seconds it took. Default None: run all ``num_steps``.
         device: Where the agent learns (``"cpu"``, ``"cuda"``, ``"cuda:1"``; a
@@ -82,6 +88,7 @@ class TrainerConfig:
     eval_interval: int | None = 10_000
     eval_episodes: int = 10
     eval_max_episode_steps: int | None = 27_000
+    video_interval: int | None = None
     return_threshold: float | None = None
     device: str = "cpu"
     inference_device: str | None = None
@@ -116,6 +123,12 @@ class TrainerConfig:
         require("trainer", [
             (self.num_threads is None or self.num_threads >= 1,
              f"num_threads must be >= 1 (or None to leave torch's); got {self.num_threads}."),
+            (self.video_interval is None or self.video_interval >= 1,
+             f"video_interval must be >= 1 evaluation (or None to record none); got "
+             f"{self.video_interval}."),
+            (self.video_interval is None or self.eval_interval is not None,
+             "video_interval records evaluations, and eval_interval=None makes none: set "
+             "eval_interval, or video_interval=None."),
             (self.log_interval >= 1,
              f"log_interval must be >= 1 env step; got {self.log_interval}."),
             (self.console_interval >= 0,
@@ -142,10 +155,11 @@ class TrainerConfig:
 
     @property
     def evaluation(self) -> EvaluationSettings:
-        """``eval_interval``, ``eval_episodes`` and ``eval_max_episode_steps``, as the
-        strategies take them."""
+        """``eval_interval``, ``eval_episodes``, ``eval_max_episode_steps`` and
+        ``video_interval``, as the strategies take them (``video_dir`` is set by ``fit``)."""
         return EvaluationSettings(interval=self.eval_interval, episodes=self.eval_episodes,
-                                  max_episode_steps=self.eval_max_episode_steps)
+                                  max_episode_steps=self.eval_max_episode_steps,
+                                  video_interval=self.video_interval)
 
     @property
     def summary(self) -> SummarySettings:

@@ -31,7 +31,7 @@ from rltrain.buffers import Buffer, RolloutBuffer
 from rltrain.checkpoint import SavedCheckpoint, Stateful, resume, training_state
 from rltrain.components import RLComponents
 from rltrain.envs import EnvInit, Vectorization, make_vector_env
-from rltrain.evaluation import Evaluator
+from rltrain.evaluation import Evaluator, video_options
 from rltrain.events.events import Checkpoint, EnvStep, EpisodeEnd, TrainStep
 from rltrain.optim import Optimization
 from rltrain.runner import Runner, check_saved_runner
@@ -141,7 +141,8 @@ class Run:
             self.evaluator = Evaluator(
                 env_init, episodes=components.evaluation.episodes, seed=self.seeds.evaluation,
                 device=components.inference_device,
-                max_episode_steps=components.evaluation.max_episode_steps)
+                max_episode_steps=components.evaluation.max_episode_steps,
+                **video_options(components.evaluation))
         spaces = envs.single_observation_space, envs.single_action_space
         if not agent.is_set_up_for(self.progress):  # a Trainer's fit has set it up already
             agent.setup(observation_space=spaces[0], action_space=spaces[1],

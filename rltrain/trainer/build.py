@@ -32,10 +32,12 @@ class BuiltRun:
         return self.trainer.fit(self.env, self.agent, ckpt_path=ckpt_path)
 
     def evaluate(self, ckpt_path: str | Path | None = None, episodes: int | None = None,
-                 seed: int | None = None) -> dict[str, float]:
-        """``trainer.evaluate(env, agent, ckpt_path=..., episodes=..., seed=...)``."""
+                 seed: int | None = None, video_dir: str | Path | None = None
+                 ) -> dict[str, float]:
+        """``trainer.evaluate(env, agent, ckpt_path=..., episodes=..., seed=...,
+        video_dir=...)``."""
         return self.trainer.evaluate(self.env, self.agent, ckpt_path=ckpt_path,
-                                     episodes=episodes, seed=seed)
+                                     episodes=episodes, seed=seed, video_dir=video_dir)
 
 
 def build(config: DictConfig | Mapping[str, Any], trust: Trust = TRUSTED,

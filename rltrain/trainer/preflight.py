@@ -3,6 +3,7 @@ spaces, the strategy's own checks, resume settings; and the seeds and metrics it
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from pathlib import Path
 from typing import Any
@@ -112,7 +113,7 @@ def make_components(trainer: TrainerSettings, run_dir: Path) -> RLComponents:
         on_nan_loss=trainer.on_nan_loss,  # type: ignore[arg-type]
         interrupter=trainer.interrupter,
         summary=trainer.summary,
-        evaluation=trainer.evaluation,
+        evaluation=dataclasses.replace(trainer.evaluation, video_dir=run_dir / "videos"),
         dtype=trainer.torch_dtype,
         device=torch.device(trainer.device),
         inference_device=torch.device(trainer.inference_device or trainer.device),

@@ -158,14 +158,16 @@ class Trainer(TrainerSettings):
 
     def evaluate(self, env: EnvInit, agent: LearningAgent, *,
                  ckpt_path: str | Path | None = None, episodes: int | None = None,
-                 seed: int | None = None) -> dict[str, float]:
+                 seed: int | None = None, video_dir: str | Path | None = None
+                 ) -> dict[str, float]:
         """Run greedy episodes of ``agent``'s policy; returns the ``eval/`` metrics.
 
         ``ckpt_path`` loads trained weights first: ``"best"`` or ``"last"`` (of this trainer's
         run directory, or of its last ``fit``) or a checkpoint file; None evaluates the agent as
         it is. ``episodes`` defaults to ``eval_episodes``. With the default ``seed`` the episodes
         start where the training run's evaluations started, so the last checkpoint reproduces
-        the run's final evaluation return.
+        the run's final evaluation return. ``video_dir``: record the episodes of evaluation
+        sub-env 0 there (:mod:`rltrain.video`; ``pip install 'rltrain[video]'``).
         """
         if ckpt_path is not None:
             run_dir = self.run_dir or self.last_run_dir
@@ -180,7 +182,8 @@ class Trainer(TrainerSettings):
         device = torch.device(self.inference_device or self.device)
         evaluator = Evaluator(env, episodes=self.eval_episodes if episodes is None
                               else episodes, seed=eval_seed, device=device,
-                              max_episode_steps=self.eval_max_episode_steps)
+                              max_episode_steps=self.eval_max_episode_steps,
+                              video_dir=video_dir)
         try:
             with self._threads():
                 result = evaluator.run(agent.policy(device), env_steps=0,
