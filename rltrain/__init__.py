@@ -20,6 +20,7 @@ from rltrain.config import ConfigError, EnvConfig, compose, validate
 from rltrain.envs import EnvInit, EnvSpec, make_vector_env
 from rltrain.evaluation import Evaluator
 from rltrain.events import EventProcessor, Metrics, Subscriber
+from rltrain.inference import InferencePolicy, export_policy, load_policy
 from rltrain.interrupt import Interrupter
 from rltrain.optim import Optimization
 from rltrain.runner import Runner
@@ -53,6 +54,7 @@ __all__ = [
     "EvaluationSettings",
     "Evaluator",
     "EventProcessor",
+    "InferencePolicy",
     "Interrupter",
     "LearningAgent",
     "Metrics",
@@ -84,6 +86,8 @@ __all__ = [
     "__version__",
     "build",
     "compose",
+    "export_policy",
+    "load_policy",
     "make_vector_env",
     "replay",
     "rollout",

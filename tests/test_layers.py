@@ -27,7 +27,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("rltrain.runner", "rltrain.evaluation", "rltrain.checkpoint", "rltrain.callbacks"),
     ("rltrain.strategies",),
     ("rltrain.trainer_config", "rltrain.config", "rltrain.instantiate"),
-    ("rltrain.trainer",),
+    ("rltrain.trainer", "rltrain.inference"),
     ("rltrain.cli",),
     ("rltrain",),  # the package's own __init__: the public names
 ]

@@ -96,6 +96,8 @@ class LearningAgent(nn.Module, ABC):
         self.device = torch.device("cpu")
         self.dtype = torch.float32
         self.built = False
+        #: The (observation, action) spaces of the last :meth:`setup`; checkpoints store them.
+        self.spaces: tuple[gym.Space[Any], gym.Space[Any]] | None = None
         self.logger: Any = None
         self._trainer: weakref.ref[TrainerInfo] | None = None
         self._logged: dict[str, MetricValue] = {}
@@ -136,6 +138,7 @@ class LearningAgent(nn.Module, ABC):
             self.build(observation_space, action_space)
             self.built = True
         self.progress, self.num_steps = progress, num_steps
+        self.spaces = observation_space, action_space
         self.device = torch.device(device)
         self.dtype = dtype
         self.to(self.device)

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 import torch
 
 from rltrain.checkpoint.manifest import CHECKPOINT_FORMAT
+from rltrain.checkpoint.spaces import spaces_state
 from rltrain.checkpoint.store import Checkpointer
 from rltrain.envs import EnvInit, make_probe_env
 
@@ -41,14 +42,17 @@ def training_state(agent: LearningAgent, parts: Mapping[str, Stateful], progress
 
     ``parts`` names every component with state (``"agent"``, ``"optimization"``, ``"buffer"``,
     ``"runner"``, ``"random"``, ``"metrics"`` for the off-policy strategy); ``hparams`` are the
-    strategy's and agent's settings, compared on resume.
+    strategy's and agent's settings, compared on resume. The agent's spaces are kept as
+    ``"spaces"`` (plain data, :mod:`rltrain.checkpoint.spaces`), for :func:`rltrain.load_policy`.
     """
+    spaces = {} if agent.spaces is None else {"spaces": spaces_state(*agent.spaces)}
     return {
         "format": CHECKPOINT_FORMAT,
         "agent_class": type(agent).__name__,
         "versions": {"rltrain": _version(), "torch": str(torch.__version__)},
         "hparams": dict(hparams),
         "progress": dataclasses.asdict(progress),
+        **spaces,
         **{name: part.state_dict() for name, part in parts.items()},
     }
 

@@ -44,7 +44,8 @@ if TYPE_CHECKING:
 
 #: The names a run's own parts and a checkpoint's own entries take.
 RESERVED = frozenset({"runner", "agent", "optimization", "buffer", "random", "metrics",
-                      "progress", "hparams", "config", "format", "agent_class", "versions"})
+                      "progress", "hparams", "config", "format", "agent_class", "versions",
+                      "spaces"})
 
 #: Makes a run's experience storage: ``(agent, observation_space, action_space, num_envs, seed,
 #: device) -> storage`` (the spaces are a sub-env's).
