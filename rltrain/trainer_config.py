@@ -19,6 +19,7 @@ from rltrain.components import (
     resolve_dtype,
 )
 from rltrain.errors import require
+from rltrain.loggers import LOGGER_PACKAGES, is_unrecorded, logger_items
 
 
 @dataclass(kw_only=True)
@@ -63,9 +64,15 @@ class TrainerConfig:
         on_nan_loss: What a NaN or infinite loss does: ``"stop"`` (skip the update, stop the
             run, keep the last good checkpoint), ``"skip"`` or ``"raise"``. Default ``"stop"``.
         run_dir: The run's folder. Default: ``runs/<date>-<time>-<agent>-<env>``.
-        logger: True (default): TensorBoard files in ``run_dir``; False: none; a directory:
-            TensorBoard files there. The Trainer also takes a ``SummaryWriter`` (yours: flushed,
-            not closed) or any object with ``log_metrics(metrics, step)`` (Lightning's loggers).
+        logger: The experiment loggers (:mod:`rltrain.loggers`), every one written at once:
+            a list of names, ``[tensorboard, csv]`` (``tensorboard``, ``csv``, ``wandb``,
+            ``mlflow``), or one name. True (default): ``[tensorboard]``, event files in
+            ``run_dir``; False (or ``[]``): none; a directory: TensorBoard files there. The
+            Trainer also takes objects, alone or in the list: a ``SummaryWriter`` (yours:
+            flushed, not closed) or any object with ``log_metrics(metrics, step)``
+            (Lightning's loggers); one object alone keeps TensorBoard beside it, a list holds
+            exactly the loggers it names. A saved config names each logger, an object as
+            ``{unrecorded: why}`` (not made again when the run is resumed from the config).
         enable_progress_bar: A tqdm bar on stderr. Default True.
         enable_console: Console lines on stdout (and the model summary). Default True.
         enable_metrics_file: ``metrics.jsonl`` in ``run_dir``. Default True.
@@ -148,10 +155,17 @@ class TrainerConfig:
         self.checkpoint_dir = None if self.checkpoint_dir is None else Path(self.checkpoint_dir)
 
     def check_logger(self) -> None:
-        """Refuse a ``logger`` a config cannot name (true, false or a log directory)."""
-        if not isinstance(self.logger, (bool, str, Path)):
-            raise ValueError(f"logger must be true, false or a log directory; got "
-                             f"{self.logger!r}.")
+        """Refuse a ``logger`` a config cannot name: true, false, a log directory, a logger
+        name or a list of names (:func:`~rltrain.loggers.logger_items` checks each, and that
+        the package of ``wandb`` or ``mlflow`` is installed)."""
+        if not isinstance(self.logger, (bool, str, Path, list, tuple)):
+            raise ValueError(f"logger must be true, false, a log directory or a list of logger "
+                             f"names ({', '.join(LOGGER_PACKAGES)}); got {self.logger!r}.")
+        for item in logger_items(self.logger):
+            if not isinstance(item, (str, Path)) and not is_unrecorded(item):
+                raise ValueError(f"logger list item {item!r}: a config names loggers "
+                                 f"({', '.join(LOGGER_PACKAGES)}); pass logger objects to "
+                                 "Trainer(logger=[...]) in Python.")
 
     @property
     def evaluation(self) -> EvaluationSettings:

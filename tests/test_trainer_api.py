@@ -149,7 +149,8 @@ def test_the_run_config_is_saved_in_the_run_dir_every_checkpoint_and_tensorboard
     hparams = tensorboard_hparams(run_dir)
     assert hparams["trainer.num_steps"].number_value == STEPS
     assert hparams["strategy.train_steps"].number_value == 8
-    assert hparams["agent/hidden_sizes"].string_value == "[32, 32]"  # the run's hparams too
+    # the run's hparams too (the config names WatchfulDQN by import path alone)
+    assert hparams["agent.hidden_sizes"].string_value == "[32, 32]"
     assert trainer.last_run_dir == run_dir
 
 
@@ -227,10 +228,10 @@ def test_a_lightning_style_logger_object_receives_metrics_and_hyperparameters(
     # the first round trains at 200, after that step's row was written
     assert [step for step, row in logger.rows if "train/loss" in row] == [400, 600]
     assert [step for step, row in logger.rows if "eval/return_mean" in row] == [300, 600]
-    assert logger.params["agent/lr"] == pytest.approx(2.3e-3)
+    assert logger.params["agent.lr"] == pytest.approx(2.3e-3) and "agent/lr" not in logger.params
     assert logger.params["trainer.num_steps"] == 600
     assert logger.status == "success"
-    assert not list(tmp_path.glob("events.out.tfevents.*"))
+    assert list(tmp_path.glob("events.out.tfevents.*"))  # one object alone keeps TensorBoard
 
 
 def test_a_bad_logger_is_refused_before_anything_runs(tmp_path: Path) -> None:

@@ -11,18 +11,19 @@ from rltrain.agents.base import LearningAgent
 from rltrain.config import to_container
 from rltrain.envs import EnvInit
 from rltrain.instantiate import describe_agent, describe_env, describe_strategy
+from rltrain.loggers import describe_logger
 from rltrain.trainer.settings import TrainerSettings
 from rltrain.trainer_config import TrainerConfig
 
 
 def trainer_settings(trainer: TrainerConfig) -> dict[str, Any]:
     """This trainer's settings as the ``trainer`` section of a run config
-    (:class:`~rltrain.trainer_config.TrainerConfig`'s fields, folders as strings). A logger
-    object is described as ``True``; ``overwrite`` is always saved as False: a saved config
-    never replaces a run."""
+    (:class:`~rltrain.trainer_config.TrainerConfig`'s fields, folders as strings). The loggers
+    are described by name (:func:`~rltrain.loggers.describe_logger`: ``[tensorboard, csv]``; a
+    logger object as ``{unrecorded: why}``, with its class); ``overwrite`` is always saved as
+    False: a saved config never replaces a run."""
     settings = {f.name: getattr(trainer, f.name) for f in dataclasses.fields(TrainerConfig)}
-    if not isinstance(trainer.logger, (bool, str, Path)):
-        settings["logger"] = True
+    settings["logger"] = describe_logger(trainer.logger)
     return {**{name: str(value) if isinstance(value, Path) else value
                for name, value in settings.items()}, "overwrite": False}
 

@@ -1,8 +1,10 @@
-"""What a Trainer's run shows and writes: its renderers, its logger, the model summary."""
+"""What a Trainer's run shows and writes: its renderers, its loggers, the model summary."""
 
 from __future__ import annotations
 
+import warnings
 from pathlib import Path
+from typing import Any
 
 from rltrain.agents.base import LearningAgent
 from rltrain.callbacks import EarlyStopping
@@ -16,6 +18,7 @@ from rltrain.events.renderers import (
     TqdmRenderer,
 )
 from rltrain.events.renderers.tensorboard import is_summary_writer
+from rltrain.loggers import is_unrecorded, logger_items, named_logger
 from rltrain.model_summary import format_summary, summarize
 from rltrain.trainer.settings import TrainerSettings
 
@@ -27,18 +30,36 @@ def write_model_summary(trainer: TrainerSettings, agent: LearningAgent, run_dir:
     if trainer.enable_console:
         print(f"{type(agent).__name__}\n{table}", flush=True)
 
-def logger_renderer(trainer: TrainerSettings, run_dir: Path) -> Subscriber | None:
-    """The renderer of ``trainer.logger`` (None for ``logger=False``)."""
-    logger, interval = trainer.logger, trainer.log_interval
-    if logger is False:
-        return None
-    if logger is True:
-        return TensorBoardRenderer(run_dir, log_interval=interval)
-    if isinstance(logger, (str, Path)):
-        return TensorBoardRenderer(logger, log_interval=interval)
-    if is_summary_writer(logger):
-        return TensorBoardRenderer(writer=logger, log_interval=interval)
-    return LoggerRenderer(logger, log_interval=interval)
+def logger_renderers(trainer: TrainerSettings, run_dir: Path) -> list[Subscriber]:
+    """The renderers of ``trainer.logger``, in its order (none for ``logger=False``). A saved
+    config's ``{unrecorded: why}`` (a logger object given in Python) is skipped, with a
+    warning."""
+    interval, renderers = trainer.log_interval, list[Subscriber]()
+    for item in logger_items(trainer.logger):
+        if item == "tensorboard":
+            renderers.append(TensorBoardRenderer(run_dir, log_interval=interval))
+        elif isinstance(item, str):
+            renderers.append(LoggerRenderer(named_logger(item, run_dir), log_interval=interval))
+        elif isinstance(item, Path):
+            renderers.append(TensorBoardRenderer(item, log_interval=interval))
+        elif is_summary_writer(item):
+            renderers.append(TensorBoardRenderer(writer=item, log_interval=interval))
+        elif is_unrecorded(item):
+            warnings.warn(f"trainer.logger: {item['unrecorded']}; this run goes on without "
+                          "it (name the loggers with trainer.logger=[...]).", stacklevel=2)
+        else:
+            renderers.append(LoggerRenderer(item, log_interval=interval))
+    return renderers
+
+
+def agent_logger(renderer: Subscriber) -> Any:
+    """What the agent's ``logger`` is while a run writes to ``renderer``: TensorBoard's
+    ``SummaryWriter``, or the logger object."""
+    if isinstance(renderer, TensorBoardRenderer):
+        return renderer.writer
+    assert isinstance(renderer, LoggerRenderer)
+    return renderer.logger
+
 
 def subscribers(trainer: TrainerSettings, run_dir: Path, agent: LearningAgent) -> list[Subscriber]:
     """The run's subscribers: the built-in renderers that are on, then the callbacks and
@@ -48,11 +69,10 @@ def subscribers(trainer: TrainerSettings, run_dir: Path, agent: LearningAgent) -
         subscribers.append(TqdmRenderer())
     if trainer.enable_console:
         subscribers.append(ConsoleRenderer(interval_seconds=trainer.console_interval))
-    logger = logger_renderer(trainer, run_dir)
-    if logger is not None:
-        subscribers.append(logger)
-        agent.logger = (logger.writer if isinstance(logger, TensorBoardRenderer)
-                        else trainer.logger)
+    loggers = logger_renderers(trainer, run_dir)
+    subscribers += loggers
+    if loggers:  # the first one, as Lightning's ``self.logger``
+        agent.logger = agent_logger(loggers[0])
     if trainer.enable_metrics_file:
         subscribers.append(JsonlRenderer(run_dir / "metrics.jsonl",
                                          log_interval=trainer.log_interval))

@@ -31,7 +31,8 @@ MARKER = ".rltrain-run.json"
 #: Held locked by the process writing the run (its PID, host and start time inside).
 LOCK = ".rltrain.lock"
 #: The files rltrain writes at the top of a run directory (``--overwrite`` removes these).
-RUN_FILES = ("config.yaml", "model_summary.txt", "metrics.jsonl", "summary.json")
+RUN_FILES = ("config.yaml", "model_summary.txt", "metrics.jsonl", "metrics.csv",
+             "summary.json")
 TENSORBOARD_FILE = re.compile(r"events\.out\.tfevents\..+")
 
 

@@ -16,6 +16,7 @@ from rltrain.events.processor import Subscriber
 from rltrain.events.renderers import MetricsLogger
 from rltrain.events.renderers.tensorboard import is_summary_writer
 from rltrain.interrupt import Interrupter
+from rltrain.loggers import is_unrecorded, logger_items
 from rltrain.optim import check_autocast
 from rltrain.strategies.base import RLStrategy
 from rltrain.trainer_config import TrainerConfig
@@ -23,9 +24,11 @@ from rltrain.trainer_config import TrainerConfig
 if TYPE_CHECKING:
     from torch.utils.tensorboard import SummaryWriter
 
-#: What ``Trainer(logger=...)`` accepts: True (TensorBoard in the run directory), False, a
-#: TensorBoard log directory, your ``SummaryWriter``, or a Lightning-style logger object.
-Logger = Union[bool, str, Path, "SummaryWriter", MetricsLogger]
+#: One logger ``Trainer(logger=...)`` accepts: True (TensorBoard in the run directory),
+#: False, a logger name (``"csv"``), a TensorBoard log directory, your ``SummaryWriter``, or a
+#: Lightning-style logger object; or a list of names and objects (all written at once).
+Logger = Union[bool, str, Path, "SummaryWriter", MetricsLogger,
+               Sequence[Union[str, "SummaryWriter", MetricsLogger]]]
 
 
 @dataclass(kw_only=True, eq=False, repr=False)
@@ -74,12 +77,19 @@ class TrainerSettings(TrainerConfig):
         check_autocast(torch.device(self.device).type, self.torch_dtype)
 
     def check_logger(self) -> None:
-        """Refuse a ``logger`` that is none of :data:`Logger`'s forms."""
-        if not (isinstance(self.logger, (bool, str, Path, MetricsLogger))
+        """Refuse a ``logger`` that is none of :data:`Logger`'s forms (names and the packages
+        they need are checked by :func:`~rltrain.loggers.logger_items`)."""
+        if not (isinstance(self.logger, (bool, str, Path, list, tuple, MetricsLogger))
                 or is_summary_writer(self.logger)):
             raise TypeError(
                 "logger must be True, False, a log directory, a SummaryWriter or an object with "
                 f"log_metrics(metrics, step); got {type(self.logger).__name__}.")
+        for item in logger_items(self.logger):
+            if not (isinstance(item, (str, Path, MetricsLogger)) or is_unrecorded(item)
+                    or is_summary_writer(item)):
+                raise TypeError(
+                    "each logger in the list must be a logger name, a SummaryWriter or an "
+                    f"object with log_metrics(metrics, step); got {type(item).__name__}.")
 
 
 def require_device(device: str, name: str) -> None:

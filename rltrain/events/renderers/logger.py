@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any, Protocol, runtime_checkable
 
 from typing_extensions import override
@@ -10,6 +11,29 @@ from rltrain.events.events import End, EnvStep, EvaluationEnd, Start
 from rltrain.events.metrics import Metrics
 from rltrain.events.processor import Subscriber
 from rltrain.events.renderers.schedule import LogSchedule
+
+#: Hyperparameter groups named after the config section that holds the same settings.
+_SECTION_OF_GROUP = {"optim": "trainer"}
+
+
+def hyperparameters(event: Start) -> dict[str, float | int | str | bool]:
+    """The run's hyperparameters, each once, by its config name (``agent.lr``, as on the
+    command line): the Start event's dotted ``config``, then any of its ``hparams``
+    (``agent/lr``) the config does not hold already, renamed with a dot (``optim/dtype`` is
+    the config's ``trainer.dtype``)."""
+    shown = dict(event.config)
+    for key, value in event.hparams.items():
+        group, _, name = key.partition("/")
+        section = _SECTION_OF_GROUP.get(group, group)
+        if f"{group}.{name}" not in shown and f"{section}.{name}" not in shown:
+            shown[f"{group}.{name}" if name else key] = value
+    return shown
+
+
+def _log_hyperparams(logger: object, params: Mapping[str, Any]) -> None:
+    log_hyperparams = getattr(logger, "log_hyperparams", None)
+    if log_hyperparams is not None:
+        log_hyperparams(dict(params))
 
 
 @runtime_checkable
@@ -27,8 +51,9 @@ class LoggerRenderer(Subscriber):
     """Passes the run's metrics to a :class:`MetricsLogger`, on TensorBoard's schedule.
 
     Every ``log_interval`` env steps and at the end: every metric but the evaluation ones; after
-    each complete evaluation: the ``eval/`` metrics. At the start: the hyperparameters and the
-    dotted configuration, through ``log_hyperparams`` when the logger has it. At the end:
+    each complete evaluation: the ``eval/`` metrics. At the start: the hyperparameters, each once
+    by its dotted config name (:func:`hyperparameters`), through ``log_hyperparams`` when the
+    logger has it. At the end:
     ``finalize("success")``, ``("interrupted")`` after a stop, or ``("failed")`` when the run
     raised, when the logger has it.
 
@@ -46,9 +71,7 @@ class LoggerRenderer(Subscriber):
     def on_start(self, event: Start, metrics: Metrics) -> None:
         self.schedule.start(event.start_env_steps)
         self._open = True
-        log_hyperparams = getattr(self.logger, "log_hyperparams", None)
-        if log_hyperparams is not None:
-            log_hyperparams({**event.hparams, **event.config})
+        _log_hyperparams(self.logger, hyperparameters(event))
 
     @override
     def on_env_step(self, event: EnvStep, metrics: Metrics) -> None:

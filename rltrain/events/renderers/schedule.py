@@ -18,9 +18,11 @@ class LogSchedule:
         self._last: int | None = None
 
     def start(self, env_steps: int) -> None:
-        """A run starts (or resumes) at ``env_steps``; rows stay on multiples of the interval."""
+        """A run starts (or resumes) at ``env_steps``; rows stay on multiples of the interval.
+        A resumed run's first step was written by the run it continues: a run that resumes
+        with nothing left to do writes no final row (its speed, ``time/sps``, would be 0)."""
         self._next = (env_steps // self.interval + 1) * self.interval
-        self._last = None
+        self._last = env_steps if env_steps > 0 else None
 
     def due(self, env_steps: int) -> bool:
         """True (and remembered as written) when ``env_steps`` reached the next interval."""

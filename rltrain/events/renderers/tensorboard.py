@@ -3,16 +3,17 @@
 from __future__ import annotations
 
 import math
-import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from typing_extensions import TypeIs, override
+from typing_extensions import override
 
 from rltrain.events.events import Checkpoint, End, EnvStep, EvaluationEnd, Start
 from rltrain.events.metrics import Metrics
 from rltrain.events.processor import Subscriber
+from rltrain.events.renderers.logger import hyperparameters
 from rltrain.events.renderers.schedule import LogSchedule
+from rltrain.loggers import is_summary_writer as is_summary_writer
 
 if TYPE_CHECKING:
     # Imported when a writer is made: TensorBoard costs 5 MB and 0.2 s to import, which runs
@@ -20,13 +21,24 @@ if TYPE_CHECKING:
     from torch.utils.tensorboard import SummaryWriter
 
 
+#: The checkpoint's size and save time: under ``trainer/``, the group TensorBoard lists last.
+CHECKPOINT_TAGS = ("trainer/checkpoint_size_mb", "trainer/checkpoint_seconds")
+
+
 class TensorBoardRenderer(Subscriber):
     """Writes every metric against the env step, and the run's hyperparameters.
 
     Scalars are written every ``log_interval`` env steps, at each evaluation and at the end
-    (unless that step was just written). The Start event's hyperparameters and configuration
-    (dotted keys, e.g. ``agent.lr``) go to TensorBoard's HPARAMS tab, linked to
-    ``eval/return_mean`` and ``rollout/episode_return``.
+    (unless that step was written already, as when a finished run is resumed with nothing
+    left to do). The run's hyperparameters go to TensorBoard's HPARAMS tab, each once by its
+    dotted config name (``agent.lr``; :func:`~rltrain.events.renderers.logger.hyperparameters`),
+    linked to ``eval/return_mean`` and ``rollout/episode_return``.
+
+    Tag order: TensorBoard's Time Series page groups the cards by the tag's part before the
+    first ``/`` and sorts them by tag name (letters in ASCII order, numbers by value), and
+    opens the first two groups only. The groups here sort ``eval/`` (greedy returns),
+    ``rollout/`` (training returns), ``time/`` (``time/sps``), ``train/`` (losses), and last
+    ``trainer/`` (:data:`CHECKPOINT_TAGS`), so the page opens on the returns.
 
     Args:
         log_dir: The directory for the event files (ignored when ``writer`` is given).
@@ -56,7 +68,7 @@ class TensorBoardRenderer(Subscriber):
     @override
     def on_start(self, event: Start, metrics: Metrics) -> None:
         self.schedule.start(event.start_env_steps)
-        shown = {**event.hparams, **event.config}
+        shown = hyperparameters(event)
         if shown:
             from torch.utils.tensorboard.summary import hparams
 
@@ -83,8 +95,8 @@ class TensorBoardRenderer(Subscriber):
     @override
     def on_checkpoint(self, event: Checkpoint, metrics: Metrics) -> None:
         if self._writer is not None:
-            self._writer.add_scalar("checkpoint/size_mb", event.size_bytes / 1e6, event.env_steps)
-            self._writer.add_scalar("checkpoint/seconds", event.seconds, event.env_steps)
+            self._writer.add_scalar(CHECKPOINT_TAGS[0], event.size_bytes / 1e6, event.env_steps)
+            self._writer.add_scalar(CHECKPOINT_TAGS[1], event.seconds, event.env_steps)
 
     @override
     def on_end(self, event: End, metrics: Metrics) -> None:
@@ -109,10 +121,3 @@ class TensorBoardRenderer(Subscriber):
             self._writer = None
         else:
             self._writer.flush()
-
-
-def is_summary_writer(obj: object) -> TypeIs[SummaryWriter]:
-    """True when ``obj`` is a torch ``SummaryWriter`` (without importing TensorBoard: a
-    writer's module is imported once one exists)."""
-    module = sys.modules.get("torch.utils.tensorboard.writer")
-    return module is not None and isinstance(obj, module.SummaryWriter)
