@@ -1,5 +1,5 @@
 """The ``rltrain`` command: ``fit`` trains from configs, ``evaluate`` replays a trained agent,
-``list`` shows what can be configured."""
+``list`` shows what can be configured, ``plot`` draws learning curves."""
 
 from __future__ import annotations
 
@@ -48,6 +48,7 @@ examples:
   rltrain fit --resume runs/cartpole-3 trainer.num_steps=80000   # continue a run exactly
   rltrain evaluate runs/cartpole-3 --episodes 20
   rltrain list
+  rltrain plot runs/cartpole-1 runs/cartpole-2 runs/cartpole-3 --out curves.png
   tensorboard --logdir runs
 """
 
@@ -107,7 +108,31 @@ def build_parser() -> argparse.ArgumentParser:
 
     commands.add_parser("list", help="list agents, strategies and shipped configs",
                         epilog=EXAMPLES, formatter_class=formatter)
+    add_plot_parser(commands)
     return parser
+
+
+def add_plot_parser(commands: Any) -> None:
+    """The ``plot`` subcommand's options (:func:`plot`)."""
+    plot_parser = commands.add_parser(
+        "plot", help="draw learning curves of run directories (mean and spread over seeds)",
+        description="Evaluation return against env steps or wall time, from each run's "
+                    "metrics.jsonl; runs whose config.yaml differ only in strategy.seed and "
+                    "trainer.run_dir are one group (mean line, spread band). Needs "
+                    "pip install 'rltrain[plot]'.")
+    plot_parser.add_argument("runs", nargs="+", type=Path, metavar="RUN_DIR",
+                             help="run directories, or folders of run directories")
+    plot_parser.add_argument("--out", type=Path, default=Path("learning_curves.png"),
+                             metavar="FILE", help="a .png, .svg or .pdf file (default: "
+                                                  "learning_curves.png)")
+    plot_parser.add_argument("--x", choices=("env_steps", "wall_time"), default="env_steps",
+                             dest="axis", help="the x axis (default: env_steps)")
+    plot_parser.add_argument("--spread", choices=("minmax", "std"), default="minmax",
+                             help="the band around the mean: min-max over seeds or ± one "
+                                  "standard deviation (default: minmax)")
+    plot_parser.add_argument("--size", default="800x500", metavar="WxH",
+                             help="image size in pixels (default: 800x500)")
+    plot_parser.add_argument("--title", default=None, help="a title above the plot")
 
 
 #: Flags of the old command line and of other tools, and the override that says the same here
@@ -179,6 +204,8 @@ def run_command(args: argparse.Namespace) -> int:
         return fit(args)
     if args.command == "evaluate":
         return evaluate(args)
+    if args.command == "plot":
+        return plot(args)
     return list_registered()
 
 
@@ -374,6 +401,25 @@ def with_overrides(stored: DictConfig, overrides: list[str]) -> DictConfig:
     if "env" in given and OmegaConf.select(stored, "env.unrecorded") is not None:
         stored.env = {}
     return validate(OmegaConf.merge(stored, given))
+
+
+def plot(args: argparse.Namespace) -> int:
+    """``rltrain plot``: draw the runs' learning curves (:mod:`rltrain.plot`) and print each
+    group with its final mean return."""
+    from rltrain.plot import plot_runs
+
+    width, _, height = str(args.size).lower().partition("x")
+    if not (width.isdigit() and height.isdigit() and int(width) > 0 and int(height) > 0):
+        raise ValueError(f"--size must be WIDTHxHEIGHT in pixels, e.g. 800x500; got "
+                         f"{args.size!r}.")
+    groups = plot_runs(args.runs, args.out, axis=args.axis, spread=args.spread,
+                       size=(int(width), int(height)), title=args.title)
+    for group in groups:
+        print(f"{group.label}: final evaluation return {group.mean[-1]:.2f} "
+              f"(min {group.min[-1]:.2f}, max {group.max[-1]:.2f}) over "
+              f"{', '.join(str(run) for run in group.runs)}")
+    print(f"wrote {args.out}")
+    return 0
 
 
 def list_registered() -> int:
