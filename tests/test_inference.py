@@ -342,6 +342,18 @@ def test_dreamer_predict_carries_its_recurrent_state(runs: dict[str, tuple[Path,
     # ... and episode_start resets it.
     np.testing.assert_allclose(policy.predict(obs[0], state, episode_start=True)[0], actions[0],
                                rtol=1e-5)
+    with pytest.raises(ValueError, match="state holds 1 rows and obs 2"):
+        policy.predict(stack(obs[:2]), state)
+
+
+def test_a_stored_config_naming_what_is_not_an_agent_is_refused(
+        runs: dict[str, tuple[Path, Any]], tmp_path: Path) -> None:
+    state = Checkpointer.load(runs["dqn"][0] / "checkpoints" / "last.pt")
+    config = {**state["config"], "agent": {"_target_": "os.system", "command": "touch pwned"}}
+    atomic_save({**state, "config": config}, tmp_path / "altered.pt")
+    with pytest.raises(ValueError, match=r"os\.system"):
+        rltrain.load_policy(tmp_path / "altered.pt")
+    assert not (tmp_path / "pwned").exists() and not Path("pwned").exists()
 
 
 # ---------------------------------------------------------------------------------------------

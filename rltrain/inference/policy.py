@@ -87,7 +87,11 @@ class InferencePolicy:
         tensors, batch, batched = self._tensors(obs)
         if state is None:
             state = self.policy.initial_state(batch)
-        elif episode_start is not None:
+        elif any(part.shape[0] != batch for part in _parts(state)):
+            raise ValueError(f"state holds {_parts(state)[0].shape[0]} rows and obs {batch}: "
+                             "pass the state predict returned for a batch of this size (None "
+                             "starts afresh).")
+        if state is not None and episode_start is not None:
             done = np.broadcast_to(np.asarray(episode_start, dtype=bool), (batch,))
             state = self.policy.reset_state(state, torch.as_tensor(done.copy()))
         with torch.inference_mode():
@@ -139,6 +143,10 @@ class InferencePolicy:
         if batched:
             return values
         return int(values[0]) if isinstance(space, gym.spaces.Discrete) else values[0]
+
+
+def _parts(state: PolicyState) -> list[torch.Tensor]:
+    return [] if state is None else [state] if isinstance(state, torch.Tensor) else list(state)
 
 
 def _array(value: Any, shape: tuple[int, ...], dtype: np.dtype[Any], where: str) -> np.ndarray:
