@@ -159,6 +159,28 @@ def test_wandb_by_name_gets_the_config_and_metrics_by_env_step(
     assert run.exit_code == 0
 
 
+def test_mlflow_by_name_logs_params_and_metrics_by_env_step_in_the_run_directory(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    calls: dict[str, Any] = {"metrics": []}
+    fake = types.SimpleNamespace(
+        set_tracking_uri=lambda uri: calls.update(uri=uri),
+        set_experiment=lambda name: calls.update(experiment=name),
+        start_run=lambda run_name: calls.update(run_name=run_name),
+        log_params=lambda params: calls.update(params=params),
+        log_metrics=lambda metrics, step: calls["metrics"].append((step, metrics)),
+        end_run=lambda status: calls.update(status=status))
+    monkeypatch.setitem(sys.modules, "mlflow", fake)
+    monkeypatch.setattr(rltrain.loggers, "find_spec", lambda package: object())
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    monkeypatch.delenv("MLFLOW_EXPERIMENT_NAME", raising=False)
+    fit(tmp_path, ["tensorboard", "mlflow"])
+    assert calls["uri"] == (tmp_path / "mlruns").resolve().as_uri()
+    assert calls["experiment"] == "rltrain" and calls["run_name"] == tmp_path.name
+    assert calls["params"]["agent.lr"] == str(DQNConfig().lr)
+    assert [step for step, row in calls["metrics"] if "eval/return_mean" in row] == [200, 400]
+    assert calls["status"] == "FINISHED"
+
+
 def test_an_object_logger_is_saved_by_class_and_not_made_again(tmp_path: Path) -> None:
     logger = rltrain.loggers.CSVLogger(tmp_path / "mine.csv")
     fit(tmp_path / "run", [logger, "tensorboard"])
