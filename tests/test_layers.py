@@ -20,7 +20,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("rltrain.targets", "rltrain.envs", "rltrain.env_checks", "rltrain.seeding",
      "rltrain.interrupt", "rltrain.safe_pickle", "rltrain.buffers", "rltrain.events",
      "rltrain.model_summary", "rltrain.checkpoint.manifest", "rltrain.checkpoint.store",
-     "rltrain.video", "rltrain.plot"),
+     "rltrain.video", "rltrain.plot", "rltrain.loggers"),
     ("rltrain.components",),
     ("rltrain.optim",),
     ("rltrain.agents",),
