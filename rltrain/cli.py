@@ -31,6 +31,7 @@ from rltrain.config import (
 )
 from rltrain.envs import SubEnvError
 from rltrain.errors import TrainingError
+from rltrain.inference import export_policy
 from rltrain.seeding import derive_seeds
 from rltrain.targets import TRUSTED, Trust
 from rltrain.trainer import build
@@ -105,6 +106,15 @@ def build_parser() -> argparse.ArgumentParser:
                           help="record the episodes of evaluation sub-env 0 as MP4 files in "
                                "DIR (pip install 'rltrain[video]')")
     add_trust(evaluate)
+
+    export = commands.add_parser(
+        "export", help="write a trained policy as a torch.export file that runs without rltrain",
+        epilog=EXAMPLES, formatter_class=formatter)
+    export.add_argument("path", type=Path, metavar="RUN_DIR|CHECKPOINT")
+    export.add_argument("out", type=Path, metavar="OUT.pt2")
+    export.add_argument("--checkpoint", choices=("last", "best"), default="last",
+                        help="which checkpoint of a RUN_DIR to export (default: last)")
+    add_trust(export)
 
     commands.add_parser("list", help="list agents, strategies and shipped configs",
                         epilog=EXAMPLES, formatter_class=formatter)
@@ -206,7 +216,16 @@ def run_command(args: argparse.Namespace) -> int:
         return evaluate(args)
     if args.command == "plot":
         return plot(args)
+    if args.command == "export":
+        return export_command(args)
     return list_registered()
+
+
+def export_command(args: argparse.Namespace) -> int:
+    """``rltrain export``: the run's policy as a ``torch.export`` file (docs/inference.md)."""
+    out = export_policy(args.path, args.out, which=args.checkpoint, trust=args.trust)
+    print(f"exported: {out}")
+    return 0
 
 
 @contextlib.contextmanager

@@ -433,3 +433,20 @@ def test_export_policy_and_its_metadata(runs: dict[str, tuple[Path, Any]],
     assert meta["observation"]["keys"]["spin"] == {"shape": [], "dtype": "int64"}
     assert meta["action"] == {"type": "Discrete", "shape": [], "dtype": "int64", "n": 2,
                               "start": 0}
+
+
+def test_rltrain_export_writes_the_program_of_a_run_directory(
+        runs: dict[str, tuple[Path, Any]], tmp_path: Path,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    from rltrain.cli import main
+
+    run_dir = runs["dqn"][0]
+    out = tmp_path / "cartpole.pt2"
+    assert main(["export", str(run_dir), str(out), "--checkpoint", "best"]) == 0
+    assert capsys.readouterr().out.strip() == f"exported: {out}"
+    program = torch.export.load(str(out)).module()
+    policy = rltrain.load_policy(run_dir, which="best")
+    obs = stack(observations("CartPole-v1", 5))
+    expected, _ = policy.predict(obs)
+    assert program(torch.as_tensor(obs)).numpy().tolist() == list(expected)
+    assert main(["export", str(tmp_path / "no-run"), str(tmp_path / "x.pt2")]) == 2
