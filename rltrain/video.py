@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import os
 import warnings
 from collections.abc import Callable
 from pathlib import Path
@@ -49,6 +50,10 @@ def rendering_env(env: EnvInit) -> Callable[[], gym.Env[Any, Any]]:
 
 
 def _checked(factory: Callable[[], gym.Env[Any, Any]], name: str) -> gym.Env[Any, Any]:
+    if not (os.environ.get("DISPLAY") or os.environ.get("WAYLAND_DISPLAY")):
+        # No screen: SDL (pygame's renderer) needs no video device for rgb_array frames, and
+        # without this prints "error: XDG_RUNTIME_DIR is invalid" looking for one.
+        os.environ.setdefault("SDL_VIDEODRIVER", "dummy")
     try:
         env = factory()
     except TypeError as error:
