@@ -21,6 +21,10 @@ from rltrain.components import (
 from rltrain.errors import require
 from rltrain.loggers import LOGGER_PACKAGES, is_unrecorded, logger_items
 
+#: ``num_threads="auto"`` uses one torch thread for an agent with fewer trainable parameters
+#: than this, torch's own count otherwise (measured: ``docs/benchmarks.md``, "Torch threads").
+AUTO_ONE_THREAD_BELOW = 2_000_000
+
 
 @dataclass(kw_only=True)
 class TrainerConfig:
@@ -56,7 +60,12 @@ class TrainerConfig:
             passes run under ``torch.autocast`` (mixed precision; weights stay float32; float16
             adds loss scaling). A torch dtype is taken too.
         num_threads: ``torch.set_num_threads`` while ``fit`` and ``evaluate`` run (restored
-            after). Default None: leave it. Small MLPs are fastest with 1.
+            after): a count, None (leave torch's, one per core), or ``"auto"`` (default): one
+            thread for an agent with fewer than :data:`AUTO_ONE_THREAD_BELOW` trainable
+            parameters (every shipped preset's MLP or small CNN), torch's own otherwise.
+            Measured in ``docs/benchmarks.md`` (``python -m benchmarks.threads``): small
+            networks run several times slower on 2 threads than on 1. A run's console says
+            what was chosen (``torch threads: 1 (num_threads=auto: ...)``).
         gradient_clip_val: Clip each optimizer's gradients to this norm (or value); None does
             not clip. Default None.
         gradient_clip_algorithm: ``"norm"`` or ``"value"``. Default ``"norm"``.
@@ -100,7 +109,7 @@ class TrainerConfig:
     device: str = "cpu"
     inference_device: str | None = None
     dtype: str = "float32"
-    num_threads: int | None = None
+    num_threads: int | str | None = "auto"
     gradient_clip_val: float | None = None
     gradient_clip_algorithm: str = "norm"
     accumulate_grad_batches: int = 1
@@ -128,8 +137,11 @@ class TrainerConfig:
             gradient_clip_algorithm=self.gradient_clip_algorithm, on_nan_loss=self.on_nan_loss)
         _ = self.evaluation, self.summary  # each checks its own fields when made
         require("trainer", [
-            (self.num_threads is None or self.num_threads >= 1,
-             f"num_threads must be >= 1 (or None to leave torch's); got {self.num_threads}."),
+            (self.num_threads in (None, "auto") or (isinstance(self.num_threads, int)
+                                                   and not isinstance(self.num_threads, bool)
+                                                   and self.num_threads >= 1),
+             f"num_threads must be a count >= 1, 'auto' (one thread for small networks) or "
+             f"None (torch's own); got {self.num_threads!r}."),
             (self.video_interval is None or self.video_interval >= 1,
              f"video_interval must be >= 1 evaluation (or None to record none); got "
              f"{self.video_interval}."),
@@ -166,6 +178,18 @@ class TrainerConfig:
                 raise ValueError(f"logger list item {item!r}: a config names loggers "
                                  f"({', '.join(LOGGER_PACKAGES)}); pass logger objects to "
                                  "Trainer(logger=[...]) in Python.")
+
+    def torch_threads(self, trainable_parameters: int) -> tuple[int | None, str]:
+        """The torch threads a run of an agent with ``trainable_parameters`` uses (None:
+        torch's own, left as it is) and why, in words (for the run's console)."""
+        if self.num_threads != "auto":
+            assert self.num_threads is None or isinstance(self.num_threads, int)
+            return self.num_threads, f"num_threads={self.num_threads}"
+        if trainable_parameters < AUTO_ONE_THREAD_BELOW:
+            return 1, (f"num_threads=auto: {trainable_parameters:,} trainable parameters "
+                       f"< {AUTO_ONE_THREAD_BELOW:,}")
+        return None, (f"num_threads=auto: {trainable_parameters:,} trainable parameters "
+                      f">= {AUTO_ONE_THREAD_BELOW:,}")
 
     @property
     def evaluation(self) -> EvaluationSettings:

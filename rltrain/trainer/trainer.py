@@ -48,6 +48,11 @@ from rltrain.trainer.settings import TrainerSettings
 from rltrain.trainer_config import TrainerConfig
 
 
+def trainable_parameters(agent: LearningAgent) -> int:
+    """The agent's trainable parameters (a target network's copies not counted)."""
+    return sum(p.numel() for p in agent.parameters() if p.requires_grad)
+
+
 class Trainer(TrainerSettings):
     """Trains an agent with a strategy, shows progress and stores the run.
 
@@ -147,7 +152,11 @@ class Trainer(TrainerSettings):
         components.event_processor = events = EventProcessor(subscribers(self, run_dir, agent))
         try:
             write_model_summary(self, agent, run_dir)
-            with stop_on_signals(self.interrupter), self._threads():
+            threads, why = self.torch_threads(trainable_parameters(agent))
+            if self.enable_console:
+                count = torch.get_num_threads() if threads is None else threads
+                print(f"torch threads: {count} ({why})", flush=True)
+            with stop_on_signals(self.interrupter), self._threads(threads):
                 result = strategy.train(agent, components, env)
         finally:
             events.close()
@@ -185,7 +194,7 @@ class Trainer(TrainerSettings):
                               max_episode_steps=self.eval_max_episode_steps,
                               video_dir=video_dir)
         try:
-            with self._threads():
+            with self._threads(self.torch_threads(trainable_parameters(agent))[0]):
                 result = evaluator.run(agent.policy(device), env_steps=0,
                                        events=EventProcessor())
         finally:
@@ -242,13 +251,15 @@ class Trainer(TrainerSettings):
             return Path(self.run_dir)
         return default_run_dir(type(agent).__name__, env_name(env))
 
+    @staticmethod
     @contextlib.contextmanager
-    def _threads(self) -> Iterator[None]:
-        if self.num_threads is None:
+    def _threads(threads: int | None) -> Iterator[None]:
+        """``torch.set_num_threads(threads)`` inside (None: leave it), restored after."""
+        if threads is None:
             yield
             return
         previous = torch.get_num_threads()
-        torch.set_num_threads(self.num_threads)
+        torch.set_num_threads(threads)
         try:
             yield
         finally:

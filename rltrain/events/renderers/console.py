@@ -1,8 +1,10 @@
-"""Plain console lines, readable in CI logs and anywhere without a TTY."""
+"""Plain console lines, readable in CI logs and anywhere without a TTY, and written through
+the progress bar on a terminal."""
 
 from __future__ import annotations
 
 import sys
+import textwrap
 import time
 from typing import TextIO
 
@@ -20,6 +22,7 @@ from rltrain.events.events import (
 )
 from rltrain.events.metrics import Metrics
 from rltrain.events.processor import Subscriber
+from rltrain.events.renderers.progress_bar import terminal_columns, write_line
 
 
 class ConsoleRenderer(Subscriber):
@@ -28,6 +31,13 @@ class ConsoleRenderer(Subscriber):
     A line reads ``[ 12.0%] env_steps=6,000/50,000 sps=1,502 return=87.3 eval=... loss=0.41``;
     while an evaluation runs, the line every ``interval_seconds`` is its progress instead
     (``evaluating at 10,000 env steps: 3/10 episodes done, 2,500 evaluation env steps``).
+    ``sps`` is env steps per second since the run's first env step, as the bar's and
+    TensorBoard's ``time/sps``.
+
+    Each line is written through the progress bar (:func:`~rltrain.events.renderers.
+    progress_bar.write_line`): the bar is cleared, the line written whole, the bar redrawn
+    below it. On a terminal, a line wider than the window is wrapped between its fields
+    (continuation lines indented by four spaces); in a file or pipe each line stays one line.
 
     Args:
         file: Where lines are written. Default ``sys.stdout``.
@@ -116,4 +126,9 @@ class ConsoleRenderer(Subscriber):
         return " ".join(parts)
 
     def _print(self, line: str) -> None:
-        print(line, file=self.file if self.file is not None else sys.stdout, flush=True)
+        file = self.file if self.file is not None else sys.stdout
+        columns = terminal_columns(file)
+        if columns is not None and len(line) > columns:
+            line = "\n".join(textwrap.wrap(line, columns, subsequent_indent="    ",
+                                            break_long_words=False, break_on_hyphens=False))
+        write_line(line, file)
