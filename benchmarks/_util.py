@@ -116,6 +116,19 @@ def sb3_evaluator(model: Any, env: Any, seed: int, episodes: int) -> Callable[[]
     return evaluate
 
 
+def require_sb3(script: str, instead: str = "") -> None:
+    """Exit with one line naming the extra to install when Stable-Baselines3 is missing (the
+    benchmarks that run it beside rltrain call this before they start); ``instead``: how to run
+    the benchmark without it, where it can."""
+    try:
+        import stable_baselines3  # noqa: F401
+    except ModuleNotFoundError:
+        raise SystemExit(
+            f"{script} runs Stable-Baselines3, which is not installed: "
+            "pip install 'rltrain[bench]' (pip install -e '.[bench]' in a clone; after torch, "
+            "see pyproject.toml)" + (f"; or {instead}" if instead else "")) from None
+
+
 def sb3_curve(evaluate: Callable[[], float], interval: int, label: str) -> Any:
     """A Stable-Baselines3 callback that calls ``evaluate`` every ``interval`` env steps (in
     its ``_on_step``, after the env step and before a training round due at the same step) and

@@ -36,7 +36,7 @@ from typing import Any
 
 import torch
 
-from benchmarks._util import QUIET, median_range, table, write_results
+from benchmarks._util import QUIET, median_range, require_sb3, table, write_results
 
 THRESHOLD = 475.0
 EVAL_INTERVAL = 2_500
@@ -197,6 +197,8 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0, help=argparse.SUPPRESS)
     parser.add_argument("--learn", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if "sb3" in ([args.worker] if args.worker else args.libraries):
+        require_sb3("benchmarks.compare_dqn", "leave it out: --libraries rltrain handwritten")
     if args.worker is not None:
         worker(args.worker, args.seed, args.worker_steps, args.learn)
         return

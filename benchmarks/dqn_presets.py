@@ -49,6 +49,7 @@ from benchmarks._util import (
     first_reaching,
     fmt,
     median_range,
+    require_sb3,
     run_seeds,
     sb3_curve,
     sb3_evaluator,
@@ -164,6 +165,8 @@ def main() -> None:
     parser.add_argument("--results", help="results file name (default: dqn_presets_<env>)")
     parser.add_argument("overrides", nargs="*", metavar="key=value")
     args = parser.parse_args()
+    if args.sb3:
+        require_sb3("benchmarks.dqn_presets --sb3")
     name = args.config.removesuffix(".yaml").rsplit("/", 1)[-1]
     if args.threshold is None:
         if name not in THRESHOLDS:

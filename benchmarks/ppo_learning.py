@@ -39,6 +39,7 @@ from benchmarks._util import (
     Curve,
     first_reaching,
     median_range,
+    require_sb3,
     run_seeds,
     table,
     write_results,
@@ -198,6 +199,8 @@ def main() -> None:
     parser.add_argument("--results", help="results file name (default: ppo_learning_<env>)")
     parser.add_argument("overrides", nargs="*", metavar="key=value")
     args = parser.parse_args()
+    if args.sb3:
+        require_sb3("benchmarks.ppo_learning --sb3")
     args.config = args.config or CONFIGS[args.env]
     if args.threshold is None:
         args.threshold = THRESHOLDS.get(args.config, THRESHOLDS[CONFIGS[args.env]])

@@ -18,7 +18,7 @@ from typing import Any
 
 import torch
 
-from benchmarks._util import table
+from benchmarks._util import require_sb3, table
 from benchmarks.compare_dqn import RUNNERS
 
 #: (group, substrings of ``file:function`` that belong to it), first match wins.
@@ -55,6 +55,8 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=6_000)
     parser.add_argument("--top", type=int, default=15)
     args = parser.parse_args()
+    if args.library == "sb3":
+        require_sb3("benchmarks.profile_dqn --library sb3")
     torch.set_num_threads(1)
     for module in IMPORTS[args.library]:  # imported before profiling: not the run's time
         importlib.import_module(module)

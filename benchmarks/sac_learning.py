@@ -51,6 +51,7 @@ from benchmarks._util import (
     first_reaching,
     fmt,
     median_range,
+    require_sb3,
     run_seeds,
     sb3_curve,
     sb3_evaluator,
@@ -191,6 +192,8 @@ def main() -> None:
     parser.add_argument("--results", help="results file name (default: sac_learning_<env>)")
     parser.add_argument("overrides", nargs="*", metavar="key=value")
     args = parser.parse_args()
+    if args.sb3:
+        require_sb3("benchmarks.sac_learning --sb3")
     args.config = args.config or CONFIGS[args.env]
     if args.threshold is None:
         args.threshold = THRESHOLDS[args.env]

@@ -41,7 +41,7 @@ import gymnasium as gym
 import torch
 
 from benchmarks import handwritten_sac
-from benchmarks._util import QUIET, median_range, table, write_results
+from benchmarks._util import QUIET, median_range, require_sb3, table, write_results
 from benchmarks.dqn_speed import all_renderers, paired_ratios
 from rltrain.config import compose
 from rltrain.trainer import build
@@ -223,6 +223,7 @@ def main() -> None:
         parts(args)
         return
     args.results = args.results or "sac_speed"
+    require_sb3("benchmarks.sac_speed")
     load_before = os.getloadavg()
     variants: dict[str, Callable[[int], dict[str, float]]] = {
         "rltrain, no renderers": lambda seed: rltrain_run(args.steps, seed, False),

@@ -1,0 +1,38 @@
+"""The benchmarks that run Stable-Baselines3 beside rltrain end with one line naming the extra
+to install when it is missing, not with a ModuleNotFoundError traceback."""
+
+from __future__ import annotations
+
+import sys
+
+import pytest
+
+from benchmarks import compare_dqn
+from benchmarks._util import require_sb3
+
+
+@pytest.fixture
+def without_sb3(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "stable_baselines3", None)  # import raises, as uninstalled
+
+
+def test_require_sb3_names_the_extra(without_sb3: None) -> None:
+    with pytest.raises(SystemExit) as stop:
+        require_sb3("benchmarks.x")
+    message = str(stop.value.code)
+    assert message.startswith("benchmarks.x runs Stable-Baselines3, which is not installed")
+    assert "pip install 'rltrain[bench]'" in message and "\n" not in message
+
+
+def test_compare_dqn_without_the_extra_stops_with_that_line(
+        without_sb3: None, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(sys, "argv", ["compare_dqn", "--repeats", "0", "--seeds", "0"])
+
+    def measure(*args: object, **kwargs: object) -> None:
+        raise AssertionError("compare_dqn started a run without Stable-Baselines3")
+
+    monkeypatch.setattr(compare_dqn, "measure", measure)
+    with pytest.raises(SystemExit) as stop:
+        compare_dqn.main()
+    assert "pip install 'rltrain[bench]'" in str(stop.value.code)
+    assert "--libraries rltrain handwritten" in str(stop.value.code)
