@@ -1,14 +1,15 @@
 """Does PPO learn? Learning curves per seed, from a shipped config (ppo_cartpole,
-ppo_lunarlander or ppo_pendulum), optionally beside Stable-Baselines3's PPO on the same settings.
+ppo_lunarlander, ppo_pendulum or ppo_acrobot), optionally beside Stable-Baselines3's PPO on the
+same settings.
 
-Each seed trains from the config (``--env cartpole|lunarlander|pendulum`` or ``--config NAME``)
-with a greedy evaluation of ``--eval-episodes`` (20) episodes every ``--eval-interval`` env
-steps (the config's by default). A run stops at the first evaluation whose mean reaches
-``--threshold`` (CartPole 475, LunarLander 200, Pendulum -400 by default) unless ``--full`` is
-given, in which case it runs all ``--steps`` and the env steps and seconds to the threshold are
-still reported. Per seed: env steps and seconds to the threshold, best evaluation return, the
-wall time and the curve (env steps, mean evaluation return). Everything but checkpoints and
-summary.json is off; one torch thread.
+Each seed trains from the config (``--env cartpole|lunarlander|pendulum|acrobot`` or
+``--config NAME``) with a greedy evaluation of ``--eval-episodes`` (20) episodes every
+``--eval-interval`` env steps (the config's by default). A run stops at the first evaluation
+whose mean reaches ``--threshold`` (CartPole 475, LunarLander 200, Pendulum -400, Acrobot -100
+by default) unless ``--full`` is given, in which case it runs all ``--steps`` and the env steps
+and seconds to the threshold are still reported. Per seed: env steps and seconds to the
+threshold, best evaluation return, the wall time and the curve (env steps, mean evaluation
+return). Everything but checkpoints and summary.json is off; one torch thread.
 
 ``--sb3`` trains Stable-Baselines3's PPO instead, with the settings translated one for one
 from the same config (n_envs, n_steps, batch_size, n_epochs, linear learning-rate and clip-range
@@ -49,8 +50,9 @@ from rltrain.events import EvaluationEnd, Metrics, Subscriber
 from rltrain.trainer import build
 
 CONFIGS = {"cartpole": "ppo_cartpole", "lunarlander": "ppo_lunarlander",
-           "pendulum": "ppo_pendulum"}
-THRESHOLDS = {"ppo_cartpole": 475.0, "ppo_lunarlander": 200.0, "ppo_pendulum": -400.0}
+           "pendulum": "ppo_pendulum", "acrobot": "ppo_acrobot"}
+THRESHOLDS = {"ppo_cartpole": 475.0, "ppo_lunarlander": 200.0, "ppo_pendulum": -400.0,
+              "ppo_acrobot": -100.0}
 
 
 def overrides(args: argparse.Namespace, seed: int, run_dir: str) -> list[str]:
@@ -190,7 +192,7 @@ def main() -> None:
     parser.add_argument("--steps", type=int, help="env steps per seed (default: the config's)")
     parser.add_argument("--eval-interval", type=int, help="default: the config's")
     parser.add_argument("--eval-episodes", type=int, default=20)
-    parser.add_argument("--threshold", type=float, help="default: by env (475, 200, -400)")
+    parser.add_argument("--threshold", type=float, help="default: by env (475, 200, -400, -100)")
     parser.add_argument("--full", action="store_true",
                         help="run all steps instead of stopping at the threshold")
     parser.add_argument("--sb3", action="store_true",
