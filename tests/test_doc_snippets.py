@@ -1,8 +1,9 @@
 """Every ```python block of README.md and docs/*.md runs, so that the docs cannot drift.
 
-The blocks of one page run in order, each in a fresh ``python`` subprocess, all in one temporary
-folder (the cwd; the repository and its ``examples/`` are on the PYTHONPATH): a block may use
-what an earlier block of its page wrote (a run directory), as a
+The blocks of one page run in order, each in a fresh namespace of one ``python`` subprocess
+per page (``doc_snippets/run_blocks.py``: rltrain is imported once per page, not once per
+block), all in one temporary folder (the cwd; the repository and its ``examples/`` are on the
+PYTHONPATH): a block may use what an earlier block of its page wrote (a run directory), as a
 reader following the page would. They are shortened, not rewritten: ``tests/doc_snippets`` is
 first on the subprocess' PYTHONPATH, and its ``sitecustomize`` caps every Trainer at
 ``RLTRAIN_DOCS_QUICK`` env steps (evaluations, episodes and warm-up with it; rltrain itself
@@ -21,6 +22,7 @@ Cheap command lines of bash blocks run too: ``rltrain list`` and every ``rltrain
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shlex
@@ -41,7 +43,7 @@ QUICK_STEPS = "300"
 #: A block, with the comments just before its opening fence (blank lines allowed between).
 BLOCK = re.compile(r"((?:^<!--.*?-->\n\s*)*)^```(\w*)\n(.*?)^```", re.MULTILINE | re.DOTALL)
 MARKER = re.compile(r"<!--\s*(no-run|setup):\s*(.*?)\s*-->", re.DOTALL)
-TIMEOUT_S = 120
+TIMEOUT_S = 600  # one page, all its blocks
 
 
 @dataclass
@@ -108,12 +110,15 @@ def test_the_markers_are_well_formed() -> None:
                          ids=lambda p: p.relative_to(ROOT).as_posix())
 def test_the_python_blocks_of_a_page_run(page: Path, tmp_path: Path) -> None:
     started = time.perf_counter()
+    ordered = []
     for block in python_blocks(page):
-        if block.no_run is not None:
-            continue
-        for code in block.setup:
-            run([sys.executable, "-c", code], tmp_path, f"{block.where} (setup)")
-        run([sys.executable, "-c", block.code], tmp_path, block.where)
+        if block.no_run is None:
+            ordered += [(f"{block.where} (setup)", code) for code in block.setup]
+            ordered.append((block.where, block.code))
+    listing = tmp_path.parent / f"{tmp_path.name}-blocks.json"
+    listing.write_text(json.dumps(ordered))
+    run([sys.executable, str(SITECUSTOMIZE / "run_blocks.py"), str(listing)], tmp_path,
+        page.relative_to(ROOT).as_posix())
     print(f"{page.name}: {time.perf_counter() - started:.1f} s")
 
 
