@@ -179,3 +179,15 @@ def run_seeds(train: Callable[[int], dict[str, Any]], seeds: Sequence[int],
     for result in results:
         print(f"seed {result['seed']}: {result}", flush=True)
     return results
+
+
+def report_seeds(args: Any, results: list[dict[str, Any]], results_name: str) -> None:
+    """Print how many seeds reached ``args.threshold`` (with the env steps they took) and write
+    the results file ``benchmarks/results/<results_name>.json``, as every learning benchmark
+    ends."""
+    reached = [r for r in results if r["threshold_env_steps"] is not None]
+    print(f"reached {args.threshold:g}: {len(reached)}/{len(results)} seeds"
+          + (f"; env steps {median_range([float(r['threshold_env_steps']) for r in reached])}"
+             if reached else ""))
+    path = write_results(results_name, {"args": vars(args), "runs": results})
+    print(f"results: {path}")

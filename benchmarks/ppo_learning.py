@@ -39,11 +39,10 @@ from benchmarks._util import (
     QUIET,
     Curve,
     first_reaching,
-    median_range,
+    report_seeds,
     require_sb3,
     run_seeds,
     table,
-    write_results,
 )
 from rltrain.config import compose
 from rltrain.events import EvaluationEnd, Metrics, Subscriber
@@ -223,12 +222,7 @@ def main() -> None:
           f"{args.eval_episodes} greedy episodes per evaluation")
     print(table(["seed", "env steps to threshold", "seconds to threshold", "best eval return",
                  "wall time (s)", "curve (env steps: mean eval return)"], rows))
-    reached = [r for r in results if r["threshold_env_steps"] is not None]
-    print(f"reached {args.threshold:g}: {len(reached)}/{len(results)} seeds"
-          + (f"; env steps {median_range([float(r['threshold_env_steps']) for r in reached])}"
-             if reached else ""))
-    path = write_results(results_name, {"args": vars(args), "runs": results})
-    print(f"results: {path}")
+    report_seeds(args, results, results_name)
 
 
 if __name__ == "__main__":

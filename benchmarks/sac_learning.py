@@ -50,13 +50,12 @@ from benchmarks._util import (
     curve_text,
     first_reaching,
     fmt,
-    median_range,
+    report_seeds,
     require_sb3,
     run_seeds,
     sb3_curve,
     sb3_evaluator,
     table,
-    write_results,
 )
 from rltrain.agents.sac import SAC, SACConfig
 from rltrain.config import compose
@@ -215,12 +214,7 @@ def main() -> None:
     print(table(["seed", "env steps to threshold", "seconds to threshold", "best eval return",
                  "final eval return", "final alpha", "final entropy (target)", "wall time (s)",
                  "curve (env steps: mean eval return)"], rows))
-    reached = [r for r in results if r["threshold_env_steps"] is not None]
-    print(f"reached {args.threshold:g}: {len(reached)}/{len(results)} seeds"
-          + (f"; env steps {median_range([float(r['threshold_env_steps']) for r in reached])}"
-             if reached else ""))
-    path = write_results(results_name, {"args": vars(args), "runs": results})
-    print(f"results: {path}")
+    report_seeds(args, results, results_name)
 
 
 if __name__ == "__main__":
