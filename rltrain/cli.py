@@ -278,6 +278,8 @@ def fit(args: argparse.Namespace) -> int:
         return 0
     run = build(config, trust)
     summary = run.fit(ckpt_path=ckpt_path).summary
+    if not run.trainer.distributed.is_main:  # under torchrun, rank 0 reports the run
+        return 0
     print(f"run directory: {run.trainer.last_run_dir}")
     final = summary.final_metrics.get("eval/return_mean")
     if final is not None:

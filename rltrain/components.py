@@ -10,6 +10,7 @@ from typing import Any, Literal
 import torch
 
 from rltrain.checkpoint.store import Checkpointer
+from rltrain.distributed import SINGLE, DistributedContext
 from rltrain.events.processor import EventProcessor
 from rltrain.interrupt import Interrupter
 from rltrain.types import Progress
@@ -117,6 +118,11 @@ class RLComponents:
             event's ``config``); empty when the run has none. Default empty.
         resume_state: What ``checkpoint`` holds, read once (:meth:`saved_state`) for every
             check and part of a resume, and dropped once the parts are loaded. Default None.
+        distributed: The run's processes (:mod:`rltrain.distributed`): this rank and the
+            collectives. Default: one process.
+        sync_interval: Vector steps between the ranks' agreements in a run of several
+            processes (stop requests, and the episodes each rank ended, for the logs). Default
+            16; ignored with one process.
     """
 
     num_steps: int
@@ -136,6 +142,8 @@ class RLComponents:
     progress: Progress = field(default_factory=Progress)
     config: dict[str, Any] = field(default_factory=dict)
     resume_state: dict[str, Any] | None = None
+    distributed: DistributedContext = SINGLE
+    sync_interval: int = 16
 
     def saved_state(self) -> dict[str, Any]:
         """What ``checkpoint`` holds: read on the first call (``Checkpointer.load``: checksum
@@ -144,6 +152,9 @@ class RLComponents:
             raise ValueError("This run resumes from no checkpoint (components.checkpoint).")
         if self.resume_state is None:
             self.resume_state = Checkpointer.load(self.checkpoint)
+        # This rank's own parts, from its shard (refused when another world size wrote it).
+        self.resume_state = Checkpointer.with_shard(self.checkpoint, self.resume_state,
+                                                    self.distributed)
         return self.resume_state
 
     def optimization_hparams(self) -> dict[str, float | int | str | bool]:
@@ -162,6 +173,8 @@ class RLComponents:
         self.dtype = resolve_dtype(self.dtype)
         self.device = torch.device(self.device)
         self.inference_device = torch.device(self.inference_device)
+        if self.sync_interval < 1:
+            raise ValueError(f"sync_interval must be >= 1 vector step; got {self.sync_interval}.")
 
 
 def check_training_settings(*, num_steps: int, accumulate_grad_batches: int,

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any, Literal, Protocol
 import torch
 
 from rltrain.components import RLComponents
+from rltrain.distributed import SINGLE, DistributedContext
 from rltrain.interrupt import Interrupter
 from rltrain.types import Progress
 
@@ -78,6 +79,11 @@ class Optimization:
             host sync. Default None: on for fused optimizers off the CPU (where a read costs a
             sync; on the CPU it costs nothing). Optimizers that are not fused are always
             checked on the host.
+        distributed: The run's processes (:mod:`rltrain.distributed`). With several, each
+            optimizer step first averages the gradients over the ranks (one all-reduce of
+            one flat buffer, after the last accumulated backward pass and before clipping),
+            so every rank applies the same update; a non-finite loss on any rank travels in
+            the same buffer and is refused on every rank at that step. Default: one process.
     """
 
     def __init__(
@@ -92,6 +98,7 @@ class Optimization:
         interrupter: Interrupter | None = None,
         dtype: torch.dtype = torch.float32,
         check_on_device: bool | None = None,
+        distributed: DistributedContext = SINGLE,
     ) -> None:
         if not optimizers:
             raise ValueError("configure_optimizers() returned no optimizer; return at least one.")
@@ -135,6 +142,10 @@ class Optimization:
         self._flags: dict[str, tuple[torch.Tensor, int]] = {}
         #: The same flag since each one's last optimizer step: what its next step skips on.
         self._window: dict[str, torch.Tensor] = {}
+        self.distributed = distributed
+        #: With several processes: why this rank's loss of each optimizer was not finite since
+        #: its last step (the ranks refuse that step together).
+        self._refused_here: dict[str, str] = {}
 
     @classmethod
     def for_run(cls, optimizers: Mapping[str, torch.optim.Optimizer],
@@ -145,7 +156,7 @@ class Optimization:
                    gradient_clip_val=components.gradient_clip_val,
                    gradient_clip_algorithm=components.gradient_clip_algorithm,
                    on_nan_loss=components.on_nan_loss, interrupter=components.interrupter,
-                   dtype=components.dtype)
+                   dtype=components.dtype, distributed=components.distributed)
 
     def training_step(self, agent: TrainableAgent, batch: Any) -> dict[str, MetricValue]:
         """Run ``agent.training_step(batch, self)`` (under autocast when the dtype asks for it)
@@ -179,10 +190,14 @@ class Optimization:
         if name in self._device_checked:
             self._flag(name, loss)
         elif not _finite(loss):
-            self._refuse(name, f"the {name!r} loss is "
-                         f"{loss.detach().float().cpu().flatten()[0].item()} at gradient step "
-                         f"{self.progress.gradient_steps + 1:,}")
-            return False
+            reason = (f"the {name!r} loss is {loss.detach().float().cpu().flatten()[0].item()} "
+                      f"at gradient step {self.progress.gradient_steps + 1:,}")
+            if not self.distributed.distributed:
+                self._refuse(name, reason)
+                return False
+            # The other ranks wait for this one's gradients: join their step, refusing it.
+            self._refused_here.setdefault(name, f"{reason} on rank {self.distributed.rank}")
+            return self._count_and_step(name, optimizer, max_norm)
         with self.autocast(enabled=False):
             return self._backward_and_step(name, optimizer, loss, max_norm)
 
@@ -221,10 +236,19 @@ class Optimization:
         self.backward_calls += 1
         (scaler.scale(loss) if scaler is not None else loss).backward(  # type: ignore[no-untyped-call]
             inputs=inputs)
+        return self._count_and_step(name, optimizer, max_norm)
+
+    def _count_and_step(self, name: str, optimizer: torch.optim.Optimizer,
+                        max_norm: float | None) -> bool:
+        """Count one batch toward ``name``'s step; step when its batches are complete."""
+        scaler = self._scalers.get(name)
         self._pending[name] += 1
-        if self._pending[name] < k:
+        if self._pending[name] < self.accumulate_grad_batches:
             return False
         self._pending[name] = 0
+        if self.distributed.distributed and not self._average_gradients(name):
+            optimizer.zero_grad(set_to_none=True)
+            return False
         if scaler is not None:
             scaler.unscale_(optimizer)  # clip the true gradients, not the scaled ones
         if self.gradient_clip_val is not None:
@@ -246,6 +270,40 @@ class Optimization:
         else:
             optimizer.step()
         optimizer.zero_grad(set_to_none=True)
+        return True
+
+    def _average_gradients(self, name: str) -> bool:
+        """Average ``name``'s gradients over the ranks, with the non-finite-loss flags of its
+        step in the same all-reduce. Returns False when the step is refused (a loss checked
+        on the host was not finite on some rank); a flag checked on the device makes the
+        fused step skip on every rank instead."""
+        params = [p for p in self._params[name] if p.requires_grad]
+        grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in params]
+        window = self._window.get(name)
+        here = self._refused_here.pop(name, None)
+        device = params[0].device if params else torch.device("cpu")
+        flag = (window.reshape(1).float() if window is not None
+                else torch.tensor([float(here is not None)], device=device))
+        flat = torch.cat([*(g.reshape(-1).float() for g in grads), flag])
+        self.distributed.all_reduce_(flat)
+        flat[:-1].div_(self.distributed.world_size)
+        offset = 0
+        for param, grad in zip(params, grads, strict=True):
+            grad.copy_(flat[offset:offset + grad.numel()].view_as(grad))
+            param.grad = grad
+            offset += grad.numel()
+        bad = flat[-1:].clamp(max=1.0)
+        if name in self._device_checked:  # the fused kernel skips it; poll() reports it
+            self._window[name] = bad.reshape(())
+            previous = self._flags.get(name)
+            self._flags[name] = ((bad.reshape(()), self.progress.gradient_steps + 1)
+                                 if previous is None else
+                                 (torch.maximum(previous[0], bad.reshape(())), previous[1]))
+            return True
+        if bad.item() > 0:
+            self._refuse(name, here or f"a {name!r} loss was not finite on another rank at "
+                         f"gradient step {self.progress.gradient_steps + 1:,}")
+            return False
         return True
 
     def _refuse(self, name: str, reason: str) -> None:

@@ -25,18 +25,23 @@ class Runner:
 
     The runner owns the current observations, the policy's per-env recurrent state and each
     sub-env's running episode return and length. Each :meth:`step` advances ``progress``
-    (``env_steps`` by ``num_envs``, ``vector_steps`` by one, ``episodes`` by those that ended).
+    (``env_steps`` by ``num_envs`` times ``world_size``, ``vector_steps`` by one, ``episodes``
+    by those that ended here).
 
     Args:
         envs: A vector env that autoresets in the same step.
         device: Where observations go for the policy (the inference device).
         progress: The run's counters.
+        world_size: Processes stepping their envs in lockstep, each with ``num_envs``
+            sub-envs: ``env_steps`` counts them all (a run's ``num_steps`` is global).
+            Default 1.
     """
 
     def __init__(self, envs: VectorEnv[Any, Any, Any], *, device: torch.device,
-                 progress: Progress) -> None:
+                 progress: Progress, world_size: int = 1) -> None:
         self.envs = envs
         self.num_envs = envs.num_envs
+        self.env_steps_per_step = envs.num_envs * world_size
         self.device = device
         self.progress = progress
         #: The current observations: an array, or one per key of a ``Dict`` space.
@@ -105,7 +110,7 @@ class Runner:
         self.observations = next_obs
         progress = self.progress
         progress.vector_steps += 1
-        progress.env_steps += self.num_envs
+        progress.env_steps += self.env_steps_per_step
         self.episode_returns += rewards
         episodes: list[EpisodeEnd] = []
         # SAME_STEP autoreset adds "_final_obs" to the infos exactly when an episode ended:

@@ -32,8 +32,14 @@ class Seeds:
     evaluation: int
 
 
-def derive_seeds(seed: int) -> Seeds:
-    """The seeds of a run of ``seed``: the one place they are derived."""
+def derive_seeds(seed: int, rank: int = 0) -> Seeds:
+    """The seeds of a run of ``seed`` in the process of global ``rank``: the one place they
+    are derived. Rank 0 (and a run of one process) uses ``seed`` itself; every other rank
+    draws its own from NumPy's ``SeedSequence(seed, spawn_key=(rank,))``, so ranks collect
+    different experience (their own envs, exploration and replay sampling) and a run of N
+    processes gets the same N streams every time. The evaluation runs on rank 0 only."""
+    if rank:
+        seed = int(np.random.SeedSequence(seed, spawn_key=(rank,)).generate_state(1)[0]) >> 1
     return Seeds(globals=seed, envs=seed, storage=seed, evaluation=seed + EVAL_SEED_OFFSET)
 
 

@@ -56,6 +56,20 @@ class TrainerConfig:
         device: Where the agent learns (``"cpu"``, ``"cuda"``, ``"cuda:1"``; a
             ``torch.device`` is taken too). Default ``"cpu"``.
         inference_device: Where the policy acts while collecting. Default: ``device``.
+        devices: Processes per node in a run of several processes (Lightning's ``devices``;
+            distribution here, unlike Lightning, is not the ``strategy``, which names the
+            training loop). Processes are started by ``torchrun --nproc-per-node=N``, never by
+            rltrain: ``"auto"`` (default) takes what torchrun started (one process without
+            it); a number checks it, and without torchrun a number above 1 is an error that
+            gives the torchrun command. With several processes, ``device="cuda"`` becomes
+            ``cuda:<LOCAL_RANK>``. See ``docs/distributed.md``.
+        num_nodes: Machines in the run (``torchrun --nnodes``): ``"auto"`` (default) or a
+            number, checked as ``devices`` is.
+        sync_interval: Vector steps between the ranks' agreements in a run of several
+            processes: stop requests (Ctrl-C, SIGTERM, callbacks) take effect on every rank
+            at the next one, and the episodes every rank ended reach rank 0's logs there.
+            Each is one all-gather (about 1 ms with gloo on a 2-core machine, measured in
+            ``docs/benchmarks.md``). Default 16.
         dtype: ``"float32"`` (default), or ``"bfloat16"`` / ``"float16"``: training forward
             passes run under ``torch.autocast`` (mixed precision; weights stay float32; float16
             adds loss scaling). A torch dtype is taken too.
@@ -108,6 +122,9 @@ class TrainerConfig:
     return_threshold: float | None = None
     device: str = "cpu"
     inference_device: str | None = None
+    devices: int | str = "auto"
+    num_nodes: int | str = "auto"
+    sync_interval: int = 16
     dtype: str = "float32"
     num_threads: int | str | None = "auto"
     gradient_clip_val: float | None = None
@@ -148,6 +165,17 @@ class TrainerConfig:
             (self.video_interval is None or self.eval_interval is not None,
              "video_interval records evaluations, and eval_interval=None makes none: set "
              "eval_interval, or video_interval=None."),
+            (self.devices == "auto" or (isinstance(self.devices, int)
+                                        and not isinstance(self.devices, bool)
+                                        and self.devices >= 1),
+             f"devices must be a count of processes per node >= 1, or 'auto' (what torchrun "
+             f"started); got {self.devices!r}."),
+            (self.num_nodes == "auto" or (isinstance(self.num_nodes, int)
+                                          and not isinstance(self.num_nodes, bool)
+                                          and self.num_nodes >= 1),
+             f"num_nodes must be a count of machines >= 1, or 'auto'; got {self.num_nodes!r}."),
+            (self.sync_interval >= 1,
+             f"sync_interval must be >= 1 vector step; got {self.sync_interval}."),
             (self.log_interval >= 1,
              f"log_interval must be >= 1 env step; got {self.log_interval}."),
             (self.console_interval >= 0,

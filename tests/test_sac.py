@@ -140,7 +140,8 @@ def test_the_target_uses_the_minimum_of_the_twin_target_critics() -> None:
 
 def test_the_entropy_term_enters_the_target_with_the_next_action_log_probability() -> None:
     # With both target critics 0 and Q = 0: y = r - γ α log π(a'|s'), the critic loss is
-    # 2 mean(y²); recompute y from the same sample (the same torch seed).
+    # 2 mean(y²); recompute y from the same sample (the same torch seed: the training step
+    # draws each sample's two normals at once, the first for a').
     agent = built(alpha=0.3, gamma=0.9, hidden_sizes=[8])
     constant_critic(agent.critic_target, (0.0, 0.0))
     constant_critic(agent.critic, (0.0, 0.0))
@@ -148,8 +149,9 @@ def test_the_entropy_term_enters_the_target_with_the_next_action_log_probability
     batch = ReplayBatch(torch.randn(4, 3), torch.zeros(4, 1), torch.zeros(4), next_obs,
                         torch.zeros(4), torch.zeros(4))
     torch.manual_seed(9)
+    noise = torch.randn(4, 2, 1)
     with torch.no_grad():
-        _, next_log_prob = agent.actor(next_obs)
+        _, next_log_prob = agent.actor(next_obs, noise[:, 0])
     y = -0.9 * 0.3 * next_log_prob
     torch.manual_seed(9)
     optim = Optimization(agent.configure_optimizers(), progress=agent.progress)

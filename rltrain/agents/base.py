@@ -15,6 +15,7 @@ from torch import nn
 
 from rltrain.buffers.replay import ReplayBuffer
 from rltrain.buffers.rollout import RolloutBuffer
+from rltrain.distributed import SINGLE, DistributedContext
 from rltrain.types import ObsTensors, PolicyState, PolicyStep, Progress
 
 if TYPE_CHECKING:
@@ -95,6 +96,10 @@ class LearningAgent(nn.Module, ABC):
         self.num_steps = 0
         self.device = torch.device("cpu")
         self.dtype = torch.float32
+        #: The run's processes (:mod:`rltrain.distributed`), set by the run: what a statistic
+        #: over a batch spread across ranks uses (PPO's advantage normalisation). Default:
+        #: one process.
+        self.distributed: DistributedContext = SINGLE
         self.built = False
         #: The (observation, action) spaces of the last :meth:`setup`; checkpoints store them.
         self.spaces: tuple[gym.Space[Any], gym.Space[Any]] | None = None

@@ -115,10 +115,12 @@ class SquashedGaussianActor(nn.Module):
         log_std = LOG_STD_MIN + 0.5 * (LOG_STD_MAX - LOG_STD_MIN) * (torch.tanh(log_std) + 1)
         return mean, log_std.exp()
 
-    def forward(self, obs: ObsTensors) -> tuple[torch.Tensor, torch.Tensor]:
-        """A reparameterised sample in the env's bounds and its log-probability ``[B]``."""
+    def forward(self, obs: ObsTensors, noise: torch.Tensor | None = None
+                ) -> tuple[torch.Tensor, torch.Tensor]:
+        """A reparameterised sample in the env's bounds and its log-probability ``[B]``.
+        ``noise``: the standard normal draws ``[B, action_dim]`` (default: drawn here)."""
         mean, std = self.distribution(obs)
-        u = mean + std * torch.randn_like(mean)
+        u = mean + std * (torch.randn_like(mean) if noise is None else noise)
         log_prob = (-0.5 * ((u - mean) / std).square() - std.log()
                     - 0.5 * math.log(2 * math.pi)).sum(-1)
         log_prob = log_prob - (2 * (math.log(2) - u - F.softplus(-2 * u))).sum(-1)

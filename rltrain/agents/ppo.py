@@ -370,8 +370,9 @@ class PPO(LearningAgent):
         log_ratio = dist.log_prob(batch.actions) - batch.log_probs
         ratio = log_ratio.exp()
         advantages = batch.advantages
-        if c.normalize_advantage and advantages.numel() > 1:
-            advantages = (advantages - advantages.mean()) / (advantages.std() + 1e-8)
+        if c.normalize_advantage and advantages.numel() * self.distributed.world_size > 1:
+            mean, std = self.distributed.mean_std(advantages)  # over every rank's minibatch
+            advantages = (advantages - mean) / (std + 1e-8)
         # Clipped surrogate (Eq. 7), as a loss: max(-A r, -A clip(r, 1-ε, 1+ε)).
         policy_loss = torch.max(-advantages * ratio,
                                 -advantages * ratio.clamp(1 - clip, 1 + clip)).mean()

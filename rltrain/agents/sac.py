@@ -189,8 +189,12 @@ class SAC(LearningAgent):
         c = self.config
         obs, next_obs = batch.observations, batch.next_observations
         alpha = self.alpha
+        # Every sample's two draws (a' for the target, ã for the actor) in one sample-major
+        # draw: a batch split over several processes draws as the whole batch would.
+        noise = torch.randn(batch.rewards.shape[0], 2, self.actor.scale.numel(),
+                            device=self.device)
         with torch.no_grad():
-            next_action, next_log_prob = self.actor(next_obs)
+            next_action, next_log_prob = self.actor(next_obs, noise[:, 0])
             next_q = self.critic_target(next_obs, self.normalized(next_action)).min(dim=0).values
             # y = r + γ (1 - terminated) (min_i Q'_i(s', a') - α log π(a'|s'))
             target = batch.rewards + c.gamma * (1.0 - batch.terminated) * (
@@ -202,7 +206,7 @@ class SAC(LearningAgent):
                                            "q": q.detach().mean(), "alpha": alpha}
         step = self.progress.gradient_steps
         if step % c.policy_delay == 0:
-            action, log_prob = self.actor(obs)
+            action, log_prob = self.actor(obs, noise[:, 1])
             q_pi = self.critic(obs, self.normalized(action)).min(dim=0).values
             actor_loss = (alpha * log_prob - q_pi).mean()  # E[α log π(ã|s) - min_i Q_i(s, ã)]
             optim.step("actor", actor_loss)

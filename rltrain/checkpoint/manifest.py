@@ -25,8 +25,14 @@ MANIFEST = "manifest.json"
 #: with a dot and end in ``.tmp``: ``.checkpoint-200.pt.k3j2.tmp``).
 CHECKPOINT_NAME = re.compile(r"checkpoint-(\d{1,18})\.pt")
 BEST_NAME = re.compile(r"best-(\d{1,18})\.pt")
+#: One rank's part of a checkpoint of a run of several processes (its envs, storage, random
+#: streams): ``checkpoint-200.rank1.pt`` beside ``checkpoint-200.pt``.
+SHARD_NAME = re.compile(r"(?:checkpoint|best)-(\d{1,18})\.rank(\d{1,6})\.pt")
+#: Most shards one checkpoint may list (a bound on what a manifest can make rltrain look for).
+MAX_SHARDS = 100_000
 TEMPORARY_NAME = re.compile(
-    r"\.(?:(?:checkpoint|best)-\d{1,18}\.pt|manifest\.json|last\.pt|best\.pt)\..+\.tmp")
+    r"\.(?:(?:checkpoint|best)-\d{1,18}(?:\.rank\d{1,6})?\.pt|manifest\.json|last\.pt|best\.pt)"
+    r"\..+\.tmp")
 LINKS = ("last.pt", "best.pt")
 
 
@@ -45,6 +51,8 @@ class Entry:
         sha256: The SHA-256 of its bytes, as hex; None for a file listed without one.
         bytes: Its size; None with ``sha256``.
         eval_return: The evaluation return it was saved for (``best`` only).
+        shards: The per-rank files beside it (:func:`shard_name`), one per rank of the run
+            of several processes that wrote it; 0 for a run of one process.
     """
 
     file: str
@@ -53,9 +61,16 @@ class Entry:
     sha256: str | None = None
     bytes: int | None = None
     eval_return: float | None = None
+    shards: int = 0
+
+    def files(self) -> list[str]:
+        """The file and its shards."""
+        return [self.file, *(shard_name(self.file, rank) for rank in range(self.shards))]
 
     def as_json(self) -> dict[str, Any]:
         data: dict[str, Any] = {"file": self.file, "env_steps": self.env_steps}
+        if self.shards:
+            data["shards"] = self.shards
         if not BEST_NAME.fullmatch(self.file):
             data["sequence"] = self.sequence
         if self.eval_return is not None:
@@ -93,9 +108,9 @@ class Manifest:
 
     def names(self) -> set[str]:
         """Every file name the manifest lists (kept checkpoints, best, recovered)."""
-        listed = {e.file for e in self.checkpoints} | set(self.recovered)
+        listed = {name for e in self.checkpoints for name in e.files()} | set(self.recovered)
         if self.best is not None:
-            listed.add(self.best.file)
+            listed.update(self.best.files())
         return listed
 
     def entries(self, name: str) -> list[Entry]:
@@ -168,7 +183,7 @@ def _entry(item: Any, where: str, path: Path, pattern: re.Pattern[str]) -> Entry
     matched = pattern.fullmatch(name) if isinstance(name, str) else None
     if matched is None or not isinstance(name, str):
         _refuse(path, where, name, f"a plain file name of this folder ({kind})")
-    numbers = {key: item.get(key) for key in ("env_steps", "sequence", "bytes")}
+    numbers = {key: item.get(key) for key in ("env_steps", "sequence", "bytes", "shards")}
     for key, value in numbers.items():
         if value is not None and (not isinstance(value, int) or isinstance(value, bool)
                                   or value < 0):
@@ -182,10 +197,13 @@ def _entry(item: Any, where: str, path: Path, pattern: re.Pattern[str]) -> Entry
     if eval_return is not None and (not isinstance(eval_return, (int, float))
                                     or not math.isfinite(eval_return)):
         raise _Malformed(f"its {where} has eval_return={eval_return!r}, not a number")
+    if (numbers["shards"] or 0) > MAX_SHARDS:
+        raise _Malformed(f"its {where} lists {numbers['shards']} shards, more than "
+                         f"{MAX_SHARDS:,}")
     steps = int(matched.group(1))
     return Entry(name, numbers["env_steps"] if numbers["env_steps"] is not None else steps,
                  numbers["sequence"] or 0, digest, numbers["bytes"],
-                 None if eval_return is None else float(eval_return))
+                 None if eval_return is None else float(eval_return), numbers["shards"] or 0)
 
 
 def _refuse(path: Path, where: str, name: Any, expected: str) -> NoReturn:
@@ -208,6 +226,11 @@ def _fallback(directory: Path, why: str, *, warn: bool = True) -> Manifest:
     return Manifest(recovered=sorted(found, key=step_of), fallback=True)
 
 
+def shard_name(name: str, rank: int) -> str:
+    """The file of rank ``rank``'s part of checkpoint ``name``: ``checkpoint-200.rank1.pt``."""
+    return f"{name.removesuffix('.pt')}.rank{rank}.pt"
+
+
 def step_of(name: str) -> int:
     """The env steps in a checkpoint file's name (``checkpoint-200.pt``: 200)."""
     found = CHECKPOINT_NAME.fullmatch(name) or BEST_NAME.fullmatch(name)
@@ -220,7 +243,7 @@ def with_entry(manifest: Manifest, entry: Entry, keep_last: int) -> tuple[Manife
     Recovered files are never dropped."""
     kept = [e for e in manifest.checkpoints if e.file != entry.file] + [entry]
     old = kept[:-keep_last]
-    dropped = [e.file for e in old if e.sha256 is not None]
+    dropped = [name for e in old if e.sha256 is not None for name in e.files()]
     unchecked = [e.file for e in old if e.sha256 is None]  # not known to be rltrain's: kept
     recovered = [n for n in [*manifest.recovered, *unchecked] if n != entry.file]
     updated = replace(manifest, checkpoints=kept[-keep_last:], last=entry.file, fallback=False,

@@ -22,13 +22,17 @@ from rltrain.checkpoint.manifest import (
     BEST_NAME,
     CHECKPOINT_NAME,
     MANIFEST,
+    MAX_SHARDS,
+    SHARD_NAME,
     TEMPORARY_NAME,
     Entry,
     Manifest,
     read_manifest,
+    shard_name,
     step_of,
     with_entry,
 )
+from rltrain.distributed import SINGLE, DistributedContext
 
 
 @dataclass(frozen=True)
@@ -72,11 +76,16 @@ class Checkpointer:
         keep_best: Save the best evaluation's agent as ``best``. Default True.
         config: The run's configuration (plain dicts), stored in every checkpoint as
             ``"config"``. Default None.
+        distributed: The run's processes. With several, every rank calls each save with its
+            own parts (``shard``): each writes ``<checkpoint>.rank<r>.pt``, then rank 0 writes
+            the shared parts, with every shard's checksum, and the manifest; a checkpoint is
+            complete (and ``last``) only once the manifest lists it. Default: one process.
     """
 
     def __init__(self, directory: str | Path, *, interval: int | None = None,
                  keep_last: int = 3, keep_best: bool = True,
-                 config: Mapping[str, Any] | None = None) -> None:
+                 config: Mapping[str, Any] | None = None,
+                 distributed: DistributedContext = SINGLE) -> None:
         if interval is not None and interval < 1:
             raise ValueError(
                 f"checkpoint interval must be >= 1 env step (or None); got {interval}."
@@ -88,6 +97,7 @@ class Checkpointer:
         self.keep_last = keep_last
         self.keep_best = keep_best
         self.config = config
+        self.distributed = distributed
         self._swept = False
 
     def due(self, previous_env_steps: int, env_steps: int) -> bool:
@@ -100,41 +110,107 @@ class Checkpointer:
         """Where the checkpoint taken at ``env_steps`` is written."""
         return self.directory / f"checkpoint-{env_steps}.pt"
 
-    def save(self, state: dict[str, Any], *, env_steps: int) -> SavedCheckpoint:
-        """Write ``state`` as ``checkpoint-<env_steps>.pt``, make it ``last``, apply retention."""
+    def save(self, state: dict[str, Any], *, env_steps: int,
+             shard: dict[str, Any] | None = None) -> SavedCheckpoint:
+        """Write ``state`` as ``checkpoint-<env_steps>.pt``, make it ``last``, apply retention.
+        ``shard``: this rank's own parts, in a run of several processes (every rank calls)."""
         start = time.perf_counter()
         self._prepare()
         path = self.path(env_steps)
-        manifest = self.manifest()
-        # Order by writing, not by env steps: a run resumed from an older checkpoint (best)
-        # starts a new timeline whose checkpoints are the newest, whatever their step counts.
-        sequence = 1 + max((e.sequence for e in manifest.checkpoints), default=0)
-        written = atomic_save(self._with_config(state), path)
-        entry = Entry(path.name, env_steps, sequence, **written)
-        manifest, dropped = with_entry(manifest, entry, self.keep_last)
-        self._write_manifest(manifest)
-        self._link(path, "last.pt")
-        for name in dropped:
-            (self.directory / name).unlink(missing_ok=True)
-        return SavedCheckpoint(path, env_steps, written["bytes"], time.perf_counter() - start)
+        state, shards = self._write_shards(state, shard, path)
 
-    def save_best(self, state: dict[str, Any], *, env_steps: int,
-                  eval_return: float) -> SavedCheckpoint:
+        def write() -> SavedCheckpoint:
+            manifest = self.manifest()
+            # Order by writing, not by env steps: a run resumed from an older checkpoint (best)
+            # starts a new timeline whose checkpoints are the newest, whatever their steps.
+            sequence = 1 + max((e.sequence for e in manifest.checkpoints), default=0)
+            written = atomic_save(self._with_config(state), path)
+            entry = Entry(path.name, env_steps, sequence, shards=shards, **written)
+            manifest, dropped = with_entry(manifest, entry, self.keep_last)
+            self._write_manifest(manifest)
+            self._link(path, "last.pt")
+            for name in dropped:
+                (self.directory / name).unlink(missing_ok=True)
+            return SavedCheckpoint(path, env_steps, written["bytes"],
+                                   time.perf_counter() - start)
+
+        return self.distributed.on_main(write)
+
+    def save_best(self, state: dict[str, Any], *, env_steps: int, eval_return: float,
+                  shard: dict[str, Any] | None = None) -> SavedCheckpoint:
         """Write ``state`` as ``best-<env_steps>.pt``, make it ``best`` (and ``best.pt``), then
-        delete the previous best: the manifest always names an intact best."""
+        delete the previous best: the manifest always names an intact best. ``shard``: as for
+        :meth:`save`."""
         start = time.perf_counter()
         self._prepare()
         path = self.directory / f"best-{env_steps}.pt"
-        written = atomic_save(self._with_config(state), path)
-        entry = Entry(path.name, env_steps, eval_return=eval_return, **written)
-        manifest = self.manifest()
-        previous = manifest.best
-        recovered = [n for n in manifest.recovered if n != path.name]
-        self._write_manifest(replace(manifest, best=entry, recovered=recovered))
-        self._link(path, "best.pt")
-        if previous is not None and previous.file != path.name and previous.sha256 is not None:
-            (self.directory / previous.file).unlink(missing_ok=True)
-        return SavedCheckpoint(path, env_steps, written["bytes"], time.perf_counter() - start)
+        state, shards = self._write_shards(state, shard, path)
+
+        def write() -> SavedCheckpoint:
+            written = atomic_save(self._with_config(state), path)
+            entry = Entry(path.name, env_steps, eval_return=eval_return, shards=shards,
+                          **written)
+            manifest = self.manifest()
+            previous = manifest.best
+            recovered = [n for n in manifest.recovered if n != path.name]
+            self._write_manifest(replace(manifest, best=entry, recovered=recovered))
+            self._link(path, "best.pt")
+            if (previous is not None and previous.file != path.name
+                    and previous.sha256 is not None):
+                for name in previous.files():
+                    (self.directory / name).unlink(missing_ok=True)
+            return SavedCheckpoint(path, env_steps, written["bytes"],
+                                   time.perf_counter() - start)
+
+        return self.distributed.on_main(write)
+
+    def _write_shards(self, state: dict[str, Any], shard: dict[str, Any] | None,
+                      path: Path) -> tuple[dict[str, Any], int]:
+        """This rank's ``shard`` beside ``path``, and ``state`` with every rank's shard
+        checksum (what rank 0 writes); ``(state, 0)`` without a shard."""
+        if shard is None:
+            return state, 0
+        context = self.distributed
+        written = atomic_save(shard, self.directory / shard_name(path.name, context.rank))
+        shards = context.all_gather_object(written)
+        return {**state, "world_size": context.world_size, "shards": shards}, len(shards)
+
+    @staticmethod
+    def with_shard(path: str | Path, state: dict[str, Any],
+                   distributed: DistributedContext = SINGLE) -> dict[str, Any]:
+        """``state`` (read from checkpoint ``path``) with this rank's own parts from its shard
+        merged in, verified against the checksum ``state`` lists. Raises ``ValueError`` when
+        the checkpoint was written by a run of another world size: its per-rank parts (envs,
+        storage, random streams) fit only as many processes."""
+        path = Path(path)
+        saved_world = state.get("world_size", 1)
+        shards = state.get("shards", [])
+        if (not isinstance(saved_world, int) or isinstance(saved_world, bool)
+                or not 1 <= saved_world <= MAX_SHARDS or not isinstance(shards, list)
+                or len(shards) != (saved_world if saved_world > 1 else 0)):
+            raise ValueError(f"{path} has no valid world size and shards; it was not written "
+                             "by rltrain, or it was altered.")
+        if saved_world != distributed.world_size:
+            raise ValueError(
+                f"{path} was written by a run of {saved_world} process(es) and this run has "
+                f"{distributed.world_size}: each rank's environments, experience storage and "
+                "random streams are saved for its own rank, so it resumes with the same world "
+                f"size only. Resume with {_launch(saved_world)}, or start a new run (evaluate "
+                "and load_checkpoint take it at any world size).")
+        if saved_world == 1 or state.get("shard_rank") == distributed.rank:
+            return state
+        expected = shards[distributed.rank]
+        shard_path = path.with_name(shard_name(path.name, distributed.rank))
+        problem = (check_entry(shard_path, Entry(shard_path.name, 0, sha256=expected.get(
+            "sha256"), bytes=expected.get("bytes"))) if isinstance(expected, dict)
+                   else "its checksum is not listed")
+        if problem is not None:
+            raise ValueError(f"{shard_path} (rank {distributed.rank}'s part of {path.name}) "
+                             f"is unusable: {problem}. Resume from another checkpoint.")
+        own = _torch_load(shard_path)
+        if not isinstance(own, dict):
+            raise ValueError(f"{shard_path} is not an rltrain checkpoint shard.")
+        return {**state, **own, "shard_rank": distributed.rank}
 
     def _with_config(self, state: dict[str, Any]) -> dict[str, Any]:
         return state if self.config is None else {**state, "config": dict(self.config)}
@@ -220,15 +296,20 @@ class Checkpointer:
         for path in self.directory.iterdir():
             name = path.name
             garbage = TEMPORARY_NAME.fullmatch(name) or (
-                (CHECKPOINT_NAME.fullmatch(name) or BEST_NAME.fullmatch(name))
-                and name not in listed)
+                (CHECKPOINT_NAME.fullmatch(name) or BEST_NAME.fullmatch(name)
+                 or SHARD_NAME.fullmatch(name)) and name not in listed)
             if garbage and not path.is_dir():
                 path.unlink(missing_ok=True)
 
     def _prepare(self) -> None:
+        """Before the first save: the folder made and swept (by rank 0, before any rank
+        writes its shard)."""
         if not self._swept:
-            self.directory.mkdir(parents=True, exist_ok=True)
-            self.sweep()
+            def prepare() -> None:
+                self.directory.mkdir(parents=True, exist_ok=True)
+                self.sweep()
+
+            self.distributed.on_main(prepare)
             self._swept = True
 
     def _write_manifest(self, manifest: Manifest) -> None:
@@ -251,6 +332,12 @@ class Checkpointer:
                     shutil.copyfileobj(source, file)
 
             atomic_write(alias, copy)
+
+
+def _launch(world_size: int) -> str:
+    return ("one process (python or rltrain fit, without torchrun)" if world_size == 1
+            else f"{world_size} processes (torchrun --nproc-per-node=... with "
+                 f"{world_size} in all)")
 
 
 def check_entry(path: Path, entry: Entry) -> str | None:

@@ -134,6 +134,9 @@ def _emergency_save(run: FailingRun) -> tuple[Path | None, str]:
 
 
 def _why_not_consistent(run: FailingRun) -> str | None:
+    if run.checkpointer is not None and run.checkpointer.distributed.distributed:
+        return ("in a run of several processes a save takes every rank, and the others "
+                "cannot join one rank's failure")
     if run.phase == "save":
         return "the failure was in a save"
     if run.refused():

@@ -122,9 +122,13 @@ class OffPolicyStrategy(RLStrategy):
                 # Learn once the buffer holds warmup_steps transitions (after a resume, too),
                 # one round per train_interval boundary crossed (several when num_envs >
                 # train_interval), owed before the step's events go out.
+                # With several processes the replay is every rank's buffer together, and a
+                # round starts on every rank or on none.
                 rounds = progress.env_steps // cfg.train_interval - before // cfg.train_interval
-                if (rounds and len(buffer) >= min(cfg.warmup_steps, cfg.buffer_size)
-                        and buffer.can_sample()):
+                world = run.distributed.world_size
+                if rounds and not run.distributed.any(
+                        len(buffer) * world < min(cfg.warmup_steps, cfg.buffer_size * world)
+                        or not buffer.can_sample()):
                     run.owe(rounds * cfg.train_steps)
                 run.emit(episodes)
                 run.train_owed(batch)

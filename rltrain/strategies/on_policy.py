@@ -119,7 +119,7 @@ class OnPolicyStrategy(RLStrategy):
                  num_envs=cfg.num_envs,
                  vectorization=cast(Vectorization, cfg.vectorization)) as run:
             storage, progress = cast(RolloutBuffer, run.storage), run.progress
-            while not run.interrupter.should_stop():
+            while not run.stop_requested():
                 if storage.full:  # resumed in the middle of an update
                     self.update(run, agent, storage)
                     continue

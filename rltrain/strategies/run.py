@@ -16,6 +16,13 @@ cadence, the best checkpoint, the "nothing saved after a refused loss" rule, pol
 inference device, exact resume (every stateful part is in each checkpoint and restored on
 entry), and a failure part-way (an emergency checkpoint, then a
 :class:`~rltrain.errors.TrainingError`; :mod:`rltrain.strategies.failure`).
+
+In a run of several processes (``torchrun``; :mod:`rltrain.distributed`) every rank runs the
+same loop over its own run object, with its own seeded envs and storage; the run keeps the
+ranks in step without the loop naming them: it starts every rank from rank 0's weights, counts
+``env_steps`` over every rank, agrees on stop requests and the episodes ended every
+``sync_interval`` vector steps, evaluates on rank 0 only, and saves the shared parts once and
+each rank's own parts (:data:`RANK_PARTS`) as its shard.
 """
 
 from __future__ import annotations
@@ -25,6 +32,7 @@ from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
 import gymnasium as gym
+import torch
 
 from rltrain.agents.base import LearningAgent, Policy
 from rltrain.buffers import Buffer, RolloutBuffer
@@ -46,6 +54,10 @@ if TYPE_CHECKING:
 RESERVED = frozenset({"runner", "agent", "optimization", "buffer", "random", "metrics",
                       "progress", "hparams", "config", "format", "agent_class", "versions",
                       "spaces"})
+
+#: The parts every rank holds the same copy of, saved once (by rank 0); every other part (the
+#: runner's envs, the storage, the random streams, a strategy's own parts) is each rank's own.
+SHARED_PARTS = frozenset({"agent", "optimization", "metrics"})
 
 #: Makes a run's experience storage: ``(agent, observation_space, action_space, num_envs, seed,
 #: device) -> storage`` (the spaces are a sub-env's).
@@ -122,13 +134,17 @@ class Run:
             raise ValueError(f"Run parts {sorted(taken)} would replace the run's own; name "
                              "the strategy's parts otherwise.")
         self.agent, self.components = agent, components
-        self.seeds = derive_seeds(seed)
+        self.distributed = components.distributed
+        self.seeds = derive_seeds(seed, self.distributed.rank)
         self.progress, self.events = components.progress, components.event_processor
         self.interrupter, self.checkpointer = components.interrupter, components.checkpointer
         seed_everything(self.seeds.globals)
         self.envs = make_vector_env(env_init, num_envs=num_envs, vectorization=vectorization,
                                     seed=self.seeds.envs)
         self.evaluator: Evaluator | None = None
+        #: Episodes this rank ended since the ranks last agreed, and whether they agreed to stop.
+        self._unshared: list[EpisodeEnd] = []
+        self._agreed_stop = False
         try:
             self._assemble(strategy, env_init, storage, dict(parts or {}))
         except BaseException:
@@ -138,13 +154,14 @@ class Run:
     def _assemble(self, strategy: RLStrategy, env_init: EnvInit,
                   storage: StorageFactory | None, extra: dict[str, Stateful]) -> None:
         components, agent, envs = self.components, self.agent, self.envs
-        if components.evaluation.interval is not None:
+        if components.evaluation.interval is not None and self.distributed.is_main:
             self.evaluator = Evaluator(
                 env_init, episodes=components.evaluation.episodes, seed=self.seeds.evaluation,
                 device=components.inference_device,
                 max_episode_steps=components.evaluation.max_episode_steps,
                 **video_options(components.evaluation))
         spaces = envs.single_observation_space, envs.single_action_space
+        agent.distributed = components.distributed
         if not agent.is_set_up_for(self.progress):  # a Trainer's fit has set it up already
             agent.setup(observation_space=spaces[0], action_space=spaces[1],
                         device=components.device, progress=self.progress, dtype=components.dtype,
@@ -153,7 +170,8 @@ class Run:
             agent, *spaces, envs.num_envs, self.seeds.storage, components.device)
         self.optim = Optimization.for_run(agent.configure_optimizers(), components)
         self.policy = agent.policy(components.inference_device)
-        self.runner = Runner(envs, device=components.inference_device, progress=self.progress)
+        self.runner = Runner(envs, device=components.inference_device, progress=self.progress,
+                             world_size=self.distributed.world_size)
         self.runner.reset(seed=self.seeds.envs, policy=self.policy)
         # Everything with state, saved and restored as one (the checkpoint is their union).
         self.parts: dict[str, Stateful] = {
@@ -169,13 +187,16 @@ class Run:
         self.step_start = StepStart()
 
     def __enter__(self) -> Run:
-        if self.components.checkpoint is not None:
-            try:
+        try:
+            if self.components.checkpoint is not None:
                 resume(self.components, self.agent, self.parts)
-            except BaseException:
-                self.close()
-                raise
-            self.sync_policy()
+            # Every rank starts from rank 0's weights (and normalisation statistics).
+            self.distributed.broadcast_tensors_([*self.agent.parameters(),
+                                                 *self.agent.buffers()])
+        except BaseException:
+            self.close()
+            raise
+        self.sync_policy()
         return self
 
     def __exit__(self, kind: type[BaseException] | None, error: BaseException | None,
@@ -200,7 +221,51 @@ class Run:
     def should_stop(self) -> bool:
         """True once ``num_steps`` env steps are done or a stop was requested."""
         return (self.progress.env_steps >= self.components.num_steps
-                or self.interrupter.should_stop())
+                or self.stop_requested())
+
+    def stop_requested(self) -> bool:
+        """True once a stop was requested (``interrupter.stop``: Ctrl-C, SIGTERM, a callback,
+        another thread, a refused loss). With several processes, a request counts once the
+        ranks agreed on it (at the same vector step on every rank; :meth:`agree`), so that
+        every rank stops at the same point; a refused loss is agreed when it is refused."""
+        if not self.distributed.distributed:
+            return self.interrupter.should_stop()
+        return self._agreed_stop or (self.components.on_nan_loss == "stop"
+                                     and self.optim.non_finite_loss is not None)
+
+    def agree(self) -> None:
+        """With several processes: exchange every rank's stop request and the episodes it
+        ended since the last agreement (one all-gather). Every rank then counts every
+        rank's episodes and emits their EpisodeEnd events (sub-env ``rank * num_envs + i``),
+        and a request on any rank stops every rank, with the first requesting rank's reason.
+        Called every ``sync_interval`` vector steps, before each save and at the end."""
+        context = self.distributed
+        if not context.distributed:
+            return
+        capacity = self.num_envs * self.components.sync_interval
+        episodes, self._unshared = self._unshared, []
+        row = torch.zeros(2 + 5 * capacity, dtype=torch.float64)
+        row[0], row[1] = float(self.interrupter.should_stop()), len(episodes)
+        for j, e in enumerate(episodes[:capacity]):
+            row[2 + 5 * j:7 + 5 * j] = torch.tensor(
+                [e.env_steps, e.env_index, e.episode_return, e.episode_length, e.terminated],
+                dtype=torch.float64)
+        rows = context.all_gather(row).tolist()
+        for rank, values in enumerate(rows):
+            for j in range(int(values[1])):
+                steps, index, ret, length, terminated = values[2 + 5 * j:7 + 5 * j]
+                if rank != context.rank:
+                    self.progress.episodes += 1
+                self.events.emit(EpisodeEnd(
+                    env_steps=int(steps), env_index=rank * self.num_envs + int(index),
+                    episode_return=ret, episode_length=int(length),
+                    terminated=bool(terminated)))
+        if any(values[0] for values in rows) and not self._agreed_stop:
+            reasons = context.all_gather_object(self.interrupter.reason)
+            rank, reason = next((r, why) for r, why in enumerate(reasons) if why is not None)
+            if self.interrupter.reason is None:
+                self.interrupter.stop(f"{reason} (on rank {rank})")
+            self._agreed_stop = True
 
     def collect(self, *, random: bool = False) -> list[EpisodeEnd]:
         """One vector step into the storage: the policy's actions (uniform random ones with
@@ -215,9 +280,15 @@ class Run:
         return episodes
 
     def emit(self, episodes: list[EpisodeEnd]) -> None:
-        """The EnvStep and EpisodeEnd events of the vector step just collected."""
+        """The EnvStep and EpisodeEnd events of the vector step just collected (with several
+        processes, the episodes of every rank at the ranks' next agreement)."""
         progress, events = self.progress, self.events
         events.emit(EnvStep(env_steps=progress.env_steps, vector_steps=progress.vector_steps))
+        if self.distributed.distributed:
+            self._unshared += episodes
+            if progress.vector_steps % self.components.sync_interval == 0:
+                self.agree()
+            return
         for episode in episodes:
             events.emit(episode)
 
@@ -257,9 +328,10 @@ class Run:
         progress = self.progress
         if not progress.pending_gradient_steps:
             return
-        while progress.pending_gradient_steps and not self.interrupter.should_stop():
+        while progress.pending_gradient_steps and not self.stop_requested():
             metrics = self.gradient_step(batch, owed=True)
-            if until is not None and until(metrics):
+            # With several processes, the update ends on every rank when it ends on one.
+            if until is not None and self.distributed.any(until(metrics)):
                 progress.pending_gradient_steps = 0
         self.sync_policy()
 
@@ -276,7 +348,7 @@ class Run:
         after = self.progress.env_steps
         interval = self.components.evaluation.interval
         if (interval is not None and after // interval > before // interval
-                and not self.interrupter.should_stop()):
+                and not self.stop_requested()):
             self.evaluate()
         if self.checkpointer is not None and self.checkpointer.due(before, after):
             self.save()
@@ -285,28 +357,32 @@ class Run:
         """The final evaluation and save (each unless it just happened; no evaluation after a
         stop request); returns the trained policy."""
         end = self.progress.env_steps
-        if self.evaluated_at != end and not self.interrupter.should_stop():
+        self.agree()
+        if self.evaluated_at != end and not self.stop_requested():
             self.evaluate()
         if self.saved_at != end:
             self.save()
         return self.policy
 
     def evaluate(self) -> None:
-        """Greedy evaluation; a new best evaluation return is saved as ``best``."""
-        if self.evaluator is None:
+        """Greedy evaluation (on rank 0); a new best evaluation return is saved as ``best``."""
+        if self.components.evaluation.interval is None:
             return
         phase, self.phase = self.phase, "evaluate"
         metrics = self.events.metrics
         best = metrics.best_eval_return
-        self.evaluator.run(self.policy, env_steps=self.progress.env_steps, events=self.events,
-                           interrupter=self.interrupter)
+        if self.evaluator is not None:
+            self.evaluator.run(self.policy, env_steps=self.progress.env_steps,
+                               events=self.events, interrupter=self.interrupter)
         self.evaluated_at = self.progress.env_steps
         checkpointer = self.checkpointer
-        if checkpointer is not None and checkpointer.keep_best and metrics.best_eval_return > best:
+        improved = self.distributed.any(metrics.best_eval_return > best)  # rank 0's result
+        if checkpointer is not None and checkpointer.keep_best and improved:
             self.phase = "save"
+            state, shard = self.checkpoint_state()
             self.announce(checkpointer.save_best(
-                self.state(), env_steps=self.progress.env_steps,
-                eval_return=metrics.best_eval_return), best=True)
+                state, env_steps=self.progress.env_steps, eval_return=metrics.best_eval_return,
+                shard=shard), best=True)
         self.phase = phase
 
     def save(self) -> None:
@@ -315,12 +391,28 @@ class Run:
         if self.checkpointer is None or self.refused():
             return
         phase, self.phase = self.phase, "save"
-        self.announce(self.checkpointer.save(self.state(), env_steps=self.progress.env_steps))
+        self.agree()  # every rank's episodes counted before the counters are saved
+        state, shard = self.checkpoint_state()
+        self.announce(self.checkpointer.save(state, env_steps=self.progress.env_steps,
+                                             shard=shard))
         self.saved_at, self.phase = self.progress.env_steps, phase
 
     def state(self) -> dict[str, Any]:
         """A checkpoint of the run now: every part's state, the counters and the settings."""
         return training_state(self.agent, self.parts, self.progress, self.hparams)
+
+    def checkpoint_state(self) -> tuple[dict[str, Any], dict[str, Any] | None]:
+        """What a save writes: :meth:`state` and no shard with one process; with several,
+        the shared parts (:data:`SHARED_PARTS`, with the counters and settings; on rank 0,
+        which writes them) and this rank's own parts, its shard."""
+        if not self.distributed.distributed:
+            return self.state(), None
+        shared = {name: part for name, part in self.parts.items() if name in SHARED_PARTS}
+        own = {name: part.state_dict() for name, part in self.parts.items()
+               if name not in SHARED_PARTS}
+        state = (training_state(self.agent, shared, self.progress, self.hparams)
+                 if self.distributed.is_main else {})
+        return state, own
 
     def announce(self, saved: SavedCheckpoint, *, best: bool = False) -> None:
         """The Checkpoint event of a save."""

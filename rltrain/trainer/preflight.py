@@ -15,6 +15,7 @@ from rltrain.agents.base import LearningAgent
 from rltrain.checkpoint import Checkpointer
 from rltrain.components import RLComponents
 from rltrain.config import STRATEGIES
+from rltrain.distributed import SINGLE, DistributedContext, rank_device
 from rltrain.env_checks import check_env
 from rltrain.envs import EnvInit, env_name, file_name, make_probe_env
 from rltrain.events.events import EvaluationEnd
@@ -99,14 +100,18 @@ def evaluation_metrics(result: EvaluationEnd) -> dict[str, float]:
     }
 
 
-def make_components(trainer: TrainerSettings, run_dir: Path) -> RLComponents:
-    """The components of a run of ``trainer`` in ``run_dir``, from its settings."""
+def make_components(trainer: TrainerSettings, run_dir: Path,
+                    distributed: DistributedContext = SINGLE) -> RLComponents:
+    """The components of a run of ``trainer`` in ``run_dir``, from its settings, for this
+    rank of the run's processes (a CUDA device is the rank's own GPU)."""
+    device = rank_device(torch.device(trainer.device), distributed)
     return RLComponents(
         num_steps=trainer.num_steps,
         checkpointer=Checkpointer(
             Path(trainer.checkpoint_dir or run_dir / "checkpoints"),
             interval=trainer.checkpoint_interval,
-            keep_last=trainer.keep_last_checkpoints, keep_best=trainer.keep_best),
+            keep_last=trainer.keep_last_checkpoints, keep_best=trainer.keep_best,
+            distributed=distributed),
         accumulate_grad_batches=trainer.accumulate_grad_batches,
         gradient_clip_val=trainer.gradient_clip_val,
         gradient_clip_algorithm=trainer.gradient_clip_algorithm,  # type: ignore[arg-type]
@@ -115,8 +120,11 @@ def make_components(trainer: TrainerSettings, run_dir: Path) -> RLComponents:
         summary=trainer.summary,
         evaluation=dataclasses.replace(trainer.evaluation, video_dir=run_dir / "videos"),
         dtype=trainer.torch_dtype,
-        device=torch.device(trainer.device),
-        inference_device=torch.device(trainer.inference_device or trainer.device),
+        device=device,
+        inference_device=rank_device(torch.device(trainer.inference_device or device),
+                                     distributed),
+        distributed=distributed,
+        sync_interval=trainer.sync_interval,
     )
 
 

@@ -24,7 +24,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from rltrain.checkpoint import MANIFEST, atomic_write_text
-from rltrain.checkpoint.manifest import BEST_NAME, CHECKPOINT_NAME, LINKS, TEMPORARY_NAME
+from rltrain.checkpoint.manifest import (
+    BEST_NAME,
+    CHECKPOINT_NAME,
+    LINKS,
+    SHARD_NAME,
+    TEMPORARY_NAME,
+)
 
 #: Written in every run directory when its first run starts: what makes a folder a run.
 MARKER = ".rltrain-run.json"
@@ -152,7 +158,8 @@ def remove_run_files(run_dir: Path, checkpoint_dir: Path) -> None:
 
 def _is_checkpoint_file(name: str) -> bool:
     return bool(name in (MANIFEST, *LINKS) or CHECKPOINT_NAME.fullmatch(name)
-                or BEST_NAME.fullmatch(name) or TEMPORARY_NAME.fullmatch(name))
+                or BEST_NAME.fullmatch(name) or SHARD_NAME.fullmatch(name)
+                or TEMPORARY_NAME.fullmatch(name))
 
 
 def _inside(path: Path, folder: Path) -> bool:

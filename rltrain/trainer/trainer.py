@@ -22,6 +22,7 @@ from rltrain.checkpoint import (
 )
 from rltrain.components import RLComponents
 from rltrain.config import save_config, validate
+from rltrain.distributed import SINGLE, DistributedContext, connect
 from rltrain.envs import EnvInit, env_name
 from rltrain.evaluation import Evaluator
 from rltrain.events.processor import EventProcessor
@@ -79,6 +80,9 @@ class Trainer(TrainerSettings):
     _fitted: tuple[LearningAgent, EnvInit, RLStrategy, RLComponents] | None = None
     #: The run directory of the last ``fit`` (None before).
     last_run_dir: Path | None = None
+    #: This process among the last ``fit``'s processes (:mod:`rltrain.distributed`); a
+    #: single process before any ``fit`` and outside ``torchrun``.
+    distributed: DistributedContext = SINGLE
 
     @classmethod
     def from_config(cls, config: DictConfig | Mapping[str, Any], trust: Trust = TRUSTED,
@@ -114,6 +118,10 @@ class Trainer(TrainerSettings):
         ``fit`` got going (``Thread(target=trainer.fit, ...).start()`` then
         ``trainer.interrupter.stop()``) ends the run before its first step, with a checkpoint;
         only the request that ended the previous ``fit`` is cleared when the next one starts.
+
+        Under ``torchrun`` every process calls ``fit`` with the same arguments and trains its
+        rank (``docs/distributed.md``): rank 0 chooses and writes the run directory, and
+        ``num_steps`` counts env steps over every rank.
         """
         # A stop requested before this line (say, by the thread that started fit in another
         # one) ends this run too; only the request that ended the previous run is cleared.
@@ -126,13 +134,17 @@ class Trainer(TrainerSettings):
     def _prepare_and_fit(self, env: EnvInit, agent: LearningAgent,
                          ckpt_path: str | Path | LoadedCheckpoint | None) -> RLResult:
         self.strategy = strategy = strategy_for(self, agent)
-        run_dir = self.resolve_run_dir(env, agent)
-        components = make_components(self, run_dir)
+        self.distributed = context = connect(self.device, devices=self.devices,
+                                             num_nodes=self.num_nodes)
+        # Rank 0's choice (a default name holds the time), and its resolution of a checkpoint.
+        run_dir = context.on_main(lambda: self.resolve_run_dir(env, agent))
+        components = make_components(self, run_dir, context)
         spaces = setup_agent(env, agent, components, seed=strategy.seed)
         if isinstance(ckpt_path, LoadedCheckpoint):
             components.checkpoint, components.resume_state = ckpt_path.path, ckpt_path.state
         elif ckpt_path is not None:
-            components.checkpoint = self.checkpoint_path(ckpt_path, run_dir)
+            path = ckpt_path
+            components.checkpoint = context.on_main(lambda: self.checkpoint_path(path, run_dir))
         if components.checkpoint is not None:
             check_resume_settings(components.checkpoint, components.saved_state(),
                                   strategy.run_hparams(agent, components))
@@ -140,20 +152,27 @@ class Trainer(TrainerSettings):
         components.config = self.run_config(env, agent, run_dir)
         assert components.checkpointer is not None
         components.checkpointer.config = components.config
-        with open_run(run_dir, checkpoint_dir=components.checkpointer.directory,
-                      resuming=components.checkpoint is not None, overwrite=self.overwrite):
+        directory = components.checkpointer.directory
+        with contextlib.ExitStack() as stack:  # rank 0 takes the run directory for them all
+            context.on_main(lambda: stack.enter_context(open_run(
+                run_dir, checkpoint_dir=directory, resuming=components.checkpoint is not None,
+                overwrite=self.overwrite)))
             return self._fit(env, agent, strategy, components, run_dir)
 
     def _fit(self, env: EnvInit, agent: LearningAgent, strategy: RLStrategy,
              components: RLComponents, run_dir: Path) -> RLResult:
-        save_config(components.config, run_dir / "config.yaml")
+        main = components.distributed.is_main  # only rank 0 writes and shows the run
+        if main:
+            save_config(components.config, run_dir / "config.yaml")
         agent.trainer = self
         self._fitted, self.last_run_dir = (agent, env, strategy, components), run_dir
-        components.event_processor = events = EventProcessor(subscribers(self, run_dir, agent))
+        components.event_processor = events = EventProcessor(
+            subscribers(self, run_dir, agent) if main else ())
         try:
-            write_model_summary(self, agent, run_dir)
+            if main:
+                write_model_summary(self, agent, run_dir)
             threads, why = self.torch_threads(trainable_parameters(agent))
-            if self.enable_console:
+            if self.enable_console and main:
                 count = torch.get_num_threads() if threads is None else threads
                 print(f"torch threads: {count} ({why})", flush=True)
             with stop_on_signals(self.interrupter), self._threads(threads):
@@ -161,8 +180,9 @@ class Trainer(TrainerSettings):
         finally:
             events.close()
             agent.logger = None
-        atomic_write_text(run_dir / "summary.json", json.dumps(
-            json_safe(dataclasses.asdict(result.summary)), indent=2) + "\n")
+        if main:
+            atomic_write_text(run_dir / "summary.json", json.dumps(
+                json_safe(dataclasses.asdict(result.summary)), indent=2) + "\n")
         return result
 
     def evaluate(self, env: EnvInit, agent: LearningAgent, *,
