@@ -251,6 +251,12 @@ def _leave() -> None:
 def rank_device(device: torch.device, context: DistributedContext) -> torch.device:
     """``device`` for this rank: a CUDA device without an index becomes ``cuda:<local_rank>``
     in a run of several processes (one GPU per process)."""
-    if context.distributed and device.type == "cuda" and device.index is None:
-        return torch.device("cuda", context.local_rank)
+    if context.distributed and device.type == "cuda":
+        if device.index is not None and context.local_world_size > 1:
+            raise ValueError(
+                f"device {str(device)!r} would put all {context.local_world_size} processes of "
+                "this node on one GPU; give device='cuda', and each process takes the GPU of "
+                "its LOCAL_RANK.")
+        return torch.device("cuda", context.local_rank if device.index is None
+                            else device.index)
     return device

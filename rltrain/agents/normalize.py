@@ -10,6 +10,8 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from rltrain.distributed import SINGLE, DistributedContext
+
 
 class RunningMeanStd(nn.Module):
     """Mean and variance of everything seen so far (float64), merged batch by batch (Chan et
@@ -31,13 +33,24 @@ class RunningMeanStd(nn.Module):
         self.register_buffer("count", torch.tensor(epsilon, dtype=torch.float64))
 
     @torch.no_grad()
-    def update(self, batch: torch.Tensor) -> None:
-        """Merge a batch ``[B, *shape]`` into the statistics."""
+    def update(self, batch: torch.Tensor, distributed: DistributedContext = SINGLE) -> None:
+        """Merge a batch ``[B, *shape]`` into the statistics; with several processes
+        (``distributed``), every rank's batch together, so every rank keeps the same
+        statistics."""
         batch = batch.to(self.mean.device, torch.float64).reshape(-1, *self.mean.shape)
         count = batch.shape[0]
         if count == 0:
             return
         mean, var = batch.mean(dim=0), batch.var(dim=0, unbiased=False)
+        if distributed.distributed:  # each rank's moments, merged in rank order
+            moments = distributed.all_gather(torch.stack([mean, var]))
+            mean, var, count = moments[0, 0], moments[0, 1], count
+            for other in moments[1:]:
+                mean, var, count = _merged(mean, var, count, other[0], other[1], batch.shape[0])
+        self._merge(mean, var, count)
+
+    def _merge(self, mean: torch.Tensor, var: torch.Tensor, count: int) -> None:
+        """Merge a batch's moments (``count`` samples) into the statistics."""
         delta, total = mean - self.mean, self.count + count
         m2 = self.var * self.count + var * count + delta.square() * self.count * count / total
         self.mean += delta * count / total
@@ -53,3 +66,12 @@ class RunningMeanStd(nn.Module):
         """``clip(x / sqrt(var + epsilon), -clip, clip)``: a reward divided by the spread of
         the discounted return, not centred (Engstrom et al. 2020, arXiv:2005.12729)."""
         return (x / (self.var + epsilon).sqrt().to(x.dtype)).clamp(-clip, clip)
+
+
+def _merged(mean: torch.Tensor, var: torch.Tensor, count: int, other_mean: torch.Tensor,
+            other_var: torch.Tensor, other_count: int) -> tuple[torch.Tensor, torch.Tensor, int]:
+    """The mean, (population) variance and count of two batches together."""
+    total = count + other_count
+    delta = other_mean - mean
+    m2 = var * count + other_var * other_count + delta.square() * count * other_count / total
+    return mean + delta * other_count / total, m2 / total, total

@@ -330,7 +330,7 @@ class PPO(LearningAgent):
         if self.obs_rms is not None:  # vectors: normalised with the statistics acted on
             obs = cast(torch.Tensor, rollout.observations)
             normalized = cast(torch.Tensor, seen(obs.flatten(0, 1)))
-            self.obs_rms.update(obs.flatten(0, 1).flatten(1))
+            self.obs_rms.update(obs.flatten(0, 1).flatten(1), self.distributed)
             obs.copy_(normalized.reshape(obs.shape))
         self.set_schedules(rollout)
         self.log("explained_variance", explained_variance(values, advantages + values))
@@ -338,24 +338,34 @@ class PPO(LearningAgent):
     def scaled_rewards(self, rollout: RolloutBuffer) -> torch.Tensor:
         """The rollout's rewards, divided by the running spread of the discounted return
         when ``normalize_rewards`` is on (statistics updated step by step, as SB3's
-        ``VecNormalize``; the per-env returns carry over in the rollout)."""
+        ``VecNormalize``; the per-env returns carry over in the rollout). With several
+        processes the statistics follow every rank's sub-envs together, ``[n_steps, ranks x
+        num_envs]``, so that every rank keeps the same ones."""
         if self.return_rms is None:
             return rollout.rewards
-        scaled = torch.empty_like(rollout.rewards)
-        running = rollout.running_returns
+        context = self.distributed
+
+        def together(x: torch.Tensor) -> torch.Tensor:  # [..., num_envs] of every rank
+            return context.all_gather(x).movedim(0, -2).flatten(-2)
+
+        rewards, running = together(rollout.rewards), together(rollout.running_returns)
+        ends = together((rollout.terminated | rollout.truncated).to(torch.uint8)).bool()
+        scaled = torch.empty_like(rewards)
         for t in range(rollout.n_steps):
-            running.mul_(self.config.gamma).add_(rollout.rewards[t])
+            running.mul_(self.config.gamma).add_(rewards[t])
             self.return_rms.update(running)
-            scaled[t] = self.return_rms.scale(rollout.rewards[t].to(self.device),
+            scaled[t] = self.return_rms.scale(rewards[t].to(self.device),
                                               self.config.clip_rewards).cpu()
-            running[rollout.terminated[t] | rollout.truncated[t]] = 0.0
-        return scaled
+            running[ends[t]] = 0.0
+        own = slice(context.rank * rollout.num_envs, (context.rank + 1) * rollout.num_envs)
+        rollout.running_returns.copy_(running[own])
+        return scaled[:, own]
 
     def set_schedules(self, rollout: RolloutBuffer) -> None:
         """Learning rate and clip range for this update: linear in the env steps done before
         the rollout, from their start values to 0 at ``num_steps``."""
         c = self.config
-        start = self.progress.env_steps - rollout.num_transitions
+        start = self.progress.env_steps - rollout.num_transitions * self.distributed.world_size
         remaining = max(0.0, 1.0 - start / self.num_steps) if self.num_steps else 1.0
         if c.anneal_lr:
             for group in self.optimizer.param_groups:

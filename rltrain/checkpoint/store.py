@@ -171,7 +171,8 @@ class Checkpointer:
         if shard is None:
             return state, 0
         context = self.distributed
-        written = atomic_save(shard, self.directory / shard_name(path.name, context.rank))
+        name = shard_name(path.name, context.rank)
+        written = {"file": name, **atomic_save(shard, self.directory / name)}
         shards = context.all_gather_object(written)
         return {**state, "world_size": context.world_size, "shards": shards}, len(shards)
 
@@ -200,10 +201,16 @@ class Checkpointer:
         if saved_world == 1 or state.get("shard_rank") == distributed.rank:
             return state
         expected = shards[distributed.rank]
-        shard_path = path.with_name(shard_name(path.name, distributed.rank))
-        problem = (check_entry(shard_path, Entry(shard_path.name, 0, sha256=expected.get(
-            "sha256"), bytes=expected.get("bytes"))) if isinstance(expected, dict)
-                   else "its checksum is not listed")
+        name = expected.get("file") if isinstance(expected, dict) else None
+        found = SHARD_NAME.fullmatch(name) if isinstance(name, str) else None
+        if found is None or not isinstance(name, str) or int(found.group(2)) != distributed.rank:
+            raise ValueError(f"{path} names {name!r} as rank {distributed.rank}'s shard, which "
+                             "is not a shard file of its folder; it was not written by rltrain, "
+                             "or it was altered.")
+        # The checkpoint's own folder: a link (last.pt) resolves to the file it names.
+        shard_path = path.resolve().parent / name
+        problem = check_entry(shard_path, Entry(name, 0, sha256=expected.get("sha256"),
+                                                bytes=expected.get("bytes")))
         if problem is not None:
             raise ValueError(f"{shard_path} (rank {distributed.rank}'s part of {path.name}) "
                              f"is unusable: {problem}. Resume from another checkpoint.")

@@ -104,11 +104,14 @@ class OnPolicyStrategy(RLStrategy):
         agent.make_rollout(cfg.n_steps, num_envs=cfg.num_envs,
                            observation_space=observation_space, action_space=action_space,
                            seed=0, device=components.device)
-        if components.num_steps < cfg.n_steps * cfg.num_envs:
+        world = components.distributed.world_size
+        if components.num_steps < cfg.n_steps * cfg.num_envs * world:
+            ranks = f" x {world} processes" if world > 1 else ""
             raise ValueError(
                 f"num_steps ({components.num_steps:,}) is shorter than one rollout (n_steps x "
-                f"num_envs = {cfg.n_steps * cfg.num_envs:,} env steps): the run would end "
-                "before its first update. Raise trainer.num_steps or lower strategy.n_steps.")
+                f"num_envs{ranks} = {cfg.n_steps * cfg.num_envs * world:,} env steps): the run "
+                "would end before its first update. Raise trainer.num_steps or lower "
+                "strategy.n_steps.")
         check_resumed_envs(components, observation_space, action_space, cfg.num_envs)
 
     @override

@@ -22,7 +22,7 @@ same loop over its own run object, with its own seeded envs and storage; the run
 ranks in step without the loop naming them: it starts every rank from rank 0's weights, counts
 ``env_steps`` over every rank, agrees on stop requests and the episodes ended every
 ``sync_interval`` vector steps, evaluates on rank 0 only, and saves the shared parts once and
-each rank's own parts (:data:`RANK_PARTS`) as its shard.
+each rank's own parts (all but :data:`SHARED_PARTS`) as its shard.
 """
 
 from __future__ import annotations
@@ -245,7 +245,7 @@ class Run:
         capacity = self.num_envs * self.components.sync_interval
         episodes, self._unshared = self._unshared, []
         row = torch.zeros(2 + 5 * capacity, dtype=torch.float64)
-        row[0], row[1] = float(self.interrupter.should_stop()), len(episodes)
+        row[0], row[1] = float(self.interrupter.should_stop()), min(len(episodes), capacity)
         for j, e in enumerate(episodes[:capacity]):
             row[2 + 5 * j:7 + 5 * j] = torch.tensor(
                 [e.env_steps, e.env_index, e.episode_return, e.episode_length, e.terminated],

@@ -1,0 +1,257 @@
+"""Data-parallel training on torch.distributed, with real processes: ``torchrun`` launches of
+two ranks on gloo (tests/distributed_worker.py says what each rank runs), the command line
+under torchrun, SIGTERM to the launcher, and two "nodes" joined by the c10d rendezvous."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+import torch
+from conftest import assert_same_tensors, env_snapshot
+
+from rltrain import DQN, DQNConfig, Trainer, load_policy
+from rltrain.checkpoint import Checkpointer
+from rltrain.checkpoint.manifest import read_manifest
+from rltrain.distributed import DistributedContext, connect
+
+WORKER = Path(__file__).parent / "distributed_worker.py"
+TORCHRUN = [sys.executable, "-m", "torch.distributed.run"]
+#: A small DQN on CartPole: 16 gradient steps per 256 env steps after 1,000 of warm-up,
+#: evaluated and saved every 1,000 env steps.
+DQN_RUN = ("trainer.enable_progress_bar=false trainer.console_interval=1000 "
+           "agent.hidden_sizes=[32,32] strategy.train_steps=16 trainer.eval_interval=1000 "
+           "trainer.eval_episodes=3 trainer.checkpoint_interval=1000")
+
+
+def environment() -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k not in (
+        "RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")}
+    return {**env, "OMP_NUM_THREADS": "1", "PYTHONWARNINGS": "ignore"}
+
+
+def launch(case: str, out: Path, *args: str, timeout: float = 300) -> list[dict[str, Any]]:
+    """``torchrun --standalone --nproc-per-node=2`` of a worker case; each rank's findings."""
+    done = subprocess.run([*TORCHRUN, "--standalone", "--nproc-per-node=2", str(WORKER), case,
+                           str(out), *args], capture_output=True, text=True, timeout=timeout,
+                          env=environment(), cwd=out)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-4000:]
+    return [json.loads((out / f"{case}-rank{rank}.json").read_text()) for rank in (0, 1)]
+
+
+@pytest.fixture(scope="module")
+def updates(tmp_path_factory: pytest.TempPathFactory) -> list[dict[str, Any]]:
+    return launch("updates", tmp_path_factory.mktemp("updates"))
+
+
+@pytest.fixture(scope="module")
+def stops(tmp_path_factory: pytest.TempPathFactory) -> list[dict[str, Any]]:
+    return launch("stop", tmp_path_factory.mktemp("stops"))
+
+
+@pytest.fixture(scope="module")
+def cli_runs(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, list[dict[str, Any]]]:
+    """Under torchrun: ``rltrain fit`` for 3,000 env steps straight, and for 1,500 then
+    ``--resume`` to 3,000, each rank's file writes recorded."""
+    out = tmp_path_factory.mktemp("cli")
+    straight = f"fit dqn_cartpole trainer.run_dir={out}/straight trainer.num_steps=3000 {DQN_RUN}"
+    first = f"fit dqn_cartpole trainer.run_dir={out}/split trainer.num_steps=1500 {DQN_RUN}"
+    resumed = f"fit --resume {out}/split trainer.num_steps=3000"
+    return out, launch("cli", out, *f"{straight} --then {first} --then {resumed}".split())
+
+
+@pytest.mark.parametrize("agent", ["dqn", "ppo", "sac"])
+def test_every_rank_steps_with_the_same_averaged_gradients(updates: list[dict[str, Any]],
+                                                           agent: str) -> None:
+    rank0, rank1 = updates[0][agent], updates[1][agent]
+    assert rank0["optimizers"] == rank1["optimizers"] == {"sac": 3}.get(agent, 1)
+    assert rank0["grads"] == rank1["grads"]  # exactly: one all-reduce, the same on both
+    assert rank0["weights"] == rank1["weights"]
+
+
+@pytest.mark.parametrize("agent", ["dqn", "ppo", "sac"])
+def test_two_ranks_on_half_batches_update_as_one_process_on_the_whole_batch(
+        updates: list[dict[str, Any]], agent: str) -> None:
+    for found in updates:
+        result = found[agent]
+        assert result["grad_scale"] > 1e-3  # a real gradient, not zeros on both sides
+        assert result["grad_difference"] <= 1e-6 * result["grad_scale"]
+        assert result["weight_difference"] <= 1e-6
+
+
+def test_a_non_finite_loss_on_one_rank_is_refused_on_every_rank(
+        updates: list[dict[str, Any]]) -> None:
+    rank0, rank1 = updates[0]["nan"], updates[1]["nan"]
+    assert rank0["unchanged"] and rank1["unchanged"]
+    assert "another rank" in rank0["refused"] and "on rank 1" in rank1["refused"]
+    assert rank0["after"] == rank1["after"]  # the next finite step is applied on both
+
+
+def test_running_statistics_merge_every_rank_s_batch(updates: list[dict[str, Any]],
+                                                      stops: list[dict[str, Any]]) -> None:
+    for found in updates:
+        assert found["statistics"]["difference"] < 1e-9
+    assert updates[0]["statistics"]["mean"] == updates[1]["statistics"]["mean"]
+    # A run with observation and reward normalisation: every rank keeps the same statistics.
+    assert stops[0]["statistics"] == stops[1]["statistics"]
+    statistics = stops[0]["statistics"]
+    assert len(statistics) >= 2 and any(v not in (0.0, 1.0) for v in statistics[0])
+
+
+def test_a_stop_requested_on_one_rank_stops_every_rank_at_the_same_step(
+        stops: list[dict[str, Any]]) -> None:
+    rank0, rank1 = stops
+    assert rank0["env_steps"] == rank1["env_steps"] < 20_000
+    # Rank 1 asked at its 300th env step (600 global); the ranks agree every 16 vector steps.
+    assert 600 <= rank0["env_steps"] <= 600 + 2 * 16
+    assert "rank 1's own request" in rank0["reason"] and "on rank 1" in rank0["reason"]
+    assert rank0["episodes"] == rank1["episodes"] > 0  # every rank's episodes, counted once
+
+
+def test_an_early_end_of_an_update_on_one_rank_ends_it_on_every_rank(
+        stops: list[dict[str, Any]]) -> None:
+    # Two updates of 4 epochs x 4 minibatches; rank 0 alone ends each at a gradient step
+    # count ending in 3: the first after 3 steps, the second at 13. Without agreement rank 1
+    # would go on to 32 (or wait for rank 0 forever).
+    assert stops[0]["kl_gradient_steps"] == stops[1]["kl_gradient_steps"] == 13
+
+
+SHARD_OF_RANK_1 = re.compile(r"\.?(?:checkpoint|best)-\d+\.rank1\.pt(?:\..+\.tmp)?")
+
+
+def test_only_rank_0_writes_the_run_and_rank_1_only_its_shards(
+        cli_runs: tuple[Path, list[dict[str, Any]]]) -> None:
+    out, (rank0, rank1) = cli_runs
+    assert rank0["codes"] == rank1["codes"] == [0, 0, 0]
+    # Every write is "<event> <path>"; a path of digits is a file descriptor os.fdopen opened.
+    written = [Path(w.split(" ", 1)[1]) for w in rank1["writes"]
+               if not w.split(" ", 1)[1].isdigit()]
+    inside = [p for p in written if out in p.parents]
+    assert inside and all(SHARD_OF_RANK_1.fullmatch(p.name) for p in inside), inside
+    # Outside the runs: only torch's own cache folder probe in the temporary directory.
+    temporary = Path(tempfile.gettempdir())
+    assert all(p.parent == temporary for p in written if out not in p.parents), written
+    created = {Path(w.split(" ", 1)[1]).name for w in rank0["writes"]
+               if not w.startswith("os.remove")}
+    assert {"config.yaml", "summary.json", "manifest.json", "checkpoint-3000.pt",
+            "checkpoint-3000.rank0.pt"} <= created
+    assert not any(".rank1." in name for name in created)  # rank 0 only deletes old ones
+    assert sorted(p.name for p in (out / "straight" / "checkpoints").glob("checkpoint-3000*")) \
+        == ["checkpoint-3000.pt", "checkpoint-3000.rank0.pt", "checkpoint-3000.rank1.pt"]
+
+
+@pytest.mark.parametrize("part", ["agent", "optimization", "metrics", "progress", "shards"])
+def test_a_two_rank_run_stopped_and_resumed_equals_the_straight_run_bit_for_bit(
+        cli_runs: tuple[Path, list[dict[str, Any]]], part: str) -> None:
+    out, _ = cli_runs
+    straight, split = (Checkpointer.load(out / name / "checkpoints" / "last.pt")
+                       for name in ("straight", "split"))
+    assert straight["progress"]["env_steps"] == split["progress"]["env_steps"] == 3000
+    if part != "shards":
+        assert_same_tensors(straight[part], split[part], part)
+        return
+    for rank in (0, 1):
+        context = DistributedContext(rank=rank, world_size=2)
+        a, b = (Checkpointer.with_shard(out / name / "checkpoints" / "last.pt",
+                                        Checkpointer.load(out / name / "checkpoints" /
+                                                          "last.pt"), context)
+                for name in ("straight", "split"))
+        assert env_snapshot(a["runner"].pop("envs")) == env_snapshot(b["runner"].pop("envs"))
+        for name in ("runner", "buffer", "random"):
+            assert_same_tensors(a[name], b[name], f"rank {rank} {name}")
+    shard0, shard1 = (torch.load(out / "straight" / "checkpoints" / f"checkpoint-3000.rank{r}.pt",
+                                 weights_only=True) for r in (0, 1))
+    assert not torch.equal(shard0["buffer"]["observations"], shard1["buffer"]["observations"])
+
+
+def test_a_multi_process_checkpoint_is_refused_by_another_world_size(
+        cli_runs: tuple[Path, list[dict[str, Any]]]) -> None:
+    out, _ = cli_runs
+    path = out / "straight" / "checkpoints" / "last.pt"
+    with pytest.raises(ValueError, match=r"run of 2 process\(es\) and this run has 1"):
+        Trainer(run_dir=out / "straight", num_steps=4000, logger=False,
+                enable_progress_bar=False, enable_console=False).fit(
+            "CartPole-v1", DQN(DQNConfig(hidden_sizes=[32, 32])), ckpt_path=path)
+    assert read_manifest(out / "straight" / "checkpoints").last == "checkpoint-3000.pt"
+    # Its shared parts load at any world size: evaluation reads the agent alone.
+    action, _ = load_policy(path).predict(np.zeros(4, dtype=np.float32))
+    assert int(action) in (0, 1)
+
+
+def test_devices_without_torchrun_is_an_error_that_gives_the_command() -> None:
+    with pytest.raises(ValueError, match=r"torchrun --nproc-per-node=2"):
+        connect("cpu", devices=2)
+    with pytest.raises(ValueError, match=r"--nnodes=2"):
+        connect("cpu", devices=1, num_nodes=2)
+    assert connect("cpu").world_size == 1  # "auto": what was launched, one process here
+    with pytest.raises(ValueError, match="devices must be"):
+        Trainer(devices=0)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def test_sigterm_to_the_launcher_stops_both_ranks_with_a_loadable_checkpoint(
+        tmp_path: Path) -> None:
+    run_dir = tmp_path / "run"
+    launcher = subprocess.Popen(
+        [*TORCHRUN, "--standalone", "--nproc-per-node=2", "-m", "rltrain.cli", "fit",
+         "ppo_cartpole", f"trainer.run_dir={run_dir}", "trainer.num_steps=10000000",
+         "trainer.enable_progress_bar=false", "trainer.eval_interval=null"],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=environment(),
+        cwd=tmp_path)
+    try:
+        deadline = time.monotonic() + 120
+        metrics = run_dir / "metrics.jsonl"
+        while not (metrics.is_file() and metrics.read_text().count("\n") >= 2):
+            assert launcher.poll() is None and time.monotonic() < deadline, launcher.stdout
+            time.sleep(0.2)
+        launcher.send_signal(signal.SIGTERM)
+        output, _ = launcher.communicate(timeout=60)
+    finally:
+        launcher.kill()
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert "SIGTERM" in summary["stop_reason"], output[-3000:]
+    steps = summary["env_steps"]
+    assert 0 < steps < 10_000_000
+    path = Checkpointer(run_dir / "checkpoints").resolve("last")
+    assert path.name == f"checkpoint-{steps}.pt"
+    for rank in (0, 1):  # each rank saved its own part of the stop's checkpoint
+        state = Checkpointer.with_shard(path, Checkpointer.load(path),
+                                        DistributedContext(rank=rank, world_size=2))
+        assert {"agent", "optimization", "runner", "buffer", "random"} <= set(state)
+
+
+def test_two_nodes_joined_by_the_c10d_rendezvous_write_one_run(tmp_path: Path) -> None:
+    endpoint = f"127.0.0.1:{free_port()}"
+    run_dir = tmp_path / "run"
+    nodes = [subprocess.Popen(
+        [*TORCHRUN, "--nnodes=2", f"--node-rank={node}", "--nproc-per-node=1",
+         "--rdzv-backend=c10d", f"--rdzv-endpoint={endpoint}", "--rdzv-id=two-nodes",
+         "-m", "rltrain.cli", "fit", "ppo_cartpole", f"trainer.run_dir={run_dir}",
+         "trainer.num_steps=2048", "trainer.eval_interval=1024", "trainer.eval_episodes=3",
+         "trainer.enable_progress_bar=false"],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=environment(),
+        cwd=tmp_path) for node in (0, 1)]
+    outputs = [node.communicate(timeout=180)[0] for node in nodes]
+    assert [node.returncode for node in nodes] == [0, 0], outputs
+    assert sum("run directory:" in output for output in outputs) == 1  # rank 0 reports
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["env_steps"] == 2048
+    names = sorted(p.name for p in (run_dir / "checkpoints").glob("checkpoint-*"))
+    assert names == ["checkpoint-2048.pt", "checkpoint-2048.rank0.pt",
+                     "checkpoint-2048.rank1.pt"]
