@@ -189,7 +189,7 @@ def case_stop(context: DistributedContext, out: Path) -> dict[str, Any]:
                              num_envs=2, n_steps=64, batch_size=32, update_epochs=4)))
     kl = kl_trainer.fit("CartPole-v1", EndsOnRank0(PPOConfig(hidden_sizes=[16])))
     return {"env_steps": result.summary.env_steps, "reason": result.summary.stop_reason,
-            "statistics": [b.reshape(-1).tolist() for b in agent.buffers()],
+            "run_statistics": [b.reshape(-1).tolist() for b in agent.buffers()],
             "episodes": result.summary.episodes,
             "kl_gradient_steps": kl.summary.gradient_steps}
 
@@ -229,7 +229,10 @@ def main() -> None:
     case, out = sys.argv[1], Path(sys.argv[2])
     torch.set_num_threads(1)
     context = connect("cpu")
-    found = {"updates": case_updates, "stop": case_stop, "cli": case_cli}[case](context, out)
+    cases = {"updates": case_updates, "stop": case_stop, "cli": case_cli,
+             "units": lambda context, out: {**case_updates(context, out),
+                                            **case_stop(context, out)}}
+    found = cases[case](context, out)
     found["rank"], found["world_size"] = context.rank, context.world_size
     (out / f"{case}-rank{context.rank}.json").write_text(json.dumps(found))
 

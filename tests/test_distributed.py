@@ -51,13 +51,19 @@ def launch(case: str, out: Path, *args: str, timeout: float = 300) -> list[dict[
 
 
 @pytest.fixture(scope="module")
-def updates(tmp_path_factory: pytest.TempPathFactory) -> list[dict[str, Any]]:
-    return launch("updates", tmp_path_factory.mktemp("updates"))
+def units(tmp_path_factory: pytest.TempPathFactory) -> list[dict[str, Any]]:
+    """One launch for the update, statistics, stop and early-end cases."""
+    return launch("units", tmp_path_factory.mktemp("units"))
 
 
 @pytest.fixture(scope="module")
-def stops(tmp_path_factory: pytest.TempPathFactory) -> list[dict[str, Any]]:
-    return launch("stop", tmp_path_factory.mktemp("stops"))
+def updates(units: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return units
+
+
+@pytest.fixture(scope="module")
+def stops(units: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return units
 
 
 @pytest.fixture(scope="module")
@@ -104,8 +110,8 @@ def test_running_statistics_merge_every_rank_s_batch(updates: list[dict[str, Any
         assert found["statistics"]["difference"] < 1e-9
     assert updates[0]["statistics"]["mean"] == updates[1]["statistics"]["mean"]
     # A run with observation and reward normalisation: every rank keeps the same statistics.
-    assert stops[0]["statistics"] == stops[1]["statistics"]
-    statistics = stops[0]["statistics"]
+    assert stops[0]["run_statistics"] == stops[1]["run_statistics"]
+    statistics = stops[0]["run_statistics"]
     assert len(statistics) >= 2 and any(v not in (0.0, 1.0) for v in statistics[0])
 
 

@@ -216,6 +216,13 @@ class LearningAgent(nn.Module, ABC):
         update early (PPO's target KL). Default False."""
         return False
 
+    def ends_updates_early(self) -> bool:
+        """Whether :meth:`update_done` can ever be True: with several processes each of its
+        answers is agreed by every rank (one collective per gradient step), which an agent
+        that never ends an update early spares. Default: True when a subclass overrides
+        :meth:`update_done`."""
+        return type(self).update_done is not LearningAgent.update_done
+
     def hparams(self) -> dict[str, float | int | str | bool]:
         """The agent's hyperparameters for TensorBoard, as ``{"agent/<name>": value}``.
         Default: none."""

@@ -410,6 +410,10 @@ class PPO(LearningAgent):
         target = self.config.target_kl
         return target is not None and float(metrics["approx_kl"]) > 1.5 * target
 
+    @override
+    def ends_updates_early(self) -> bool:
+        return self.config.target_kl is not None or type(self).update_done is not PPO.update_done
+
 
 def explained_variance(values: torch.Tensor, returns: torch.Tensor) -> float:
     """``1 - Var[R - V] / Var[R]``: 1 for a perfect critic, 0 for a constant one (NaN when the

@@ -1,23 +1,19 @@
-"""Checkpoint files on disk: written atomically with checksums, loaded without running code."""
+"""The checkpoint folder: :class:`Checkpointer` saves, keeps and finds checkpoints through a
+manifest; the files themselves are written and read by :mod:`rltrain.checkpoint.files`."""
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
-import pickle
-import re
 import shutil
-import tempfile
 import time
 import warnings
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, BinaryIO
 
-import torch
-
+from rltrain.checkpoint.files import atomic_save, atomic_write, check_entry, torch_load
 from rltrain.checkpoint.manifest import (
     BEST_NAME,
     CHECKPOINT_NAME,
@@ -214,7 +210,7 @@ class Checkpointer:
         if problem is not None:
             raise ValueError(f"{shard_path} (rank {distributed.rank}'s part of {path.name}) "
                              f"is unusable: {problem}. Resume from another checkpoint.")
-        own = _torch_load(shard_path)
+        own = torch_load(shard_path)
         if not isinstance(own, dict):
             raise ValueError(f"{shard_path} is not an rltrain checkpoint shard.")
         return {**state, **own, "shard_rank": distributed.rank}
@@ -282,7 +278,7 @@ class Checkpointer:
             if problem is not None:
                 raise ValueError(f"{path} is corrupt: {problem}. Resume from another "
                                  "checkpoint (ckpt_path='last' picks the newest intact one).")
-        state = _torch_load(path)
+        state = torch_load(path)
         if not isinstance(state, dict):
             raise ValueError(f"{path} is not an rltrain checkpoint: it holds a "
                              f"{type(state).__name__}, not a training state.")
@@ -345,123 +341,3 @@ def _launch(world_size: int) -> str:
     return ("one process (python or rltrain fit, without torchrun)" if world_size == 1
             else f"{world_size} processes (torchrun --nproc-per-node=... with "
                  f"{world_size} in all)")
-
-
-def check_entry(path: Path, entry: Entry) -> str | None:
-    """Why ``path`` does not match its manifest ``entry`` (None when it does)."""
-    if not path.is_file():
-        return "the file is missing"
-    if entry.sha256 is None:
-        return None
-    size = path.stat().st_size
-    if size != entry.bytes:
-        return f"it has {size:,} bytes where the manifest says {entry.bytes:,} (truncated?)"
-    if file_sha256(path) != entry.sha256:
-        return "its SHA-256 checksum does not match the manifest's"
-    return None
-
-
-def file_sha256(path: Path) -> str:
-    """The SHA-256 of a file's bytes, as hex (what the manifest records)."""
-    digest = hashlib.sha256()
-    with path.open("rb") as file:
-        for block in iter(lambda: file.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
-
-
-#: How torch names a global its safe unpickler refused (2.6 to 2.13 wordings).
-_BLOCKED_GLOBAL = re.compile(r"(?:Unsupported global: GLOBAL|unsupported GLOBAL) ([\w.]+)")
-
-
-def _torch_load(path: Path) -> Any:
-    """``torch.load(path, weights_only=True)``, its failures as a ``ValueError`` that names the
-    file and never passes on torch's advice to load with ``weights_only=False``."""
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")  # notes about pickle protocols: not the user's
-            return torch.load(path, map_location="cpu", weights_only=True)
-    except pickle.UnpicklingError as error:
-        found = _BLOCKED_GLOBAL.search(str(error))
-        if found is None:
-            raise ValueError(
-                f"{path} is not an rltrain checkpoint: it is not a file of tensors and plain "
-                "data (its pickle uses an instruction a checkpoint never holds; nothing in it "
-                "ran). It was not written by rltrain, or it was altered.") from error
-        raise ValueError(
-            f"{path} holds objects a checkpoint must not contain (it names {found.group(1)}; "
-            "only tensors and plain data are loaded, so nothing in it ran). It was not written "
-            "by rltrain, or it was altered.") from error
-    except Exception as error:  # torch raises RuntimeError, EOFError, OSError, UnicodeError...
-        detail = str(error).splitlines()[0].rstrip(". ") if str(error) else ""
-        if not detail.startswith("PytorchStreamReader"):  # torch's internals, or its unsafe
-            detail = "its bytes are not a torch checkpoint archive"  # weights_only advice
-        raise ValueError(f"{path} is not a readable checkpoint (truncated, corrupt, or not a "
-                         f"checkpoint file): {detail}.") from error
-
-
-class _HashingWriter:
-    """A binary file that also hashes and counts what is written to it."""
-
-    def __init__(self, file: BinaryIO) -> None:
-        self.file = file
-        self.sha256 = hashlib.sha256()
-        self.size = 0
-
-    def write(self, data: bytes) -> int:
-        self.sha256.update(data)
-        self.size += len(data)
-        return self.file.write(data)
-
-    def flush(self) -> None:
-        self.file.flush()
-
-
-def atomic_save(state: dict[str, Any], path: Path) -> dict[str, Any]:
-    """``torch.save`` to a temporary file beside ``path``, fsync it, then rename it over ``path``.
-
-    Returns ``{"sha256": ..., "bytes": ...}`` of what was written (hashed while writing).
-    """
-    result: dict[str, Any] = {}
-
-    def write(file: BinaryIO) -> None:
-        writer = _HashingWriter(file)
-        torch.save(state, writer)  # type: ignore[arg-type]
-        result.update(sha256=writer.sha256.hexdigest(), bytes=writer.size)
-
-    atomic_write(path, write)
-    return result
-
-
-def atomic_write(path: Path, write: Callable[[BinaryIO], object]) -> None:
-    """Write a file through ``write`` into a temporary file beside ``path``, sync it and rename
-    it over ``path``: readers see the old file or the whole new one, never a part; a symbolic
-    link at ``path`` is replaced, not followed. A failed write (a full disk) leaves ``path`` as
-    it was and removes the temporary file."""
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        os.chmod(tmp, 0o644)  # mkstemp creates 0600; a checkpoint is as readable as other files
-        with os.fdopen(fd, "wb") as file:
-            write(file)
-            file.flush()
-            os.fsync(file.fileno())
-        os.replace(tmp, path)
-        dir_fd = os.open(path.parent, os.O_RDONLY)  # make the rename itself durable
-        try:
-            os.fsync(dir_fd)
-        finally:
-            os.close(dir_fd)
-    except OSError as error:
-        Path(tmp).unlink(missing_ok=True)
-        if str(path) in str(error):
-            raise
-        raise OSError(error.errno, f"Cannot write {path}: {error.strerror or error}") from error
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
-def atomic_write_text(path: Path, text: str) -> None:
-    """:func:`atomic_write` of UTF-8 text."""
-    data = text.encode("utf-8")
-    atomic_write(path, lambda file: file.write(data))

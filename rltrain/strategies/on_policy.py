@@ -148,6 +148,6 @@ class OnPolicyStrategy(RLStrategy):
         def batch() -> RolloutBatch:  # the next minibatch of the update, by its index
             return storage.minibatch(total - progress.pending_gradient_steps, cfg.batch_size)
 
-        run.train_owed(batch, until=agent.update_done)
+        run.train_owed(batch, until=agent.update_done if agent.ends_updates_early() else None)
         if not progress.pending_gradient_steps:
             storage.reset()

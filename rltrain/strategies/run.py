@@ -32,7 +32,6 @@ from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
 import gymnasium as gym
-import torch
 
 from rltrain.agents.base import LearningAgent, Policy
 from rltrain.buffers import Buffer, RolloutBuffer
@@ -44,6 +43,7 @@ from rltrain.events.events import Checkpoint, EnvStep, EpisodeEnd, TrainStep
 from rltrain.optim import Optimization
 from rltrain.runner import Runner, check_saved_runner
 from rltrain.seeding import GlobalRandomState, derive_seeds, seed_everything
+from rltrain.strategies.agreement import Agreement
 from rltrain.strategies.failure import StepStart, failed
 from rltrain.types import MetricValue
 
@@ -142,9 +142,6 @@ class Run:
         self.envs = make_vector_env(env_init, num_envs=num_envs, vectorization=vectorization,
                                     seed=self.seeds.envs)
         self.evaluator: Evaluator | None = None
-        #: Episodes this rank ended since the ranks last agreed, and whether they agreed to stop.
-        self._unshared: list[EpisodeEnd] = []
-        self._agreed_stop = False
         try:
             self._assemble(strategy, env_init, storage, dict(parts or {}))
         except BaseException:
@@ -172,6 +169,9 @@ class Run:
         self.policy = agent.policy(components.inference_device)
         self.runner = Runner(envs, device=components.inference_device, progress=self.progress,
                              world_size=self.distributed.world_size)
+        self.agreement = Agreement(components.distributed, self.interrupter, self.events,
+                                   self.progress, num_envs=envs.num_envs,
+                                   interval=components.sync_interval)
         self.runner.reset(seed=self.seeds.envs, policy=self.policy)
         # Everything with state, saved and restored as one (the checkpoint is their union).
         self.parts: dict[str, Stateful] = {
@@ -230,42 +230,15 @@ class Run:
         every rank stops at the same point; a refused loss is agreed when it is refused."""
         if not self.distributed.distributed:
             return self.interrupter.should_stop()
-        return self._agreed_stop or (self.components.on_nan_loss == "stop"
+        return self.agreement.stopped or (self.components.on_nan_loss == "stop"
                                      and self.optim.non_finite_loss is not None)
 
     def agree(self) -> None:
         """With several processes: exchange every rank's stop request and the episodes it
-        ended since the last agreement (one all-gather). Every rank then counts every
-        rank's episodes and emits their EpisodeEnd events (sub-env ``rank * num_envs + i``),
-        and a request on any rank stops every rank, with the first requesting rank's reason.
-        Called every ``sync_interval`` vector steps, before each save and at the end."""
-        context = self.distributed
-        if not context.distributed:
-            return
-        capacity = self.num_envs * self.components.sync_interval
-        episodes, self._unshared = self._unshared, []
-        row = torch.zeros(2 + 5 * capacity, dtype=torch.float64)
-        row[0], row[1] = float(self.interrupter.should_stop()), min(len(episodes), capacity)
-        for j, e in enumerate(episodes[:capacity]):
-            row[2 + 5 * j:7 + 5 * j] = torch.tensor(
-                [e.env_steps, e.env_index, e.episode_return, e.episode_length, e.terminated],
-                dtype=torch.float64)
-        rows = context.all_gather(row).tolist()
-        for rank, values in enumerate(rows):
-            for j in range(int(values[1])):
-                steps, index, ret, length, terminated = values[2 + 5 * j:7 + 5 * j]
-                if rank != context.rank:
-                    self.progress.episodes += 1
-                self.events.emit(EpisodeEnd(
-                    env_steps=int(steps), env_index=rank * self.num_envs + int(index),
-                    episode_return=ret, episode_length=int(length),
-                    terminated=bool(terminated)))
-        if any(values[0] for values in rows) and not self._agreed_stop:
-            reasons = context.all_gather_object(self.interrupter.reason)
-            rank, reason = next((r, why) for r, why in enumerate(reasons) if why is not None)
-            if self.interrupter.reason is None:
-                self.interrupter.stop(f"{reason} (on rank {rank})")
-            self._agreed_stop = True
+        ended since the last agreement (:class:`~rltrain.strategies.agreement.Agreement`);
+        called every ``sync_interval`` vector steps, before each save and at the end. A
+        no-op with one process."""
+        self.agreement.agree()
 
     def collect(self, *, random: bool = False) -> list[EpisodeEnd]:
         """One vector step into the storage: the policy's actions (uniform random ones with
@@ -285,9 +258,7 @@ class Run:
         progress, events = self.progress, self.events
         events.emit(EnvStep(env_steps=progress.env_steps, vector_steps=progress.vector_steps))
         if self.distributed.distributed:
-            self._unshared += episodes
-            if progress.vector_steps % self.components.sync_interval == 0:
-                self.agree()
+            self.agreement.add(episodes)
             return
         for episode in episodes:
             events.emit(episode)
