@@ -261,3 +261,66 @@ def test_two_nodes_joined_by_the_c10d_rendezvous_write_one_run(tmp_path: Path) -
     names = sorted(p.name for p in (run_dir / "checkpoints").glob("checkpoint-*"))
     assert names == ["checkpoint-2048.pt", "checkpoint-2048.rank0.pt",
                      "checkpoint-2048.rank1.pt"]
+
+
+def test_retention_deletes_a_checkpoint_with_its_shards(
+        cli_runs: tuple[Path, list[dict[str, Any]]]) -> None:
+    out, _ = cli_runs
+    names = sorted(p.name for p in (out / "split" / "checkpoints").iterdir())
+    # Saved at 1,000, 1,500 (the stop), 2,000 and 3,000, three kept; best moved to 3,000.
+    assert [n for n in names if n.startswith("checkpoint-1000")] == []
+    assert [n for n in names if n.startswith("best-")] == [
+        "best-3000.pt", "best-3000.rank0.pt", "best-3000.rank1.pt"]
+    manifest = read_manifest(out / "split" / "checkpoints")
+    assert [(e.file, e.shards) for e in manifest.checkpoints] == [
+        ("checkpoint-1500.pt", 2), ("checkpoint-2000.pt", 2), ("checkpoint-3000.pt", 2)]
+
+
+def copied_run(out: Path, tmp_path: Path) -> Path:
+    folder = tmp_path / "checkpoints"
+    folder.mkdir()
+    for path in (out / "straight" / "checkpoints").glob("checkpoint-3000*"):
+        (folder / path.name).write_bytes(path.read_bytes())
+    return folder / "checkpoint-3000.pt"
+
+
+def test_a_shard_that_was_altered_or_is_named_elsewhere_is_refused(
+        cli_runs: tuple[Path, list[dict[str, Any]]], tmp_path: Path) -> None:
+    path = copied_run(cli_runs[0], tmp_path)
+    rank1 = DistributedContext(rank=1, world_size=2)
+    shard = path.with_name("checkpoint-3000.rank1.pt")
+    data = bytearray(shard.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    shard.write_bytes(bytes(data))
+    with pytest.raises(ValueError, match=r"rank 1's part of checkpoint-3000.pt\) is unusable: "
+                                         r"its SHA-256"):
+        Checkpointer.with_shard(path, Checkpointer.load(path), rank1)
+    state = Checkpointer.load(path)
+    for name in ("../checkpoint-3000.rank1.pt", "/etc/passwd", "checkpoint-3000.rank0.pt"):
+        state["shards"][1]["file"] = name
+        with pytest.raises(ValueError, match="is not a shard file of its folder"):
+            Checkpointer.with_shard(path, state, rank1)
+    state["world_size"] = 3
+    with pytest.raises(ValueError, match="no valid world size and shards"):
+        Checkpointer.with_shard(path, state, rank1)
+
+
+def test_a_manifest_s_shard_count_is_checked_and_unlisted_shards_are_swept(
+        tmp_path: Path) -> None:
+    folder = tmp_path / "checkpoints"
+    folder.mkdir()
+    for name in ("checkpoint-10.pt", "checkpoint-10.rank0.pt", "checkpoint-10.rank1.pt",
+                 "checkpoint-10.rank2.pt", "checkpoint-20.rank0.pt", "notes.rank1.pt"):
+        (folder / name).write_bytes(b"x")
+    entry = {"file": "checkpoint-10.pt", "env_steps": 10, "sequence": 1, "shards": 2}
+    manifest = folder / "manifest.json"
+    manifest.write_text(json.dumps({"checkpoints": [entry], "last": "checkpoint-10.pt"}))
+    Checkpointer(folder).sweep()
+    assert sorted(p.name for p in folder.iterdir()) == [
+        "checkpoint-10.pt", "checkpoint-10.rank0.pt", "checkpoint-10.rank1.pt",
+        "manifest.json", "notes.rank1.pt"]  # not rltrain's name: never touched
+    for shards in (-1, 10**9, "2", True):
+        manifest.write_text(json.dumps({"checkpoints": [{**entry, "shards": shards}],
+                                        "last": "checkpoint-10.pt"}))
+        with pytest.warns(UserWarning, match="unusable"):
+            assert read_manifest(folder).fallback
