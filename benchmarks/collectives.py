@@ -51,8 +51,8 @@ def worker() -> None:
     rows.append(("all-reduce, 1 float", timed(lambda: dist.all_reduce(flag))))
     for name, size in BUCKETS.items():
         bucket = torch.zeros(size + 1)
-        rows.append((f"all-reduce, gradient bucket {name}", timed(lambda: dist.all_reduce(
-            bucket), calls=100)))
+        rows.append((f"all-reduce, gradient bucket {name}",
+                     timed(lambda bucket=bucket: dist.all_reduce(bucket), calls=100)))
     if dist.get_rank() == 0:
         print("| collective (gloo, 2 processes, this machine) | µs per call |")
         print("|---|---|")

@@ -31,6 +31,8 @@ rest of the system share them, so ``b`` and ``c`` measure contention as much as 
     python -m benchmarks.distributed_ppo [--seeds 0 1 2] [--num-steps 100000] \
         [--variants a b c]
     python -m benchmarks.distributed_ppo --quick    # smoke: 4,096 steps, one seed, no file
+    python -m benchmarks.distributed_ppo --throughput --results distributed_ppo_throughput
+        # no evaluation: 50,000 env steps of training, env steps per second alone
 
 Writes ``benchmarks/results/distributed_ppo.json`` (not with ``--quick``).
 """
@@ -68,8 +70,10 @@ def command(variant: str, seed: int, run_dir: Path, args: argparse.Namespace) ->
     """The command line of one run."""
     return [*VARIANTS[variant]["launcher"], "-m", "rltrain.cli", "fit", CONFIG,
             f"strategy.seed={seed}", f"trainer.run_dir={run_dir}",
-            f"trainer.num_steps={args.num_steps}", f"trainer.eval_interval={args.eval_interval}",
-            f"trainer.eval_episodes={EVAL_EPISODES}", f"trainer.return_threshold={THRESHOLD}",
+            f"trainer.num_steps={args.num_steps}",
+            f"trainer.eval_interval={args.eval_interval or 'null'}",
+            f"trainer.eval_episodes={EVAL_EPISODES}",
+            f"trainer.return_threshold={THRESHOLD if args.eval_interval else 'null'}",
             "trainer.num_threads=1", *QUIET, *VARIANTS[variant]["overrides"]]
 
 
@@ -106,8 +110,10 @@ def solved(run: dict[str, Any], budget: int) -> bool:
 def report(runs: list[dict[str, Any]], variants: list[str],
            args: argparse.Namespace) -> dict[str, Any]:
     """Print the per-run and per-variant tables; returns the per-variant summary."""
-    print(f"rltrain PPO, {CONFIG}, threshold {THRESHOLD:g}, {EVAL_EPISODES} greedy episodes "
-          f"every {args.eval_interval:,} env steps, budget {args.num_steps:,} env steps")
+    print(f"rltrain PPO, {CONFIG}, budget {args.num_steps:,} env steps, " + (
+        f"threshold {THRESHOLD:g}, {EVAL_EPISODES} greedy episodes every "
+        f"{args.eval_interval:,} env steps" if args.eval_interval else
+        "no evaluation (training throughput only)"))
     print(table(["variant", "seed", "process seconds", "env steps/s", "env steps to 475",
                  "seconds to 475", "best eval return"],
                 [[r["variant"], str(r["seed"]), f"{r['process_seconds']:.1f}",
@@ -152,10 +158,15 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true",
                         help="smoke run: 4,096 env steps, evaluation every 2,048, the first "
                              "seed only; writes no results file")
+    parser.add_argument("--throughput", action="store_true",
+                        help="training throughput alone: no evaluation and no threshold, "
+                             "--num-steps env steps (default then 50,000)")
     parser.add_argument("--results", default="distributed_ppo",
                         help="name of the results file in benchmarks/results/")
     args = parser.parse_args()
-    args.eval_interval = EVAL_INTERVAL
+    args.eval_interval = None if args.throughput else EVAL_INTERVAL
+    if args.throughput and "--num-steps" not in sys.argv:
+        args.num_steps = 50_000
     if args.quick:
         args.num_steps, args.eval_interval, args.seeds = 4_096, 2_048, args.seeds[:1]
     variants = list(dict.fromkeys(args.variants))

@@ -139,20 +139,23 @@ class DistributedContext:
 
     def on_main(self, action: Callable[[], T]) -> T:
         """Run ``action`` on rank 0 only and hand its result to every rank; an error there is
-        raised on rank 0 as it is, and on the others as a :class:`DistributedError` naming it
-        (so no rank waits for a rank that failed)."""
+        raised on rank 0 as it is, and on the others as the same kind of error (bad input:
+        a ``ValueError`` or ``OSError`` of the same class; anything else: a
+        :class:`DistributedError`) naming it, so no rank waits for a rank that failed."""
         if not self.distributed:
             return action()
-        outcome: tuple[bool, Any] = (True, None)
+        outcome: tuple[str | None, Any] = (None, None)
         if self.is_main:
             try:
-                outcome = (True, action())
+                outcome = (None, action())
             except Exception as error:
-                self.broadcast_object((False, f"{type(error).__name__}: {error}"))
+                name = next((k for k in FORWARDED if isinstance(error, FORWARDED[k])),
+                            "DistributedError")
+                self.broadcast_object((name, f"{type(error).__name__}: {error}"))
                 raise
-        ok, value = self.broadcast_object(outcome)
-        if not ok:
-            raise DistributedError(f"Rank 0 failed: {value}")
+        kind, value = self.broadcast_object(outcome)
+        if kind is not None:
+            raise FORWARDED.get(kind, DistributedError)(f"Rank 0 failed: {value}")
         return value  # type: ignore[no-any-return]
 
     @property
@@ -162,6 +165,12 @@ class DistributedContext:
             return torch.device("cuda", torch.cuda.current_device())
         return torch.device("cpu")
 
+
+#: The errors :meth:`DistributedContext.on_main` raises again on the other ranks as they are
+#: (bad input, which the command line reports as such), most specific first.
+FORWARDED: dict[str, type[Exception]] = {
+    cls.__name__: cls for cls in (FileExistsError, FileNotFoundError, PermissionError,
+                                  OSError, ValueError)}
 
 #: The context of a run of one process: every collective is a no-op.
 SINGLE = DistributedContext()

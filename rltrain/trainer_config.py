@@ -68,8 +68,8 @@ class TrainerConfig:
         sync_interval: Vector steps between the ranks' agreements in a run of several
             processes: stop requests (Ctrl-C, SIGTERM, callbacks) take effect on every rank
             at the next one, and the episodes every rank ended reach rank 0's logs there.
-            Each is one all-gather (about 1 ms with gloo on a 2-core machine, measured in
-            ``docs/benchmarks.md``). Default 16.
+            Each is one all-gather (1.4 ms with gloo on the 2-core machine of
+            ``docs/benchmarks.md``, "What one collective costs here"). Default 16.
         dtype: ``"float32"`` (default), or ``"bfloat16"`` / ``"float16"``: training forward
             passes run under ``torch.autocast`` (mixed precision; weights stay float32; float16
             adds loss scaling). A torch dtype is taken too.

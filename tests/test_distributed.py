@@ -324,3 +324,21 @@ def test_a_manifest_s_shard_count_is_checked_and_unlisted_shards_are_swept(
                                         "last": "checkpoint-10.pt"}))
         with pytest.warns(UserWarning, match="unusable"):
             assert read_manifest(folder).fallback
+
+
+def test_a_run_directory_rank_0_refuses_is_a_clear_error_on_every_rank(tmp_path: Path) -> None:
+    run_dir = tmp_path / "theirs"
+    run_dir.mkdir()
+    (run_dir / "config.yaml").write_text("not rltrain's\n")
+    done = subprocess.run(
+        [*TORCHRUN, "--standalone", "--nproc-per-node=2", "-m", "rltrain.cli", "fit",
+         "ppo_cartpole", f"trainer.run_dir={run_dir}", "trainer.num_steps=2048"],
+        capture_output=True, text=True, timeout=120, env=environment(), cwd=tmp_path)
+    assert done.returncode != 0
+    errors = [line for line in done.stderr.splitlines() if line.startswith("rltrain: ")]
+    assert any("is not an rltrain run" in line and "Rank 0" not in line for line in errors)
+    assert any(line.startswith("rltrain: error: Rank 0 failed: FileExistsError:")
+               for line in errors), done.stderr[-3000:]
+    assert not any("internal error" in line for line in errors)
+    assert (run_dir / "config.yaml").read_text() == "not rltrain's\n"
+    assert sorted(p.name for p in run_dir.iterdir()) == ["config.yaml"]
