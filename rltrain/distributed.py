@@ -103,10 +103,8 @@ class DistributedContext:
         values = x.detach().double()
         moments = torch.stack([torch.tensor(float(x.numel()), dtype=torch.float64,
                                             device=x.device), values.sum(), values.square().sum()])
-        count, total, squares = self.all_reduce_(moments).unbind()
-        mean = total / count
-        var = ((squares - count * mean.square()) / (count - 1)).clamp(min=0)
-        return mean.to(x.dtype), var.sqrt().to(x.dtype)
+        mean, std = moments_mean_std(self.all_reduce_(moments))
+        return mean.to(x.dtype), std.to(x.dtype)
 
     def broadcast_object(self, value: T) -> T:
         """Rank 0's ``value`` on every rank (pickled: small plain values only)."""
@@ -174,6 +172,15 @@ FORWARDED: dict[str, type[Exception]] = {
 
 #: The context of a run of one process: every collective is a no-op.
 SINGLE = DistributedContext()
+
+
+def moments_mean_std(moments: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """The mean and Bessel-corrected standard deviation of values whose count, sum and sum of
+    squares are ``moments`` (float64 ``[3]``)."""
+    count, total, squares = moments.unbind()
+    mean = total / count
+    var = ((squares - count * mean.square()) / (count - 1)).clamp(min=0)
+    return mean, var.sqrt()
 
 
 def _by_kind(tensors: Sequence[torch.Tensor]) -> list[list[torch.Tensor]]:

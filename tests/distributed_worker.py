@@ -30,8 +30,8 @@ from rltrain import (
 )
 from rltrain.agents.normalize import RunningMeanStd
 from rltrain.buffers import ReplayBatch
-from rltrain.buffers.rollout import RolloutBatch
-from rltrain.distributed import SINGLE, DistributedContext, connect
+from rltrain.buffers.rollout import RolloutBatch, RolloutBuffer
+from rltrain.distributed import SINGLE, DistributedContext, connect, moments_mean_std
 from rltrain.optim import Optimization
 from rltrain.types import Progress
 
@@ -77,7 +77,8 @@ def ppo_batch(agent: PPO, generator: torch.Generator) -> RolloutBatch:
 
 
 def half(batch: Any, rank: int) -> Any:
-    return type(batch)(*(t[rank * B // 2:(rank + 1) * B // 2] for t in batch))
+    return type(batch)(*(None if t is None else t[rank * B // 2:(rank + 1) * B // 2]
+                         for t in batch))
 
 
 def one_update(agent: Any, batch: Any, context: DistributedContext, *,
@@ -141,6 +142,22 @@ def case_updates(context: DistributedContext, out: Path) -> dict[str, Any]:
     good = half(dqn_batch(torch.Generator().manual_seed(6)), rank)
     optim.training_step(agent, good)  # the next finite step is applied on both
     found["nan"]["after"] = flat(agent).tolist()
+    # A minibatch's advantage moments shared once per update normalise it as a collective
+    # at every gradient step would.
+    env = gym.make("CartPole-v1")
+    rollout = RolloutBuffer(8, num_envs=2, observation_space=env.observation_space,
+                            action_space=env.action_space, seed=rank)
+    rollout.advantages.copy_(torch.randn(8, 2, generator=torch.Generator().manual_seed(rank)))
+    rollout.shuffle(2)
+    rollout.share_advantage_moments(4, context)
+    shared = []
+    for index in range(8):
+        minibatch = rollout.minibatch(index, 4)
+        assert minibatch.advantage_moments is not None
+        mean, std = moments_mean_std(minibatch.advantage_moments)
+        each_step = context.mean_std(minibatch.advantages)
+        shared.append([float(mean - each_step[0]), float(std - each_step[1]), float(std)])
+    found["moments"] = shared
     # Running statistics of every rank's batch together equal those of the whole batch.
     whole = torch.randn(2 * 50, 3, generator=torch.Generator().manual_seed(8)) * 4 + 2
     together, alone = RunningMeanStd((3,)), RunningMeanStd((3,))

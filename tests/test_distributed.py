@@ -104,6 +104,15 @@ def test_a_non_finite_loss_on_one_rank_is_refused_on_every_rank(
     assert rank0["after"] == rank1["after"]  # the next finite step is applied on both
 
 
+def test_advantage_moments_shared_once_per_update_normalise_as_the_whole_minibatch(
+        updates: list[dict[str, Any]]) -> None:
+    for found in updates:
+        assert len(found["moments"]) == 8  # 2 epochs x 4 minibatches of 4 per rank
+        for mean_gap, std_gap, std in found["moments"]:
+            assert abs(mean_gap) < 1e-6 and abs(std_gap) < 1e-6 and std > 0.1
+    assert updates[0]["moments"] == updates[1]["moments"]
+
+
 def test_running_statistics_merge_every_rank_s_batch(updates: list[dict[str, Any]],
                                                       stops: list[dict[str, Any]]) -> None:
     for found in updates:

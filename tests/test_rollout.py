@@ -260,7 +260,7 @@ def test_state_round_trip_of_a_prepared_rollout_keeps_its_shuffler(tmp_path: Any
     assert copy.prepared and copy.can_sample() and copy.full
     for index in range(4):
         for x, y in zip(original.minibatch(index, 3), copy.minibatch(index, 3), strict=True):
-            assert torch.equal(x, y)
+            assert (x is None and y is None) or torch.equal(x, y)  # no moments: one process
     # The next rollout's shuffle equals the original's next shuffle (the generator's state).
     for rollout in (original, copy):
         rollout.reset()

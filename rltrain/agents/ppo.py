@@ -43,6 +43,7 @@ from rltrain.agents.normalize import RunningMeanStd
 from rltrain.agents.returns import gae
 from rltrain.buffers.observations import map_obs
 from rltrain.buffers.rollout import RolloutBatch, RolloutBuffer
+from rltrain.distributed import moments_mean_std
 from rltrain.errors import require
 from rltrain.events.events import flatten_hparams
 from rltrain.optim import Optimization, adam
@@ -381,7 +382,10 @@ class PPO(LearningAgent):
         ratio = log_ratio.exp()
         advantages = batch.advantages
         if c.normalize_advantage and advantages.numel() * self.distributed.world_size > 1:
-            mean, std = self.distributed.mean_std(advantages)  # over every rank's minibatch
+            # Over every rank's part of the minibatch (moments shared once per update).
+            mean, std = (self.distributed.mean_std(advantages) if batch.advantage_moments is None
+                         else moments_mean_std(batch.advantage_moments.to(advantages.device)))
+            mean, std = mean.to(advantages.dtype), std.to(advantages.dtype)
             advantages = (advantages - mean) / (std + 1e-8)
         # Clipped surrogate (Eq. 7), as a loss: max(-A r, -A clip(r, 1-ε, 1+ε)).
         policy_loss = torch.max(-advantages * ratio,

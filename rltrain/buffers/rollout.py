@@ -10,6 +10,7 @@ import torch
 
 from rltrain.buffers.observations import map_obs, mismatch, obs_nbytes, row_nbytes, torch_zeros
 from rltrain.buffers.replay import check_fits
+from rltrain.distributed import DistributedContext
 from rltrain.types import ObsTensors, Transitions
 
 #: What an on-policy policy must return beside its actions (``PolicyStep.info``).
@@ -30,6 +31,10 @@ class RolloutBatch(NamedTuple):
     values: torch.Tensor
     advantages: torch.Tensor
     returns: torch.Tensor
+    #: With several processes: the count, sum and sum of squares of this minibatch's
+    #: advantages over every rank's part of it (float64 ``[3]``), for a normalisation of the
+    #: whole minibatch; None with one process.
+    advantage_moments: torch.Tensor | None = None
 
 
 class RolloutBuffer:
@@ -85,6 +90,8 @@ class RolloutBuffer:
         #: True once the agent prepared this rollout and the strategy shuffled it.
         self.prepared = False
         self.permutations = torch.zeros((0, n_steps * num_envs), dtype=torch.int64)
+        #: :meth:`share_advantage_moments`' result, one row per minibatch of the update.
+        self.advantage_moments = torch.zeros((0, 3), dtype=torch.float64)
         self.rng = np.random.default_rng(seed)
 
     @property
@@ -147,6 +154,20 @@ class RolloutBuffer:
             [self.rng.permutation(self.num_transitions) for _ in range(epochs)]))
         self.prepared = True
 
+    def share_advantage_moments(self, batch_size: int, distributed: DistributedContext) -> None:
+        """With several processes: every minibatch's advantage moments over every rank's part
+        of it, for the whole update in one all-reduce (after :meth:`shuffle`), so that a
+        minibatch is normalised as one without a collective per gradient step. A no-op with
+        one process."""
+        if not distributed.distributed:
+            return
+        advantages = self.advantages.reshape(-1).double()[
+            self.permutations.reshape(-1, batch_size)]  # [epochs x minibatches, batch_size]
+        moments = torch.stack([torch.full((len(advantages),), float(batch_size),
+                                          dtype=torch.float64),
+                               advantages.sum(1), advantages.square().sum(1)], dim=1)
+        self.advantage_moments = distributed.all_reduce_(moments)
+
     def minibatch(self, index: int, batch_size: int) -> RolloutBatch:
         """Minibatch ``index`` of the update: epoch ``index // per_epoch``, the
         ``index % per_epoch``-th slice of ``batch_size`` transitions of its permutation (each
@@ -160,22 +181,25 @@ class RolloutBuffer:
             taken = t.reshape(self.num_transitions, *t.shape[2:])[rows]
             return taken if device.type == "cpu" else taken.to(device, non_blocking=True)
 
+        moments = self.advantage_moments[index] if len(self.advantage_moments) else None
         return RolloutBatch(map_obs(take, self.observations), take(self.actions),
                             take(self.log_probs), take(self.values), take(self.advantages),
-                            take(self.returns))
+                            take(self.returns), moments)
 
     def reset(self) -> None:
         """Empty the rollout for the next one (``running_returns`` carry over)."""
         self.pos = 0
         self.prepared = False
         self.permutations = self.permutations[:0]
+        self.advantage_moments = self.advantage_moments[:0]
 
     def state_dict(self) -> dict[str, Any]:
         """Every tensor, the position, the update's permutations and the shuffler's state."""
         state: dict[str, Any] = {name: map_obs(torch.Tensor.clone, getattr(self, name))
                                  for name in _TENSORS}
         state.update(pos=self.pos, prepared=self.prepared,
-                     permutations=self.permutations.clone(), n_steps=self.n_steps,
+                     permutations=self.permutations.clone(),
+                     advantage_moments=self.advantage_moments.clone(), n_steps=self.n_steps,
                      num_envs=self.num_envs, rng=self.rng.bit_generator.state)
         return state
 
@@ -214,6 +238,12 @@ class RolloutBuffer:
                 mine.copy_(saved)
         self.pos, self.prepared = pos, prepared
         self.permutations = permutations.to(torch.int64).clone()
+        moments = state.get("advantage_moments", torch.zeros((0, 3), dtype=torch.float64))
+        if not (isinstance(moments, torch.Tensor) and moments.dim() == 2
+                and moments.shape[1] == 3 and moments.dtype == torch.float64):
+            raise ValueError("The saved rollout's advantage_moments are not a [minibatches, 3] "
+                             "float64 tensor.")
+        self.advantage_moments = moments.clone()
         self.rng = rng
 
 

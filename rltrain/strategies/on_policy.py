@@ -142,6 +142,7 @@ class OnPolicyStrategy(RLStrategy):
         if not storage.prepared:
             agent.prepare_rollout(storage)
             storage.shuffle(cfg.update_epochs)
+            storage.share_advantage_moments(cfg.batch_size, run.distributed)
             run.owe(cfg.update_epochs * cfg.minibatches)
         total = cfg.update_epochs * cfg.minibatches
 
