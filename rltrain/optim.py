@@ -188,7 +188,7 @@ class Optimization:
                 f"{sorted(self.optimizers)}."
             )
         if name in self._device_checked:
-            self._flag(name, loss)
+            self._flag(name, (~torch.isfinite(loss.detach())).any().float())
         elif not _finite(loss):
             reason = (f"the {name!r} loss is {loss.detach().float().cpu().flatten()[0].item()} "
                       f"at gradient step {self.progress.gradient_steps + 1:,}")
@@ -201,9 +201,9 @@ class Optimization:
         with self.autocast(enabled=False):
             return self._backward_and_step(name, optimizer, loss, max_norm)
 
-    def _flag(self, name: str, loss: torch.Tensor) -> None:
-        """Note on the device whether ``loss`` is non-finite; the fused step skips on it."""
-        bad = (~torch.isfinite(loss.detach())).any().float()
+    def _flag(self, name: str, bad: torch.Tensor) -> None:
+        """Note on the device a flag (1.0) of a non-finite ``name`` loss; the fused step skips
+        on it, and :meth:`poll` reports it."""
         window = self._window.get(name)
         self._window[name] = bad if window is None else torch.maximum(window, bad)
         previous = self._flags.get(name)
@@ -292,13 +292,9 @@ class Optimization:
             grad.copy_(flat[offset:offset + grad.numel()].view_as(grad))
             param.grad = grad
             offset += grad.numel()
-        bad = flat[-1:].clamp(max=1.0)
-        if name in self._device_checked:  # the fused kernel skips it; poll() reports it
-            self._window[name] = bad.reshape(())
-            previous = self._flags.get(name)
-            self._flags[name] = ((bad.reshape(()), self.progress.gradient_steps + 1)
-                                 if previous is None else
-                                 (torch.maximum(previous[0], bad.reshape(())), previous[1]))
+        bad = flat[-1].clamp(max=1.0)  # any rank's flag (its own included)
+        if name in self._device_checked:
+            self._flag(name, bad)
             return True
         if bad.item() > 0:
             self._refuse(name, here or f"a {name!r} loss was not finite on another rank at "

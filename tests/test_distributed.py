@@ -24,7 +24,7 @@ from conftest import assert_same_tensors, env_snapshot
 from rltrain import DQN, DQNConfig, Trainer, load_policy
 from rltrain.checkpoint import Checkpointer
 from rltrain.checkpoint.manifest import read_manifest
-from rltrain.distributed import DistributedContext, connect
+from rltrain.distributed import TORCHRUN_VARIABLES, DistributedContext, connect
 
 WORKER = Path(__file__).parent / "distributed_worker.py"
 TORCHRUN = [sys.executable, "-m", "torch.distributed.run"]
@@ -36,8 +36,7 @@ DQN_RUN = ("trainer.enable_progress_bar=false trainer.console_interval=1000 "
 
 
 def environment() -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if k not in (
-        "RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")}
+    env = {k: v for k, v in os.environ.items() if k not in TORCHRUN_VARIABLES}
     return {**env, "OMP_NUM_THREADS": "1", "PYTHONWARNINGS": "ignore"}
 
 
@@ -335,6 +334,13 @@ def test_a_manifest_s_shard_count_is_checked_and_unlisted_shards_are_swept(
             assert read_manifest(folder).fallback
 
 
+def test_an_error_rank_0_meets_before_training_is_the_same_kind_on_every_rank(
+        updates: list[dict[str, Any]]) -> None:
+    assert updates[0]["forwarded"] == ["FileExistsError", "the folder is theirs"]
+    assert updates[1]["forwarded"] == [
+        "FileExistsError", "Rank 0 failed: FileExistsError: the folder is theirs"]
+
+
 def test_a_run_directory_rank_0_refuses_is_a_clear_error_on_every_rank(tmp_path: Path) -> None:
     run_dir = tmp_path / "theirs"
     run_dir.mkdir()
@@ -346,8 +352,10 @@ def test_a_run_directory_rank_0_refuses_is_a_clear_error_on_every_rank(tmp_path:
     assert done.returncode != 0
     errors = [line for line in done.stderr.splitlines() if line.startswith("rltrain: ")]
     assert any("is not an rltrain run" in line and "Rank 0" not in line for line in errors)
-    assert any(line.startswith("rltrain: error: Rank 0 failed: FileExistsError:")
-               for line in errors), done.stderr[-3000:]
+    # Rank 1 says the same, unless torchrun stopped it first (it ends the others when one
+    # rank exits with an error): never an internal error.
+    assert all(line.startswith("rltrain: error: Rank 0 failed: FileExistsError:")
+               for line in errors if "Rank 0" in line), done.stderr[-3000:]
     assert not any("internal error" in line for line in errors)
     assert (run_dir / "config.yaml").read_text() == "not rltrain's\n"
     assert sorted(p.name for p in run_dir.iterdir()) == ["config.yaml"]

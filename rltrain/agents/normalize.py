@@ -7,6 +7,8 @@ change only when the agent updates them from a rollout.
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 from torch import nn
 
@@ -42,20 +44,14 @@ class RunningMeanStd(nn.Module):
         if count == 0:
             return
         mean, var = batch.mean(dim=0), batch.var(dim=0, unbiased=False)
-        if distributed.distributed:  # each rank's moments, merged in rank order
+        if distributed.distributed:  # each rank's moments (of as many samples), in rank order
             moments = distributed.all_gather(torch.stack([mean, var]))
-            mean, var, count = moments[0, 0], moments[0, 1], count
+            mean, var = moments[0]
             for other in moments[1:]:
                 mean, var, count = _merged(mean, var, count, other[0], other[1], batch.shape[0])
-        self._merge(mean, var, count)
-
-    def _merge(self, mean: torch.Tensor, var: torch.Tensor, count: int) -> None:
-        """Merge a batch's moments (``count`` samples) into the statistics."""
-        delta, total = mean - self.mean, self.count + count
-        m2 = self.var * self.count + var * count + delta.square() * self.count * count / total
-        self.mean += delta * count / total
-        self.var.copy_(m2 / total)
-        self.count.copy_(total)
+        merged = _merged(self.mean, self.var, self.count, mean, var, count)
+        for mine, value in zip((self.mean, self.var, self.count), merged, strict=True):
+            mine.copy_(value)
 
     def normalize(self, x: torch.Tensor, clip: float, epsilon: float = 1e-8) -> torch.Tensor:
         """``clip((x - mean) / sqrt(var + epsilon), -clip, clip)``, in ``x``'s dtype."""
@@ -68,9 +64,11 @@ class RunningMeanStd(nn.Module):
         return (x / (self.var + epsilon).sqrt().to(x.dtype)).clamp(-clip, clip)
 
 
-def _merged(mean: torch.Tensor, var: torch.Tensor, count: int, other_mean: torch.Tensor,
-            other_var: torch.Tensor, other_count: int) -> tuple[torch.Tensor, torch.Tensor, int]:
-    """The mean, (population) variance and count of two batches together."""
+def _merged(mean: torch.Tensor, var: torch.Tensor, count: int | torch.Tensor,
+            other_mean: torch.Tensor, other_var: torch.Tensor, other_count: int | torch.Tensor
+            ) -> tuple[torch.Tensor, torch.Tensor, Any]:
+    """The mean, (population) variance and count of two sets of samples together (Chan et
+    al.'s formula)."""
     total = count + other_count
     delta = other_mean - mean
     m2 = var * count + other_var * other_count + delta.square() * count * other_count / total

@@ -382,10 +382,10 @@ class PPO(LearningAgent):
         ratio = log_ratio.exp()
         advantages = batch.advantages
         if c.normalize_advantage and advantages.numel() * self.distributed.world_size > 1:
-            # Over every rank's part of the minibatch (moments shared once per update).
-            mean, std = (self.distributed.mean_std(advantages) if batch.advantage_moments is None
-                         else moments_mean_std(batch.advantage_moments.to(advantages.device)))
-            mean, std = mean.to(advantages.dtype), std.to(advantages.dtype)
+            if batch.advantage_moments is None:  # one process: the minibatch's own
+                mean, std = self.distributed.mean_std(advantages)
+            else:  # every rank's part of the minibatch, shared once per update
+                mean, std = (t.to(advantages) for t in moments_mean_std(batch.advantage_moments))
             advantages = (advantages - mean) / (std + 1e-8)
         # Clipped surrogate (Eq. 7), as a loss: max(-A r, -A clip(r, 1-ε, 1+ε)).
         policy_loss = torch.max(-advantages * ratio,
