@@ -185,7 +185,7 @@ def report(libraries: list[str], speed: dict[str, list[dict[str, Any]]],
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
+    parser.add_argument("--seeds", type=int, nargs="*", default=[0, 1, 2])
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--steps", type=int, default=50_000)
     parser.add_argument("--speed-steps", type=int, default=20_000)

@@ -9,6 +9,12 @@ times, median (min-max):
 - ``acting xN``: the same vector env driven by a 256x256 MLP: observations to a tensor, a batch-N
   forward pass under ``torch.inference_mode``, ``argmax`` (CartPole) or ``tanh`` (Pendulum),
   back to numpy. This is what any DQN or SAC loop pays before it learns anything.
+- ``rltrain xN`` (CartPole): rltrain's off-policy loop with training off (no gradient steps,
+  no evaluation, no outputs), its DQN acting greedily with the same 256x256 MLP: the acting
+  row plus what the framework adds per env step (the replay store, NaN checks, counters,
+  events, stop checks). Timed as the difference between two runs of different lengths, so
+  that the run's setup and final checkpoint cancel out; the overhead column is this row's
+  µs per env step minus the acting row's.
 
     python -m benchmarks.limits [--steps 20000] [--repeats 3] [--num-envs 1 8]
 """
@@ -17,7 +23,9 @@ from __future__ import annotations
 
 import argparse
 import functools
+import tempfile
 import time
+import warnings
 from collections.abc import Callable
 from typing import Any
 
@@ -86,6 +94,43 @@ def mlp_policy(env_id: str) -> Callable[[np.ndarray], np.ndarray]:
     return act
 
 
+def rltrain_loop(steps: int, num_envs: int) -> float:
+    """Env steps per second of rltrain's off-policy loop with training off, its DQN acting
+    greedily (epsilon 0) with a 256x256 MLP: the steady-state rate, from two runs of
+    ``steps`` and ``2 * steps`` env steps (setup and the final save cancel out)."""
+    from benchmarks._util import QUIET
+    from rltrain.config import compose
+    from rltrain.trainer import build
+
+    def seconds(num_steps: int) -> float:
+        with tempfile.TemporaryDirectory() as run_dir:
+            config = compose(["dqn_cartpole"], [
+                f"trainer.num_steps={num_steps}", f"trainer.run_dir={run_dir}", *QUIET,
+                "trainer.eval_interval=null", "trainer.return_threshold=null",
+                "trainer.num_threads=null", f"strategy.num_envs={num_envs}",
+                "strategy.warmup_steps=0", "strategy.train_steps=0",
+                "agent.epsilon_start=0.0", "agent.epsilon_end=0.0"])
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")  # train_steps=0: "the agent will not learn"
+                run = build(config)
+                start = time.perf_counter()
+                run.fit()
+            return time.perf_counter() - start
+
+    short, long = seconds(steps), seconds(2 * steps)
+    return steps / (long - short)
+
+
+def overhead(name: str, results: dict[str, list[float]]) -> str:
+    """For an rltrain row: its µs per env step minus the acting row's (paired by repeat,
+    median (min-max)); "-" for the other rows."""
+    if " rltrain " not in name:
+        return "-"
+    acting = results[name.replace(" rltrain ", " acting ")]
+    values = [1e6 / loop - 1e6 / act for loop, act in zip(results[name], acting, strict=True)]
+    return median_range(values, "{:.1f}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, default=20_000)
@@ -102,14 +147,16 @@ def main() -> None:
                                                                   args.steps, n)
             cases[f"{env_id} acting x{n}"] = functools.partial(vector_env, env_id, args.steps, n,
                                                               mlp_policy(env_id))
+            if env_id == "CartPole-v1":
+                cases[f"{env_id} rltrain x{n}"] = functools.partial(rltrain_loop, args.steps, n)
     results: dict[str, list[float]] = {name: [] for name in cases}
     for repeat in range(args.repeats):
         for name, case in cases.items():
             results[name].append(case())
             print(f"repeat {repeat} {name}: {results[name][-1]:,.0f} env steps/s", flush=True)
-    rows = [[name, median_range(values), f"{1e6 / np.median(values):.1f}"]
-            for name, values in results.items()]
-    print(table(["case", "env steps/s", "µs per env step"], rows))
+    rows = [[name, median_range(values), f"{1e6 / np.median(values):.1f}",
+             overhead(name, results)] for name, values in results.items()]
+    print(table(["case", "env steps/s", "µs per env step", "framework µs per env step"], rows))
     payload: dict[str, Any] = {"args": vars(args), "env_steps_per_second": results}
     print(f"results: {write_results('limits', payload)}")
 

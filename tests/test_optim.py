@@ -11,7 +11,7 @@ import torch
 from torch import nn
 
 from rltrain.agents.base import LearningAgent, Policy
-from rltrain.optim import Optimization
+from rltrain.optim import Optimization, fused_adam_step
 from rltrain.types import Progress
 
 
@@ -408,7 +408,7 @@ def device_checked(on_nan_loss: str = "stop", fused: bool = True
 
 def test_a_non_finite_loss_checked_on_the_device_is_skipped_without_reading_it(
         monkeypatch: pytest.MonkeyPatch) -> None:
-    import rltrain.optim as optim_module
+    import rltrain.optim.optimization as optim_module
 
     def no_host_read(loss: torch.Tensor) -> bool:
         raise AssertionError("the loss was read on the host")
@@ -444,3 +444,53 @@ def test_an_optimizer_that_is_not_fused_is_checked_on_the_host() -> None:
     optim, model, interrupter = device_checked(fused=False)
     assert not optim.step("m", model(torch.randn(2, 3)).sum() * float("nan"))
     assert interrupter.should_stop()  # at once, without a poll
+
+
+# The fused Adam step without Optimizer.step's wrapper -----------------------------------------
+
+
+def twin_adams(**kwargs: Any) -> tuple[nn.Module, torch.optim.Adam, nn.Module, torch.optim.Adam]:
+    torch.manual_seed(0)
+    a = nn.Sequential(nn.Linear(3, 8), nn.ReLU(), nn.Linear(8, 2))
+    b = copy.deepcopy(a)
+    return (a, torch.optim.Adam(a.parameters(), lr=1e-2, fused=True, **kwargs),
+            b, torch.optim.Adam(b.parameters(), lr=1e-2, fused=True, **kwargs))
+
+
+@pytest.mark.parametrize("kwargs", [{}, {"amsgrad": True, "weight_decay": 0.1},
+                                    {"betas": (0.5, 0.9), "maximize": True}])
+def test_the_functional_fused_adam_step_equals_optimizer_step_bit_for_bit(
+        kwargs: dict[str, Any]) -> None:
+    a, opt_a, b, opt_b = twin_adams(**kwargs)
+    stepped_directly = []
+    for step in range(6):
+        if step == 3:  # a schedule's new rate applies from the next step
+            for opt in (opt_a, opt_b):
+                opt.param_groups[0]["lr"] = 3e-3
+        x = torch.randn(5, 3)
+        for net in (a, b):
+            net(x).pow(2).sum().backward()
+        opt_a.step()
+        stepped_directly.append(fused_adam_step(opt_b))
+        if not stepped_directly[-1]:
+            opt_b.step()
+        for opt in (opt_a, opt_b):
+            opt.zero_grad()
+    assert stepped_directly == [False] + [True] * 5  # the first step creates the state
+    assert all(torch.equal(p, q) for p, q in zip(a.parameters(), b.parameters(), strict=True))
+    state_a, state_b = opt_a.state_dict()["state"], opt_b.state_dict()["state"]
+    for key in state_a:
+        assert all(torch.equal(state_a[key][k], state_b[key][k]) for k in state_a[key])
+
+
+def test_the_functional_step_leaves_other_optimizers_and_hooked_ones_to_step() -> None:
+    model = nn.Linear(3, 1)
+    model(torch.randn(2, 3)).sum().backward()
+    assert not fused_adam_step(torch.optim.Adam(model.parameters(), fused=False))
+    assert not fused_adam_step(torch.optim.SGD(model.parameters(), lr=0.1))
+    hooked = torch.optim.Adam(model.parameters(), fused=True)
+    hooked.step()
+    calls: list[int] = []
+    hooked.register_step_post_hook(lambda *_: calls.append(1))
+    assert not fused_adam_step(hooked)  # its hook must run: step() does that
+    assert calls == []

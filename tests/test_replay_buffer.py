@@ -254,3 +254,81 @@ def test_a_buffer_larger_than_the_memory_available_fails_at_once_naming_the_fix(
     capacity = available // (2 * 1_000 * 4) + 1  # observations and next observations alone
     with pytest.raises(MemoryError, match="Lower buffer_size"):
         ReplayBuffer(capacity, observation_space=box, action_space=gym.spaces.Discrete(2))
+
+
+# Prefetching a training round's batches ------------------------------------------------------
+
+
+def batch_ids(batch: ReplayBatch) -> list[int]:
+    """The transition ids of a batch (every field of a row derived from its id)."""
+    ids = batch.rewards.long()
+    expected = transitions(ids.tolist())
+    np.testing.assert_array_equal(batch.observations.numpy(), expected.observations)
+    np.testing.assert_array_equal(batch.next_observations.numpy(), expected.next_observations)
+    np.testing.assert_array_equal(batch.actions.numpy(), expected.actions)
+    np.testing.assert_array_equal(batch.terminated.numpy(), expected.terminated)
+    return ids.tolist()
+
+
+def test_prefetched_batches_are_drawn_from_the_contents_and_handed_out_once() -> None:
+    buffer = make_buffer(100)
+    add_each(buffer, range(1, 41))
+    buffer.prefetch(3, 8)
+    batches = [batch_ids(buffer.sample(8)) for _ in range(3)]
+    assert all(len(ids) == 8 and set(ids) <= set(range(1, 41)) for ids in batches)
+    assert len({tuple(ids) for ids in batches}) == 3  # three different draws
+    state = buffer.rng.bit_generator.state
+    assert batch_ids(buffer.sample(8)) not in batches  # then fresh draws from the generator
+    assert buffer.rng.bit_generator.state != state
+
+
+def test_an_add_drops_the_prefetched_batches_and_new_rows_can_be_sampled() -> None:
+    buffer = make_buffer(100)
+    add_each(buffer, range(1, 3))
+    buffer.prefetch(50, 16)
+    buffer.add(transitions([99]))
+    seen = {i for _ in range(20) for i in batch_ids(buffer.sample(16))}
+    assert 99 in seen  # not the batches drawn before row 99 arrived
+
+
+def test_a_sample_of_another_size_draws_afresh_and_keeps_the_plan() -> None:
+    buffer, twin = make_buffer(100), make_buffer(100)
+    for b in (buffer, twin):
+        add_each(b, range(1, 41))
+        b.prefetch(2, 8)
+    assert len(buffer.sample(5).rewards) == 5
+    assert batch_ids(buffer.sample(8)) == batch_ids(twin.sample(8))
+
+
+def test_a_buffer_saved_part_way_through_its_prefetched_batches_resumes_them() -> None:
+    straight, saved = make_buffer(100, seed=3), make_buffer(100, seed=3)
+    for b in (straight, saved):
+        add_each(b, range(1, 61))
+        b.prefetch(4, 8)
+        b.sample(8)
+    restored = make_buffer(100, seed=99)
+    restored.load_state_dict(saved.state_dict())
+    assert ([batch_ids(straight.sample(8)) for _ in range(5)]
+            == [batch_ids(restored.sample(8)) for _ in range(5)])  # 3 prefetched, 2 fresh
+
+
+def test_the_sampler_state_puts_back_a_prefetched_batch() -> None:
+    buffer = make_buffer(100)
+    add_each(buffer, range(1, 61))
+    buffer.prefetch(2, 8)
+    before = buffer.sampler_state
+    first = batch_ids(buffer.sample(8))
+    buffer.sampler_state = before
+    assert batch_ids(buffer.sample(8)) == first
+
+
+@pytest.mark.parametrize("indices", [torch.tensor([[0, 70]]), torch.tensor([[-1, 2]]),
+                                     torch.tensor([1, 2]), torch.tensor([[0.5, 1.0]]),
+                                     "indices"])
+def test_altered_prefetched_indices_are_refused(indices: object) -> None:
+    buffer = make_buffer(100)
+    add_each(buffer, range(1, 61))
+    state = buffer.state_dict()
+    state["prefetched"] = indices
+    with pytest.raises(ValueError, match=r"prefetched indices .* the checkpoint was altered"):
+        make_buffer(100).load_state_dict(state)

@@ -42,8 +42,7 @@ class StepStart:
 
     def take(self, optim: Optimization, buffer: Buffer | None) -> None:
         self.backward_calls = optim.backward_calls
-        rng = getattr(buffer, "rng", None)
-        self._sampler = rng.bit_generator.state if rng is not None else None
+        self._sampler = _sampler_state(buffer)
         self._torch = torch.get_rng_state()
 
     def finish(self, optim: Optimization) -> None:
@@ -56,11 +55,23 @@ class StepStart:
         return optim.backward_calls != self.backward_calls
 
     def rewind(self, buffer: Buffer | None) -> None:
-        rng = getattr(buffer, "rng", None)
-        if self._sampler is not None and rng is not None:
-            rng.bit_generator.state = self._sampler
+        if self._sampler is not None:
+            if hasattr(buffer, "sampler_state"):
+                buffer.sampler_state = self._sampler  # type: ignore[union-attr]
+            else:
+                buffer.rng.bit_generator.state = self._sampler  # type: ignore[union-attr]
         if self._torch is not None:
             torch.set_rng_state(self._torch)
+
+
+def _sampler_state(buffer: Buffer | None) -> Any:
+    """What the buffer's sampling has drawn so far: its ``sampler_state`` (a
+    :class:`~rltrain.buffers.ReplayBuffer`'s generator and prefetched batches), else its
+    ``rng`` generator's state; None for a buffer with neither."""
+    if hasattr(buffer, "sampler_state"):
+        return buffer.sampler_state  # type: ignore[union-attr]
+    rng = getattr(buffer, "rng", None)
+    return rng.bit_generator.state if rng is not None else None
 
 
 class FailingRun(Protocol):

@@ -130,6 +130,11 @@ class OffPolicyStrategy(RLStrategy):
                         len(buffer) * world < min(cfg.warmup_steps, cfg.buffer_size * world)
                         or not buffer.can_sample()):
                     run.owe(rounds * cfg.train_steps)
+                    # The round's batches drawn at once (a ReplayBuffer; Dreamer's sequence
+                    # replay draws per batch).
+                    prefetch = getattr(buffer, "prefetch", None)
+                    if prefetch is not None:
+                        prefetch(progress.pending_gradient_steps, cfg.batch_size)
                 run.emit(episodes)
                 run.train_owed(batch)
                 run.after_step(before)

@@ -1,0 +1,9 @@
+"""Framework-owned optimization: backward, gradient accumulation, clipping and optimizer steps
+(:mod:`.optimization`), and the arithmetic of a step without PyTorch's per-call wrappers
+(:mod:`.fused`)."""
+
+from rltrain.optim.fused import adam, clip_grad_norm, fused_adam_step
+from rltrain.optim.optimization import Optimization, TrainableAgent, check_autocast
+
+__all__ = ["Optimization", "TrainableAgent", "adam", "check_autocast", "clip_grad_norm",
+           "fused_adam_step"]
