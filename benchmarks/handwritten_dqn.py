@@ -36,6 +36,7 @@ def train(*, env_id: str = "CartPole-v1", num_envs: int = 1, num_steps: int = 20
     greedy episodes run every that many env steps (and the returns are reported); with
     ``return_threshold`` too, training stops at the first evaluation whose mean reaches it.
     """
+    start = time.perf_counter()  # the setup counts, as in rltrain's fit and SB3's timing
     random.seed(seed)
     np.random.seed(seed)
     torch.manual_seed(seed)
@@ -75,7 +76,6 @@ def train(*, env_id: str = "CartPole-v1", num_envs: int = 1, num_steps: int = 20
 
     obs, _ = envs.reset(seed=seed)
     env_steps = gradient_steps = 0
-    start = time.perf_counter()
     while env_steps < num_steps:
         epsilon = max(epsilon_end, epsilon_start
                       + (epsilon_end - epsilon_start) * env_steps / exploration_steps)

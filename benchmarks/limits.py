@@ -12,11 +12,14 @@ times, median (min-max):
 - ``rltrain xN`` (CartPole): rltrain's off-policy loop with training off (no gradient steps,
   no evaluation, no outputs), its DQN acting greedily with the same 256x256 MLP: the acting
   row plus what the framework adds per env step (the replay store, NaN checks, counters,
-  events, stop checks). Timed as the difference between two runs of different lengths, so
-  that the run's setup and final checkpoint cancel out; the overhead column is this row's
-  µs per env step minus the acting row's.
+  events, stop checks), timed between the run's first and last tenth so that its setup and
+  final checkpoint are left out (a subscriber's own cost, one call per vector step, is
+  included). The overhead column is this row's µs per env step minus the acting row's, paired
+  by repeat (each repeat runs every case once, in order).
+- ``sb3 xN`` (with ``--sb3``): the same for Stable-Baselines3's DQN, training off
+  (``gradient_steps=0``, epsilon 0), timed by a callback.
 
-    python -m benchmarks.limits [--steps 20000] [--repeats 3] [--num-envs 1 8]
+    python -m benchmarks.limits [--steps 20000] [--repeats 3] [--num-envs 1 8] [--envs ...] [--sb3]
 """
 
 from __future__ import annotations
@@ -96,37 +99,78 @@ def mlp_policy(env_id: str) -> Callable[[np.ndarray], np.ndarray]:
 
 def rltrain_loop(steps: int, num_envs: int) -> float:
     """Env steps per second of rltrain's off-policy loop with training off, its DQN acting
-    greedily (epsilon 0) with a 256x256 MLP: the steady-state rate, from two runs of
-    ``steps`` and ``2 * steps`` env steps (setup and the final save cancel out)."""
+    greedily (epsilon 0) with a 256x256 MLP: the steady rate between the run's first and last
+    tenth (timed by a subscriber), so that setup and the final save are left out."""
     from benchmarks._util import QUIET
     from rltrain.config import compose
+    from rltrain.events import Subscriber
     from rltrain.trainer import build
 
-    def seconds(num_steps: int) -> float:
-        with tempfile.TemporaryDirectory() as run_dir:
-            config = compose(["dqn_cartpole"], [
-                f"trainer.num_steps={num_steps}", f"trainer.run_dir={run_dir}", *QUIET,
-                "trainer.eval_interval=null", "trainer.return_threshold=null",
-                "trainer.num_threads=null", f"strategy.num_envs={num_envs}",
-                "strategy.warmup_steps=0", "strategy.train_steps=0",
-                "agent.epsilon_start=0.0", "agent.epsilon_end=0.0"])
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore")  # train_steps=0: "the agent will not learn"
-                run = build(config)
-                start = time.perf_counter()
-                run.fit()
-            return time.perf_counter() - start
+    class Clock(Subscriber):
+        def __init__(self) -> None:
+            self.marks: list[tuple[int, float]] = []
 
-    short, long = seconds(steps), seconds(2 * steps)
-    return steps / (long - short)
+        def on_env_step(self, event: Any, metrics: Any) -> None:
+            if event.env_steps in (first, last):
+                self.marks.append((event.env_steps, time.perf_counter()))
+
+    vector_steps = max(10, steps // num_envs)
+    first, last = (vector_steps // 10) * num_envs, (vector_steps - vector_steps // 10) * num_envs
+    clock = Clock()
+    with tempfile.TemporaryDirectory() as run_dir:
+        config = compose(["dqn_cartpole"], [
+            f"trainer.num_steps={vector_steps * num_envs}", f"trainer.run_dir={run_dir}",
+            *QUIET, "trainer.eval_interval=null", "trainer.return_threshold=null",
+            "trainer.num_threads=null", f"strategy.num_envs={num_envs}",
+            "strategy.warmup_steps=0", "strategy.train_steps=0",
+            "agent.epsilon_start=0.0", "agent.epsilon_end=0.0"])
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # train_steps=0: "the agent will not learn"
+            build(config, callbacks=[clock]).fit()
+    (start, began), (end, ended) = clock.marks
+    return (end - start) / (ended - began)
+
+
+def sb3_loop(steps: int, num_envs: int) -> float:
+    """The same for Stable-Baselines3's DQN (``learning_starts=0``, ``gradient_steps=0``,
+    epsilon 0, the same 256x256 MLP, a ``DummyVecEnv`` of ``num_envs``): its
+    ``collect_rollouts`` loop with ``predict``, the replay add and its callbacks, timed
+    between the first and last tenth by a callback."""
+    from stable_baselines3 import DQN as SB3DQN
+    from stable_baselines3.common.callbacks import BaseCallback
+    from stable_baselines3.common.env_util import make_vec_env
+
+    vector_steps = max(10, steps // num_envs)
+    first, last = (vector_steps // 10) * num_envs, (vector_steps - vector_steps // 10) * num_envs
+
+    class Clock(BaseCallback):
+        def __init__(self) -> None:
+            super().__init__()
+            self.marks: list[tuple[int, float]] = []
+
+        def _on_step(self) -> bool:
+            if self.num_timesteps in (first, last):
+                self.marks.append((self.num_timesteps, time.perf_counter()))
+            return True
+
+    model = SB3DQN("MlpPolicy", make_vec_env("CartPole-v1", n_envs=num_envs, seed=0),
+                   learning_starts=0, gradient_steps=0, train_freq=1,
+                   exploration_initial_eps=0.0, exploration_final_eps=0.0,
+                   buffer_size=100_000, policy_kwargs={"net_arch": [256, 256]}, seed=0,
+                   device="cpu", verbose=0)
+    clock = Clock()
+    model.learn(total_timesteps=vector_steps * num_envs, callback=clock)
+    (start, began), (end, ended) = clock.marks
+    return (end - start) / (ended - began)
 
 
 def overhead(name: str, results: dict[str, list[float]]) -> str:
     """For an rltrain row: its µs per env step minus the acting row's (paired by repeat,
     median (min-max)); "-" for the other rows."""
-    if " rltrain " not in name:
+    loop = next((lib for lib in (" rltrain ", " sb3 ") if lib in name), None)
+    if loop is None:
         return "-"
-    acting = results[name.replace(" rltrain ", " acting ")]
+    acting = results[name.replace(loop, " acting ")]
     values = [1e6 / loop - 1e6 / act for loop, act in zip(results[name], acting, strict=True)]
     return median_range(values, "{:.1f}")
 
@@ -137,10 +181,13 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--num-envs", type=int, nargs="+", default=[1, 8])
     parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--envs", nargs="+", default=list(ENVS), choices=ENVS)
+    parser.add_argument("--sb3", action="store_true",
+                        help="add Stable-Baselines3's DQN loop beside rltrain's (bench extra)")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     cases: dict[str, Callable[[], float]] = {}
-    for env_id in ENVS:
+    for env_id in args.envs:
         cases[f"{env_id} env"] = functools.partial(single_env, env_id, args.steps)
         for n in args.num_envs:
             cases[f"{env_id} vector env x{n}"] = functools.partial(vector_env, env_id,
@@ -149,6 +196,8 @@ def main() -> None:
                                                               mlp_policy(env_id))
             if env_id == "CartPole-v1":
                 cases[f"{env_id} rltrain x{n}"] = functools.partial(rltrain_loop, args.steps, n)
+                if args.sb3:
+                    cases[f"{env_id} sb3 x{n}"] = functools.partial(sb3_loop, args.steps, n)
     results: dict[str, list[float]] = {name: [] for name in cases}
     for repeat in range(args.repeats):
         for name, case in cases.items():

@@ -39,6 +39,7 @@ from rltrain.agents.encoders import (
     make_encoder,
     orthogonal,
 )
+from rltrain.agents.networks import MLP
 from rltrain.agents.normalize import RunningMeanStd
 from rltrain.agents.returns import gae
 from rltrain.buffers.observations import map_obs
@@ -152,13 +153,13 @@ def layer(in_features: int, out_features: int, gain: float) -> nn.Linear:
     return linear
 
 
-def trunk(in_features: int, hidden_sizes: list[int], activation: type[nn.Module]) -> nn.Sequential:
+def trunk(in_features: int, hidden_sizes: list[int], activation: type[nn.Module]) -> MLP:
     """Linear + activation per hidden width, orthogonal with gain √2."""
     layers: list[nn.Module] = []
     for size in hidden_sizes:
         layers += [layer(in_features, size, math.sqrt(2)), activation()]
         in_features = size
-    return nn.Sequential(*layers)
+    return MLP(*layers)
 
 
 class ActorCritic(nn.Module):

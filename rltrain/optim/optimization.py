@@ -236,7 +236,7 @@ class Optimization:
             return False
         self._pending[name] = 0
         if self.distributed.distributed and not self._average_gradients(name):
-            optimizer.zero_grad(set_to_none=True)
+            _zero_grad(optimizer)
             return False
         if scaler is not None:
             scaler.unscale_(optimizer)  # clip the true gradients, not the scaled ones
@@ -258,7 +258,7 @@ class Optimization:
             optimizer.found_inf = None  # type: ignore[attr-defined]
         elif not fused_adam_step(optimizer):
             optimizer.step()
-        optimizer.zero_grad(set_to_none=True)
+        _zero_grad(optimizer)
         return True
 
     def _average_gradients(self, name: str) -> bool:
@@ -349,6 +349,14 @@ def check_autocast(device_type: str, dtype: torch.dtype) -> None:
     if device_type == "cuda" and dtype == torch.bfloat16 and not torch.cuda.is_bf16_supported():
         raise ValueError("This GPU does not support bfloat16; use dtype='float16' (with loss "
                          "scaling) or 'float32'.")
+
+
+def _zero_grad(optimizer: torch.optim.Optimizer) -> None:
+    """What ``optimizer.zero_grad(set_to_none=True)`` does, without its wrapper (a profiler
+    record and per-call grouping)."""
+    for group in optimizer.param_groups:
+        for param in group["params"]:
+            param.grad = None
 
 
 def _finite(loss: torch.Tensor) -> bool:

@@ -68,8 +68,9 @@ def _sampler_state(buffer: Buffer | None) -> Any:
     """What the buffer's sampling has drawn so far: its ``sampler_state`` (a
     :class:`~rltrain.buffers.ReplayBuffer`'s generator and prefetched batches), else its
     ``rng`` generator's state; None for a buffer with neither."""
-    if hasattr(buffer, "sampler_state"):
-        return buffer.sampler_state  # type: ignore[union-attr]
+    state = getattr(buffer, "sampler_state", None)
+    if state is not None:
+        return state
     rng = getattr(buffer, "rng", None)
     return rng.bit_generator.state if rng is not None else None
 
