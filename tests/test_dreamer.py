@@ -87,6 +87,49 @@ def test_imagined_rollouts_have_the_right_shapes_and_gradients_only_where_they_s
     assert all(p.grad is None for p in agent.critic.parameters())
 
 
+def test_observe_computes_what_stepping_obs_step_computes() -> None:
+    # observe() takes out of its loop what does not depend on the recurrence (the masks, the
+    # noise, the action's and the embedding's parts of the first layers, the prior); stepping
+    # obs_step() along the sequence from the same seed gives the same states to float
+    # round-off (the draws coincide: each step's 4 x 8 are a multiple of 16, as in one draw).
+    agent = built()
+    rssm = agent.world_model.rssm
+    batch, length = 4, 6
+    embeds, actions = torch.randn(batch, length, 32), torch.randn(batch, length, 1)
+    is_first = torch.zeros(batch, length)
+    is_first[:, 0] = is_first[1, 3] = 1.0  # a new episode inside one of the sequences
+    torch.manual_seed(1)
+    priors, posteriors = rssm.observe(embeds, actions, is_first)
+    torch.manual_seed(1)
+    state = rssm.initial(batch, torch.device("cpu"))
+    for t in range(length):
+        prior, state = rssm.obs_step(state, actions[:, t], embeds[:, t], is_first[:, t])
+        for name, stepped, observed, expected in [
+                *zip(State._fields, ("prior",) * 4, priors, prior, strict=True),
+                *zip(State._fields, ("posterior",) * 4, posteriors, state, strict=True)]:
+            torch.testing.assert_close(observed[:, t], expected, msg=f"{stepped} {name} at {t}")
+
+
+def test_actor_rsample_is_its_distributions_rsample_and_log_prob() -> None:
+    # Actor.rsample writes out the squashed Gaussian's sample and log π(a) for imagination;
+    # from the same seed it gives what the distribution gives, gradients included.
+    agent = built()
+    features = torch.randn(64, 32 + 8)
+    params = list(agent.actor.parameters())
+    torch.manual_seed(2)
+    action, log_prob = agent.actor.rsample(features)
+    grads = torch.autograd.grad((action.sum() + log_prob.sum()), params)
+    torch.manual_seed(2)
+    policy = agent.actor(features)
+    expected = policy.rsample()
+    expected_log_prob = policy.log_prob(expected)
+    expected_grads = torch.autograd.grad((expected.sum() + expected_log_prob.sum()), params)
+    torch.testing.assert_close(action, expected)
+    torch.testing.assert_close(log_prob, expected_log_prob)
+    for grad, expected_grad in zip(grads, expected_grads, strict=True):
+        torch.testing.assert_close(grad, expected_grad)
+
+
 @pytest.mark.parametrize("target", [-8.0, -800.0])
 def test_the_critic_learns_large_returns_as_fast_as_small_ones(target: float) -> None:
     # Pendulum's values are in the hundreds; in symlog space the critic reaches them in as few

@@ -18,7 +18,7 @@ from typing_extensions import override
 
 from rltrain.agents.base import LearningAgent, Policy, SpaceError, require_bounded
 from rltrain.agents.dreamer.behavior import Actor, ReturnScale, imagine
-from rltrain.agents.dreamer.world_model import State, WorldModel, symexp, symlog
+from rltrain.agents.dreamer.world_model import ELU, State, WorldModel, rows, symexp, symlog
 from rltrain.agents.encoders import flattenable
 from rltrain.agents.networks import mlp, soft_update
 from rltrain.agents.returns import lambda_returns
@@ -184,7 +184,7 @@ class Dreamer(LearningAgent):
                                       hidden_size=c.hidden_size, layers=c.layers)
         features = c.deter_size + c.stoch_size
         self.actor = Actor(features, self.action_size, c.hidden, discrete=self.discrete)
-        self.critic = mlp(features, c.hidden, 1, nn.ELU)
+        self.critic = mlp(features, c.hidden, 1, ELU)
         self.target_critic = copy.deepcopy(self.critic).requires_grad_(False)
         self.return_scale = ReturnScale()
 
@@ -243,9 +243,12 @@ class Dreamer(LearningAgent):
         # Step t goes from s_t to s_{t+1}: its reward and continue probability are predicted at
         # s_{t+1} (the arrival convention of the replay); values come from the slow critic.
         wm = self.world_model
-        rewards = symexp(wm.reward_head(rollout.features[1:]).squeeze(-1))
-        discounts = c.gamma * torch.sigmoid(wm.continue_head(rollout.features[1:]).squeeze(-1))
-        values = self.value(self.target_critic, rollout.features)  # v(s_0) ... v(s_H)
+        # The heads read all H + 1 states and the prediction at s_0 is dropped: cheaper than
+        # slicing the states, whose backward pass would fill a zero gradient for s_0.
+        states = rollout.features  # s_0 ... s_H
+        rewards = symexp(rows(wm.reward_head, states).squeeze(-1))[1:]
+        discounts = c.gamma * torch.sigmoid(rows(wm.continue_head, states).squeeze(-1))[1:]
+        values = self.value(self.target_critic, states)  # v(s_0) ... v(s_H)
         returns = lambda_returns(rewards, values[:-1], discounts, values[-1], c.lambda_)
         # Discount weights: an imagined step counts as much as the chance of still being
         # in the episode there (Appendix A); no gradient through them.
@@ -280,14 +283,14 @@ class Dreamer(LearningAgent):
     @staticmethod
     def value(critic: nn.Module, features: torch.Tensor) -> torch.Tensor:
         """``v(s)``: the critic predicts it in symlog space."""
-        return symexp(critic(features).squeeze(-1))
+        return symexp(rows(critic, features).squeeze(-1))
 
     def critic_loss(self, features: torch.Tensor, returns: torch.Tensor,
                     weights: torch.Tensor) -> torch.Tensor:
         """The discount-weighted squared error of the critic against the λ-returns (Eq. 8),
         in symlog space (DreamerV3, Sec. 3): returns in the hundreds are learned as fast as
         returns near one. Gradients reach the critic only."""
-        predicted: torch.Tensor = self.critic(features.detach()).squeeze(-1)
+        predicted = rows(self.critic, features.detach()).squeeze(-1)
         return 0.5 * (weights * (predicted - symlog(returns.detach())).pow(2)).mean()
 
     def _update_target_critic(self) -> None:

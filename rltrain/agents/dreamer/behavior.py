@@ -10,6 +10,7 @@ entropy scale suits rewards of any size.
 
 from __future__ import annotations
 
+import math
 from typing import NamedTuple
 
 import torch
@@ -19,7 +20,7 @@ from torch.distributions import Distribution, Independent, Normal, OneHotCategor
 from torch.distributions.transformed_distribution import TransformedDistribution
 from torch.distributions.transforms import TanhTransform
 
-from rltrain.agents.dreamer.world_model import RSSM, State
+from rltrain.agents.dreamer.world_model import ELU, RSSM, State
 from rltrain.agents.networks import mlp
 
 
@@ -32,16 +33,37 @@ class Actor(nn.Module):
         super().__init__()
         self.discrete, self.min_std = discrete, min_std
         self.net = mlp(feature_size, hidden, action_size if discrete else 2 * action_size,
-                       nn.ELU)
+                       ELU)
 
     def forward(self, features: torch.Tensor) -> Distribution:
         out = self.net(features)
         if self.discrete:
             return OneHotCategorical(logits=out)
-        mean, std = out.chunk(2, dim=-1)
-        # DreamerV1's squashed Gaussian: the mean scaled into tanh's working range
-        base = Normal(5.0 * torch.tanh(mean / 5.0), F.softplus(std) + self.min_std)
+        base = Normal(*self._gaussian(out))
         return Independent(TransformedDistribution(base, TanhTransform(cache_size=1)), 1)
+
+    def _gaussian(self, out: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        # DreamerV1's squashed Gaussian: the mean scaled into tanh's working range
+        mean, std = out.chunk(2, dim=-1)
+        return 5.0 * torch.tanh(mean / 5.0), F.softplus(std) + self.min_std
+
+    def rsample(self, features: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """A reparameterised action ``a = tanh(u)``, ``u = mean + std ε``, and its
+        ``log π(a | s)``: what :meth:`forward`'s distribution gives from ``rsample()`` and
+        ``log_prob()``, written out (without the distribution objects, whose argument checks
+        cost more than the arithmetic here). Continuous actions only. The log-probability
+        reads ``u`` itself, as the tanh transform's cache does: inverting a saturated action
+        (``atanh(±1)``) would overflow.
+
+            log π(a) = Σ [log N(u; mean, std) - log(1 - tanh²(u))]
+            log(1 - tanh²(u)) = 2 (log 2 - u - softplus(-2u))    (stable for large |u|)
+        """
+        mean, std = self._gaussian(self.net(features))
+        noise = torch.randn_like(mean)
+        u = mean + noise * std
+        log_normal = -0.5 * noise.pow(2) - std.log() - 0.5 * math.log(2.0 * math.pi)
+        log_jacobian = 2.0 * (math.log(2.0) - u - F.softplus(-2.0 * u))
+        return torch.tanh(u), (log_normal - log_jacobian).sum(-1)
 
     @staticmethod
     def mode(distribution: Distribution, discrete: bool) -> torch.Tensor:
@@ -74,26 +96,22 @@ def imagine(rssm: RSSM, actor: Actor, start: State, horizon: int) -> Imagination
     state, features = start, [start.features()]
     actions, log_probs, entropies = [], [], []
     for _ in range(horizon):
-        policy = actor(features[-1].detach())
-        action = policy.sample() if actor.discrete else policy.rsample()
-        # log π(a) of the sample itself: the tanh transform's cache then inverts it exactly
-        # (recomputing atanh of a detached copy overflows where the action saturates at ±1).
-        log_prob = policy.log_prob(action)
+        if actor.discrete:
+            policy = actor(features[-1].detach())
+            action = policy.sample()
+            log_prob = policy.log_prob(action)
+            entropy = policy.entropy()
+        else:
+            # a tanh-squashed Gaussian has no closed-form entropy: use -log π(a) of the sample
+            action, log_prob = actor.rsample(features[-1].detach())
+            entropy = -log_prob
         log_probs.append(log_prob)
-        entropies.append(_entropy(policy, log_prob))
+        entropies.append(entropy)
         state = rssm.img_step(state, action)
         features.append(state.features())
         actions.append(action)
     return Imagination(torch.stack(features), torch.stack(actions), torch.stack(log_probs),
                        torch.stack(entropies))
-
-
-def _entropy(policy: Distribution, log_prob: torch.Tensor) -> torch.Tensor:
-    # A tanh-squashed Gaussian has no closed-form entropy: use -log π(a) of the sample.
-    if isinstance(policy, OneHotCategorical):
-        entropy: torch.Tensor = policy.entropy()  # type: ignore[no-untyped-call]
-        return entropy
-    return -log_prob
 
 
 class ReturnScale(nn.Module):
@@ -115,7 +133,7 @@ class ReturnScale(nn.Module):
     def update(self, returns: torch.Tensor) -> torch.Tensor:
         """Fold in a batch of returns; returns the current scale."""
         flat = returns.detach().float().flatten()
-        low, high = torch.quantile(flat, 0.05), torch.quantile(flat, 0.95)
+        low, high = torch.quantile(flat, flat.new_tensor([0.05, 0.95]))  # one sort for both
         if not bool(self.initialized):
             self.low.copy_(low)
             self.high.copy_(high)
