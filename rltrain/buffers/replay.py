@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 import gymnasium as gym
@@ -187,7 +188,7 @@ class ReplayBuffer:
             self._plan = None
             return
         indices = self.rng.integers(0, self.size, size=(batches, batch_size))
-        self._plan = _Plan(indices, self._gather(indices.reshape(-1)), sampled=0)
+        self._plan = _Plan(indices, self._gather(indices.reshape(-1)))
 
     def _gather(self, idx: np.ndarray) -> ReplayBatch:
         device = self.device
@@ -251,14 +252,16 @@ class ReplayBuffer:
         prefetched = state.get("prefetched")  # absent from checkpoints before prefetching
         if prefetched is not None:
             indices = _checked_indices(prefetched, n)
-            self._plan = _Plan(indices, self._gather(indices.reshape(-1)), sampled=0)
+            self._plan = _Plan(indices, self._gather(indices.reshape(-1)))
 
 
+@dataclass
 class _Plan:
     """Prefetched batches: their indices, their gathered rows, how many were sampled."""
 
-    def __init__(self, indices: np.ndarray, rows: ReplayBatch, sampled: int) -> None:
-        self.indices, self.rows, self.sampled = indices, rows, sampled
+    indices: np.ndarray
+    rows: ReplayBatch
+    sampled: int = 0
 
 
 def _checked_indices(saved: Any, size: int) -> np.ndarray:

@@ -37,7 +37,7 @@ def fused_adam_step(optimizer: torch.optim.Optimizer) -> bool:
     about 210 µs for a 256x256 MLP on one CPU thread (a DQN gradient step takes about 2 ms).
 
     Returns False, having done nothing, where ``optimizer.step()`` must run instead: another
-    optimizer, one not fused, complex or differentiable or capturable parameters, step hooks
+    optimizer, one not fused, differentiable or capturable parameters, step hooks
     registered (on it or globally) or its ``step`` replaced (an LR scheduler's counter), and
     before its state exists (the first step, which ``step()`` creates). The learning rate and
     betas are read from each param group at every call, so schedules that set them apply.
@@ -51,8 +51,9 @@ def fused_adam_step(optimizer: torch.optim.Optimizer) -> bool:
     groups = []
     for group in optimizer.param_groups:
         params = [p for p in group["params"] if p.grad is not None]
+        # (a fused Adam holds floating-point parameters only: its constructor refuses others)
         if (group["capturable"] or group["differentiable"]
-                or any(p not in state or torch.is_complex(p) for p in params)):
+                or any(p not in state for p in params)):
             return False
         groups.append((group, params, [state[p] for p in params]))
     with torch.no_grad():
