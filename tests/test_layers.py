@@ -16,7 +16,7 @@ PACKAGE = Path(__file__).resolve().parent.parent / "rltrain"
 
 #: Lowest first. A module belongs to the first prefix that names it (the longest wins).
 LAYERS: list[tuple[str, ...]] = [
-    ("rltrain.types", "rltrain.errors", "rltrain._version"),
+    ("rltrain.types", "rltrain.errors", "rltrain._version", "rltrain.heap"),
     ("rltrain.targets", "rltrain.envs", "rltrain.env_checks", "rltrain.seeding",
      "rltrain.interrupt", "rltrain.distributed", "rltrain.safe_pickle", "rltrain.buffers",
      "rltrain.events",

@@ -27,6 +27,7 @@ from rltrain.envs import EnvInit, env_name
 from rltrain.evaluation import Evaluator
 from rltrain.events.processor import EventProcessor
 from rltrain.events.renderers.jsonl import json_safe
+from rltrain.heap import keep_freed_memory
 from rltrain.instantiate import make_strategy
 from rltrain.interrupt import stop_on_signals
 from rltrain.strategies.base import RLResult, RLStrategy
@@ -172,9 +173,11 @@ class Trainer(TrainerSettings):
             if main:
                 write_model_summary(self, agent, run_dir)
             threads, why = self.torch_threads(trainable_parameters(agent))
+            heap = keep_freed_memory() if self.keep_freed_memory else "keep_freed_memory=False"
             if self.enable_console and main:
                 count = torch.get_num_threads() if threads is None else threads
                 print(f"torch threads: {count} ({why})", flush=True)
+                print(f"heap: {heap}", flush=True)
             with stop_on_signals(self.interrupter), self._threads(threads):
                 result = strategy.train(agent, components, env)
         finally:
