@@ -37,7 +37,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from benchmarks._util import median_range, table, write_results
+from benchmarks._util import median_range, require_sb3, table, write_results
 
 ENVS = ("CartPole-v1", "Pendulum-v1")
 
@@ -185,6 +185,8 @@ def main() -> None:
     parser.add_argument("--sb3", action="store_true",
                         help="add Stable-Baselines3's DQN loop beside rltrain's (bench extra)")
     args = parser.parse_args()
+    if args.sb3:
+        require_sb3("benchmarks.limits --sb3", "leave out --sb3")
     torch.set_num_threads(args.threads)
     cases: dict[str, Callable[[], float]] = {}
     for env_id in args.envs:
