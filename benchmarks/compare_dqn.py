@@ -19,6 +19,11 @@ libraries, in an order rotated per seed, so that the machine's drift hits all th
   networks and optimizer) to the end of training. Each pays torch's first ``Optimizer``
   (about 1.7 s here: it imports ``torch._dynamo``) inside its time.
 
+- the ceiling: each speed repeat also times ``benchmarks.gradient_step``'s parts (one more
+  subprocess, in the rotation), and the last table gives each library's env steps per second
+  as a share of the two ceilings of the same repeat (this machine's speed drifts by tens of
+  percent over minutes, so a ceiling from another hour would not compare).
+
 Ratios are paired (same seed or repeat). Needs the ``bench`` extra (stable-baselines3).
 
     python -m benchmarks.compare_dqn [--seeds 0 1 2] [--repeats 3] [--speed-steps 20000]
@@ -39,6 +44,7 @@ from typing import Any
 
 import torch
 
+from benchmarks import gradient_step
 from benchmarks._util import QUIET, median_range, require_sb3, table, write_results
 
 THRESHOLD = 475.0
@@ -134,10 +140,19 @@ RUNNERS: dict[str, Callable[[int, int, bool], dict[str, Any]]] = {
     "rltrain": run_rltrain, "sb3": run_sb3, "handwritten": run_handwritten}
 
 
+def run_ceiling() -> dict[str, Any]:
+    """``benchmarks.gradient_step``'s two ceilings (env steps/s), timed now: measured in the
+    same minutes as the libraries' runs, since this machine's speed drifts by tens of percent
+    over minutes."""
+    micros = gradient_step.time_parts(calls=300, repeats=1)
+    loose, strict = (gradient_step.ceiling(micros, step) for step in gradient_step.CEILING_STEPS)
+    return {"ceiling": loose, "strict_ceiling": strict}
+
+
 def worker(library: str, seed: int, steps: int, learn: bool) -> None:
     """Run one measurement in this process and print it as one JSON line."""
     torch.set_num_threads(1)
-    result = RUNNERS[library](seed, steps, learn)
+    result = run_ceiling() if library == "ceiling" else RUNNERS[library](seed, steps, learn)
     result["peak_rss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     print(json.dumps(result))
 
@@ -195,6 +210,20 @@ def report(libraries: list[str], speed: dict[str, list[dict[str, Any]]],
                  "time to solve vs SB3 (paired)", "final eval return", "peak RSS (MB)"], rows))
 
 
+def report_ceiling(libraries: list[str], speed: dict[str, list[dict[str, Any]]],
+                   ceilings: list[dict[str, Any]]) -> None:
+    """Each library's env steps/s as a share of the ceilings measured in the same repeat."""
+    rows = []
+    for lib in libraries:
+        rates = [r["env_steps"] / r["seconds"] for r in speed[lib]]
+        rows.append([lib, *(median_range([100 * rate / c[key] for rate, c in
+                                          zip(rates, ceilings, strict=True)], "{:.0f}%")
+                            for key in ("ceiling", "strict_ceiling"))])
+    print(f"ceiling per repeat: {median_range([c['ceiling'] for c in ceilings])} env steps/s "
+          f"(the kernel alone: {median_range([c['strict_ceiling'] for c in ceilings])})")
+    print(table(["library", "of the ceiling (paired)", "of the strict ceiling (paired)"], rows))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seeds", type=int, nargs="*", default=[0, 1, 2])
@@ -204,7 +233,7 @@ def main() -> None:
     parser.add_argument("--libraries", nargs="+", default=list(LIBRARIES), choices=LIBRARIES)
     parser.add_argument("--results", default="compare_dqn",
                         help="name of the results file in benchmarks/results/")
-    parser.add_argument("--worker", choices=LIBRARIES, help=argparse.SUPPRESS)
+    parser.add_argument("--worker", choices=[*LIBRARIES, "ceiling"], help=argparse.SUPPRESS)
     parser.add_argument("--worker-steps", type=int, help=argparse.SUPPRESS)
     parser.add_argument("--seed", type=int, default=0, help=argparse.SUPPRESS)
     parser.add_argument("--learn", action="store_true", help=argparse.SUPPRESS)
@@ -217,8 +246,14 @@ def main() -> None:
     libraries = list(args.libraries)
     speed: dict[str, list[dict[str, Any]]] = {lib: [] for lib in libraries}
     learn: dict[str, list[dict[str, Any]]] = {lib: [] for lib in libraries}
+    ceilings: list[dict[str, Any]] = []
     for repeat in range(args.repeats):
-        for lib in rotated(repeat, libraries):
+        for lib in rotated(repeat, [*libraries, "ceiling"]):
+            if lib == "ceiling":
+                ceilings.append(measure("ceiling", repeat, 0, learn=False))
+                print(f"ceiling repeat {repeat}: {ceilings[-1]['ceiling']:.0f} env steps/s",
+                      flush=True)
+                continue
             speed[lib].append(measure(lib, repeat, args.speed_steps, learn=False))
             run = speed[lib][-1]
             print(f"speed {lib} repeat {repeat}: {run['env_steps'] / run['seconds']:.0f} env "
@@ -229,10 +264,12 @@ def main() -> None:
             print(f"learn {lib} seed {seed}: {learn[lib][-1]}", flush=True)
     if "sb3" in libraries:
         report(libraries, speed, learn)
+    if ceilings:
+        report_ceiling(libraries, speed, ceilings)
     summary = {lib: {"median_env_sps": statistics.median(
         r["env_steps"] / r["seconds"] for r in speed[lib])} for lib in libraries if speed[lib]}
     path = write_results(args.results, {"args": vars(args), "speed": speed, "learn": learn,
-                                         "summary": summary})
+                                         "ceilings": ceilings, "summary": summary})
     print(f"results: {path}")
 
 

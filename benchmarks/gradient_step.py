@@ -25,12 +25,14 @@ from torch import nn
 from benchmarks._util import median_range, table, write_results
 from rltrain.optim import clip_grad_norm, fused_adam_step
 
+#: µs per env step of CartPole-v1's vector env x1 (``benchmarks.limits``), in the ceiling.
+ENV_STEP = 36.2
+#: The two Adam steps a ceiling is computed with (loosest first).
+CEILING_STEPS = ("Adam step, fused, Optimizer.step", "the fused Adam kernel alone")
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--calls", type=int, default=500)
-    parser.add_argument("--repeats", type=int, default=5)
-    args = parser.parse_args()
+
+def time_parts(calls: int, repeats: int) -> dict[str, list[float]]:
+    """µs per call of each part, ``repeats`` times (one torch thread from here on)."""
     torch.set_num_threads(1)
     torch.manual_seed(0)
     net = nn.Sequential(nn.Linear(4, 256), nn.ReLU(), nn.Linear(256, 256), nn.ReLU(),
@@ -98,33 +100,49 @@ def main() -> None:
         "whole gradient step (rltrain's parts)": full_step,
     }
     micros: dict[str, list[float]] = {name: [] for name in parts}
-    for _ in range(args.repeats):
+    for _ in range(repeats):
         for name, part in parts.items():
             for _ in range(50):
                 part()
             start = time.perf_counter()
-            for _ in range(args.calls):
+            for _ in range(calls):
                 part()
-            micros[name].append(1e6 * (time.perf_counter() - start) / args.calls)
-    print(table(["part", "µs per call"], [[n, median_range(v)] for n, v in micros.items()]))
+            micros[name].append(1e6 * (time.perf_counter() - start) / calls)
+    return micros
 
+
+def arithmetic(micros: dict[str, list[float]], adam_step: str) -> float:
+    """µs of one gradient step's arithmetic: target forward, online forward and backward,
+    and ``adam_step`` (medians)."""
     def med(name: str) -> float:
         return sorted(micros[name])[len(micros[name]) // 2]
 
-    env_step = 36.2  # µs, CartPole-v1 vector env x1, from benchmarks.limits
-    ceilings = {}
-    for adam_step in ("Adam step, fused, Optimizer.step", "the fused Adam kernel alone"):
-        arithmetic = (med("target forward (no grad)") + med("online forward + backward")
-                      + med(adam_step))
-        per_env_step = 0.5 * arithmetic + env_step + med("acting forward, batch 1")
-        ceilings[adam_step] = 1e6 / per_env_step
-        print(f"arithmetic of one gradient step with {adam_step!r}: {arithmetic:.0f} µs; "
-              f"ceiling at 0.5 gradient steps per env step: {1e6 / per_env_step:.0f} env "
-              "steps/s")
+    return (med("target forward (no grad)") + med("online forward + backward")
+            + med(adam_step))
+
+
+def ceiling(micros: dict[str, list[float]], adam_step: str) -> float:
+    """Env steps per second of a loop paying only for the arithmetic (with ``adam_step``) at
+    0.5 gradient steps per env step, the raw vector env step and a batch-1 forward."""
+    act = sorted(micros["acting forward, batch 1"])[len(micros["acting forward, batch 1"]) // 2]
+    return 1e6 / (0.5 * arithmetic(micros, adam_step) + ENV_STEP + act)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--calls", type=int, default=500)
+    parser.add_argument("--repeats", type=int, default=5)
+    args = parser.parse_args()
+    micros = time_parts(args.calls, args.repeats)
+    print(table(["part", "µs per call"], [[n, median_range(v)] for n, v in micros.items()]))
+    for adam_step in CEILING_STEPS:
+        print(f"arithmetic of one gradient step with {adam_step!r}: "
+              f"{arithmetic(micros, adam_step):.0f} µs; ceiling at 0.5 gradient steps per env "
+              f"step: {ceiling(micros, adam_step):.0f} env steps/s")
     path = write_results("gradient_step", {
         "args": vars(args), "microseconds": micros,
-        "ceiling_env_steps_per_second": ceilings["Adam step, fused, Optimizer.step"],
-        "ceiling_with_the_kernel_alone": ceilings["the fused Adam kernel alone"]})
+        "ceiling_env_steps_per_second": ceiling(micros, CEILING_STEPS[0]),
+        "ceiling_with_the_kernel_alone": ceiling(micros, CEILING_STEPS[1])})
     print(f"results: {path}")
 
 
