@@ -66,7 +66,10 @@ def test_imagined_rollouts_have_the_right_shapes_and_gradients_only_where_they_s
     start = State(*(torch.randn(n, size) for size in (32, 8, 8)),
                   torch.ones(n, 8))
     rollout = imagine(agent.world_model.rssm, agent.actor, start, horizon)
-    assert rollout.features.shape == (horizon + 1, n, 32 + 8)
+    assert rollout.features.shape == rollout.next_features.shape == (horizon, n, 32 + 8)
+    torch.testing.assert_close(rollout.features[0], start.features())
+    torch.testing.assert_close(rollout.features[1:], rollout.next_features[:-1])
+    assert not rollout.features.requires_grad  # what the actor and the critic read
     assert rollout.actions.shape == (horizon, n, 1)
     assert rollout.log_probs.shape == rollout.entropies.shape == (horizon, n)
     assert rollout.actions.abs().max() <= 1.0  # tanh-squashed
@@ -76,7 +79,7 @@ def test_imagined_rollouts_have_the_right_shapes_and_gradients_only_where_they_s
     assert all(g is None for g in torch.autograd.grad(
         rollout.log_probs.sum(), world, retain_graph=True, allow_unused=True))
     # the return reaches the actor through the dynamics (continuous actions) ...
-    value = agent.world_model.reward_head(rollout.features[1:]).sum()
+    value = agent.world_model.reward_head(rollout.next_features).sum()
     grads = torch.autograd.grad(value, list(agent.actor.parameters()), retain_graph=True,
                                 allow_unused=True)
     assert any(g is not None and g.abs().sum() > 0 for g in grads)

@@ -17,11 +17,10 @@ from torch import nn
 from typing_extensions import override
 
 from rltrain.agents.base import LearningAgent, Policy, SpaceError, require_bounded
-from rltrain.agents.dreamer.behavior import Actor, ReturnScale, imagine
+from rltrain.agents.dreamer.behavior import Actor, ReturnScale, imagine, lambda_returns
 from rltrain.agents.dreamer.world_model import ELU, State, WorldModel, rows, symexp, symlog
 from rltrain.agents.encoders import flattenable
 from rltrain.agents.networks import mlp, soft_update
-from rltrain.agents.returns import lambda_returns
 from rltrain.buffers import Buffer, SequenceBatch, SequenceReplayBuffer
 from rltrain.errors import require
 from rltrain.events.events import flatten_hparams
@@ -242,21 +241,18 @@ class Dreamer(LearningAgent):
         rollout = imagine(self.world_model.rssm, self.actor, start, c.horizon)
         # Step t goes from s_t to s_{t+1}: its reward and continue probability are predicted at
         # s_{t+1} (the arrival convention of the replay); values come from the slow critic.
-        wm = self.world_model
-        # The heads read all H + 1 states and the prediction at s_0 is dropped: cheaper than
-        # slicing the states, whose backward pass would fill a zero gradient for s_0.
-        states = rollout.features  # s_0 ... s_H
-        rewards = symexp(rows(wm.reward_head, states).squeeze(-1))[1:]
-        discounts = c.gamma * torch.sigmoid(rows(wm.continue_head, states).squeeze(-1))[1:]
-        values = self.value(self.target_critic, states)  # v(s_0) ... v(s_H)
-        returns = lambda_returns(rewards, values[:-1], discounts, values[-1], c.lambda_)
+        wm, arrivals = self.world_model, rollout.next_features  # s_1 ... s_H
+        rewards = symexp(rows(wm.reward_head, arrivals).squeeze(-1))
+        discounts = c.gamma * torch.sigmoid(rows(wm.continue_head, arrivals).squeeze(-1))
+        next_values = self.value(self.target_critic, arrivals)  # v(s_1) ... v(s_H)
+        returns = lambda_returns(rewards, next_values, discounts, c.lambda_)
         # Discount weights: an imagined step counts as much as the chance of still being
         # in the episode there (Appendix A); no gradient through them.
-        weights = torch.cumprod(torch.cat([torch.ones_like(discounts[:1]), discounts[:-1]]),
-                                dim=0).detach()
+        alive = discounts.detach()
+        weights = torch.cumprod(torch.cat([torch.ones_like(alive[:1]), alive[:-1]]), dim=0)
         scale = self.return_scale.update(returns)
         if self.discrete:  # REINFORCE with the critic as baseline (DreamerV2, Eq. 9)
-            baseline = self.value(self.critic, rollout.features[:-1])
+            baseline = self.value(self.critic, rollout.features)
             advantage = ((returns - baseline) / scale).detach()
             objective = rollout.log_probs * advantage
         else:  # dynamics backpropagation (DreamerV1, Eq. 7)
@@ -265,7 +261,7 @@ class Dreamer(LearningAgent):
         optim.step("actor", actor_loss)
 
         # 3. Critic: regress the λ-returns from the imagined states (Eq. 8).
-        critic_loss = self.critic_loss(rollout.features[:-1], returns, weights)
+        critic_loss = self.critic_loss(rollout.features, returns, weights)
         optim.step("critic", critic_loss)
         self._update_target_critic()
         return {
