@@ -11,6 +11,10 @@ gradient steps per second. One torch thread unless ``trainer.num_threads`` says 
 ``--profile`` prints where a step's time goes: torch.profiler's ops (self CPU time) and
 record_function ranges over the phases of ``training_step``, and a cProfile of the same steps.
 
+The allocator is set as ``fit`` sets it (``Trainer(keep_freed_memory=True)``,
+:mod:`rltrain.heap`) unless ``--glibc-defaults``; the line printed says which, and counts the
+page faults of the timed steps.
+
 ``--save-losses FILE`` writes the losses of the first ``--loss-steps`` gradient steps from a
 fixed seed (a JSON list of dicts); ``--compare-losses FILE`` checks this code's losses against
 such a file (largest relative difference per metric), to show that a faster step computes the
@@ -27,6 +31,7 @@ import io
 import json
 import math
 import pstats
+import resource
 import statistics
 import time
 from collections.abc import Iterator
@@ -40,6 +45,7 @@ from rltrain.agents.dreamer import Dreamer
 from rltrain.buffers import SequenceReplayBuffer
 from rltrain.config import compose
 from rltrain.envs import make_vector_env
+from rltrain.heap import keep_freed_memory
 from rltrain.instantiate import make_agent
 from rltrain.optim import Optimization
 from rltrain.runner import Runner
@@ -173,10 +179,14 @@ def main() -> None:
     parser.add_argument("--save-losses", metavar="FILE")
     parser.add_argument("--compare-losses", metavar="FILE")
     parser.add_argument("--loss-steps", type=int, default=20)
+    parser.add_argument("--glibc-defaults", action="store_true",
+                        help="leave the C allocator's settings alone (fit's keep_freed_memory "
+                             "off)")
     parser.add_argument("--results", default="dreamer_step",
                         help="name of the JSON file written to benchmarks/results/")
     parser.add_argument("overrides", nargs="*", metavar="key=value")
     args = parser.parse_args()
+    heap = "glibc defaults" if args.glibc_defaults else keep_freed_memory()
     if args.save_losses or args.compare_losses:
         now = losses(args.overrides, args.fill, args.loss_steps)
         if args.save_losses:
@@ -193,13 +203,18 @@ def main() -> None:
     if args.profile:
         run_profile(agent, optim, buffer, batch_size, args.steps)
         return
+    faults = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
     rates = [args.steps / time_steps(agent, optim, buffer, batch_size, args.steps)
              for _ in range(args.repeats)]
+    faults = (resource.getrusage(resource.RUSAGE_SELF).ru_minflt - faults) // (
+        args.repeats * args.steps)
     print(f"gradient steps/s: {median_range(rates, '{:.2f}')} (median, min-max of "
           f"{args.repeats} x {args.steps} steps, {torch.get_num_threads()} thread); "
-          f"{1e3 / statistics.median(rates):.0f} ms per step")
+          f"{1e3 / statistics.median(rates):.0f} ms per step; heap: {heap}; {faults:,} page "
+          "faults per step")
     assert all(math.isfinite(r) for r in rates)
-    path = write_results(args.results, {"args": vars(args), "gradient_steps_per_second": rates})
+    path = write_results(args.results, {"args": vars(args), "gradient_steps_per_second": rates,
+                                         "heap": heap, "page_faults_per_step": faults})
     print(f"results: {path}")
 
 
