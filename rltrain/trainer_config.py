@@ -83,9 +83,10 @@ class TrainerConfig:
         keep_freed_memory: With glibc (Linux), ``fit`` first raises the C allocator's trim
             threshold, top pad and mmap threshold for the rest of the process
             (:mod:`rltrain.heap`), so that tensor memory freed at each step is reused rather
-            than returned to the kernel and faulted in again: about 1.2x faster Dreamer steps,
-            for up to 256 MiB of freed memory kept. Left alone where ``MALLOC_*_`` or
-            ``GLIBC_TUNABLES`` is set. Default True.
+            than returned to the kernel and faulted in again: about 1.1x faster Dreamer steps
+            (``docs/benchmarks.md``, "Heap settings"), for up to 256 MiB of freed memory
+            kept. Left alone where ``MALLOC_*_``, ``GLIBC_TUNABLES`` or ``LD_PRELOAD`` is
+            set. Default True.
         gradient_clip_val: Clip each optimizer's gradients to this norm (or value); None does
             not clip. Default None.
         gradient_clip_algorithm: ``"norm"`` or ``"value"``. Default ``"norm"``.
