@@ -25,6 +25,7 @@ peak. Nothing is done where glibc is not the C library (macOS, Windows, musl), n
 from __future__ import annotations
 
 import ctypes
+import functools
 import os
 import platform
 
@@ -42,18 +43,11 @@ ENVIRONMENT = ("MALLOC_TRIM_THRESHOLD_", "MALLOC_TOP_PAD_", "MALLOC_MMAP_THRESHO
 # glibc's <malloc.h> parameter numbers.
 _M_TRIM_THRESHOLD, _M_TOP_PAD, _M_MMAP_THRESHOLD = -1, -2, -3
 
-_state: dict[str, str] = {}
 
-
+@functools.cache
 def keep_freed_memory() -> str:
     """Set glibc's heap to keep freed memory (see the module's text), once per process;
     returns what was done, in words (the same on every later call)."""
-    if "done" not in _state:
-        _state["done"] = _apply()
-    return _state["done"]
-
-
-def _apply() -> str:
     chosen = [name for name in ENVIRONMENT if os.environ.get(name)]
     if chosen:
         return f"as the environment sets it ({', '.join(chosen)})"

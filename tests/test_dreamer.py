@@ -47,16 +47,17 @@ def test_lambda_returns_match_a_hand_computation() -> None:
     values = torch.tensor([[10.0], [20.0], [30.0]])  # v(s_0), v(s_1), v(s_2)
     discounts = torch.tensor([[0.9], [0.5], [1.0]])
     bootstrap = torch.tensor([40.0])  # v(s_3)
+    next_values = torch.cat([values[1:], bootstrap.unsqueeze(0)])  # v(s_1), v(s_2), v(s_3)
     lam = 0.8
     r2 = 3.0 + 1.0 * ((1 - lam) * 40.0 + lam * 40.0)  # R_3 = v(s_3)
     r1 = 2.0 + 0.5 * ((1 - lam) * 30.0 + lam * r2)
     r0 = 1.0 + 0.9 * ((1 - lam) * 20.0 + lam * r1)
-    returns = lambda_returns(rewards, values, discounts, bootstrap, lam)
+    returns = lambda_returns(rewards, next_values, discounts, lam)
     assert returns.squeeze(1).tolist() == pytest.approx([r0, r1, r2])
     # λ = 0: one-step TD targets; λ = 1: discounted Monte Carlo with the bootstrap
-    td = lambda_returns(rewards, values, discounts, bootstrap, 0.0).squeeze(1)
+    td = lambda_returns(rewards, next_values, discounts, 0.0).squeeze(1)
     assert td.tolist() == pytest.approx([1 + 0.9 * 20, 2 + 0.5 * 30, 3 + 1.0 * 40])
-    mc = lambda_returns(rewards, values, discounts, bootstrap, 1.0).squeeze(1)
+    mc = lambda_returns(rewards, next_values, discounts, 1.0).squeeze(1)
     assert mc[0].item() == pytest.approx(1 + 0.9 * (2 + 0.5 * (3 + 40)))
 
 

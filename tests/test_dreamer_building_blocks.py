@@ -11,7 +11,7 @@ from torch.distributions import Independent, Normal, kl_divergence
 
 from rltrain.agents import returns
 from rltrain.agents.dreamer import Dreamer, DreamerConfig
-from rltrain.agents.dreamer.behavior import imagine, lambda_returns, quantiles
+from rltrain.agents.dreamer.behavior import imagine, quantiles
 from rltrain.agents.dreamer.world_model import State, gaussian_kl
 from rltrain.types import Progress
 
@@ -51,12 +51,16 @@ def test_imagine_computes_what_stepping_rsample_and_img_step_computes() -> None:
 
 
 @pytest.mark.parametrize("lambda_", [0.0, 0.95, 1.0])
-def test_lambda_returns_from_next_values_match_the_shared_ones(lambda_: float) -> None:
+def test_lambda_returns_match_the_plain_recursion(lambda_: float) -> None:
     torch.manual_seed(0)
     rewards, discounts = torch.randn(15, 64), torch.rand(15, 64)
     values = torch.randn(16, 64)  # v(s_0) ... v(s_H)
-    expected = returns.lambda_returns(rewards, values[:-1], discounts, values[-1], lambda_)
-    torch.testing.assert_close(lambda_returns(rewards, values[1:], discounts, lambda_), expected)
+    expected, last = [], values[-1]  # Eq. 6 step by step, R_H = v(s_H)
+    for t in reversed(range(15)):
+        last = rewards[t] + discounts[t] * ((1 - lambda_) * values[t + 1] + lambda_ * last)
+        expected.append(last)
+    torch.testing.assert_close(returns.lambda_returns(rewards, values[1:], discounts, lambda_),
+                               torch.stack(expected[::-1]))
 
 
 def test_gaussian_kl_is_kl_divergence_of_independent_normals() -> None:

@@ -9,21 +9,24 @@ from __future__ import annotations
 import torch
 
 
-def lambda_returns(rewards: torch.Tensor, values: torch.Tensor, discounts: torch.Tensor,
-                   bootstrap: torch.Tensor, lambda_: float) -> torch.Tensor:
+def lambda_returns(rewards: torch.Tensor, next_values: torch.Tensor, discounts: torch.Tensor,
+                   lambda_: float) -> torch.Tensor:
     """λ-returns along the first (time) dimension (DreamerV1, Eq. 6):
 
-        R_t = r_t + d_t ((1 - λ) v(s_{t+1}) + λ R_{t+1}),   R_H = v(s_H) = ``bootstrap``
+        R_t = r_t + d_t ((1 - λ) v(s_{t+1}) + λ R_{t+1}),   R_H = v(s_H)
 
     where ``r_t`` and ``d_t`` are the reward and discount (γ times the continue probability)
-    of step ``t`` (from ``s_t`` to ``s_{t+1}``), and ``values[t]`` is ``v(s_t)``. Shapes:
-    ``[H, N]`` in, ``[H, N]`` out.
+    of step ``t`` (from ``s_t`` to ``s_{t+1}``), and ``next_values[t]`` is ``v(s_{t+1})`` (the
+    last one bootstraps; no ``v(s_0)``, which no return reads). Shapes: ``[H, N]`` in,
+    ``[H, N]`` out. Computed as ``R_t = [r_t + d_t (1 - λ) v(s_{t+1})] + (d_t λ) R_{t+1}``:
+    the bracket and ``d_t λ`` for all steps at once, one multiply-add per step in the loop.
     """
-    next_values = torch.cat([values[1:], bootstrap.unsqueeze(0)], dim=0)
+    targets = (rewards + discounts * ((1.0 - lambda_) * next_values)).unbind(0)
+    carries = (discounts * lambda_).unbind(0)
+    last = next_values[-1]
     returns = []
-    last = bootstrap
-    for t in reversed(range(rewards.shape[0])):
-        last = rewards[t] + discounts[t] * ((1.0 - lambda_) * next_values[t] + lambda_ * last)
+    for t in reversed(range(len(targets))):
+        last = torch.addcmul(targets[t], carries[t], last)
         returns.append(last)
     return torch.stack(returns[::-1], dim=0)
 

@@ -17,10 +17,11 @@ from torch import nn
 from typing_extensions import override
 
 from rltrain.agents.base import LearningAgent, Policy, SpaceError, require_bounded
-from rltrain.agents.dreamer.behavior import Actor, ReturnScale, imagine, lambda_returns
+from rltrain.agents.dreamer.behavior import Actor, ReturnScale, imagine
 from rltrain.agents.dreamer.world_model import ELU, State, WorldModel, rows, symexp, symlog
 from rltrain.agents.encoders import flattenable
 from rltrain.agents.networks import mlp, soft_update
+from rltrain.agents.returns import lambda_returns
 from rltrain.buffers import Buffer, SequenceBatch, SequenceReplayBuffer
 from rltrain.errors import require
 from rltrain.events.events import flatten_hparams

@@ -151,27 +151,6 @@ def _imagine_discrete(rssm: RSSM, actor: Actor, start: State, horizon: int) -> I
                        torch.stack(log_probs), torch.stack(entropies))
 
 
-def lambda_returns(rewards: torch.Tensor, next_values: torch.Tensor, discounts: torch.Tensor,
-                   lambda_: float) -> torch.Tensor:
-    """λ-returns along the first (time) dimension (DreamerV1, Eq. 6), ``[H, N]`` in and out:
-
-        R_t = r_t + d_t ((1 - λ) v(s_{t+1}) + λ R_{t+1}),   R_{H-1} bootstraps from v(s_H)
-
-    ``rltrain.agents.returns.lambda_returns`` from ``next_values[t] = v(s_{t+1})`` (no
-    ``v(s_0)``, which no return reads), rearranged as
-    ``R_t = [r_t + d_t (1 - λ) v(s_{t+1})] + (d_t λ) R_{t+1}``: the bracket and ``d_t λ``
-    for all steps at once, one multiply-add per step in the loop.
-    """
-    targets = (rewards + discounts * ((1.0 - lambda_) * next_values)).unbind(0)
-    carries = (discounts * lambda_).unbind(0)
-    last = next_values[-1]
-    returns = []
-    for t in reversed(range(len(targets))):
-        last = torch.addcmul(targets[t], carries[t], last)
-        returns.append(last)
-    return torch.stack(returns[::-1], dim=0)
-
-
 class ReturnScale(nn.Module):
     """DreamerV3's return normaliser: an EMA of the 5th-95th percentile range of the
     λ-returns, at least 1 (small returns are not scaled up)."""
