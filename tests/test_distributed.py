@@ -351,7 +351,8 @@ def test_a_run_directory_rank_0_refuses_is_a_clear_error_on_every_rank(tmp_path:
         capture_output=True, text=True, timeout=120, env=environment(), cwd=tmp_path)
     assert done.returncode != 0
     errors = [line for line in done.stderr.splitlines() if line.startswith("rltrain: ")]
-    assert any("is not an rltrain run" in line and "Rank 0" not in line for line in errors)
+    assert any("is not an rltrain run" in line and "Rank 0" not in line
+               for line in errors), done.stderr[-3000:]  # what the ranks said, if it fails
     # Rank 1 says the same, unless torchrun stopped it first (it ends the others when one
     # rank exits with an error): never an internal error.
     assert all(line.startswith("rltrain: error: Rank 0 failed: FileExistsError:")
