@@ -200,8 +200,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             raise
         return report(error)
     except KeyboardInterrupt:
-        print("rltrain: aborted (a second Ctrl-C); the last checkpoint is kept.",
-              file=sys.stderr)
+        say("rltrain: aborted (a second Ctrl-C); the last checkpoint is kept.")
         return 130
 
 
@@ -233,7 +232,7 @@ def warnings_as_lines() -> Iterator[None]:
     """Python warnings shown as ``rltrain: warning: ...`` lines on stderr, each once."""
     def show(message: Warning | str, category: type[Warning], filename: str, lineno: int,
              file: Any = None, line: str | None = None) -> None:
-        print(f"rltrain: warning: {message}", file=sys.stderr)
+        say(f"rltrain: warning: {message}")
 
     with warnings.catch_warnings():
         warnings.simplefilter("default")
@@ -241,20 +240,27 @@ def warnings_as_lines() -> Iterator[None]:
         yield
 
 
+def say(line: str) -> None:
+    """Write ``line`` and its newline to stderr in one call, so that the lines of processes
+    sharing the stream (the ranks under ``torchrun``) never run into one another."""
+    sys.stderr.write(f"{line}\n")
+    sys.stderr.flush()
+
+
 def report(error: Exception) -> int:
     """Print ``error`` as one message on stderr; returns the exit status it calls for."""
     if isinstance(error, TrainingError):
-        print(f"rltrain: training failed: {error}", file=sys.stderr)
+        say(f"rltrain: training failed: {error}")
         return EXIT_TRAINING_FAILED
     if isinstance(error, SubEnvError):  # while evaluating: the environment's failure
-        print(f"rltrain: the environment failed: {error}", file=sys.stderr)
+        say(f"rltrain: the environment failed: {error}")
         return EXIT_TRAINING_FAILED
     if isinstance(error, (ValueError, OSError, MemoryError, ImportError)):
-        print(f"rltrain: error: {error}", file=sys.stderr)
+        say(f"rltrain: error: {error}")
         return EXIT_BAD_INPUT
-    print(f"rltrain: internal error: {type(error).__name__}: {error}. This is a bug in rltrain "
-          "or in code it called (an environment, an agent, a callback); rerun with "
-          "rltrain --traceback ... to see where, and report it.", file=sys.stderr)
+    say(f"rltrain: internal error: {type(error).__name__}: {error}. This is a bug in rltrain "
+        "or in code it called (an environment, an agent, a callback); rerun with "
+        "rltrain --traceback ... to see where, and report it.")
     return EXIT_INTERNAL_ERROR
 
 

@@ -156,3 +156,19 @@ def test_a_stored_config_never_resolves_oc_env(run: Path, tmp_path: Path) -> Non
     line = bad_input(rltrain("fit", "--resume", run_dir, cwd=tmp_path, env=secret))
     assert "oc.env:RLTRAIN_TEST_SECRET" in line and SECRET not in line
     assert not [p for p in tmp_path.rglob("*") if p.is_file() and SECRET.encode() in p.read_bytes()]
+
+
+def test_processes_sharing_stderr_never_run_their_lines_together() -> None:
+    # As the ranks under torchrun do: two processes write rltrain's lines into one pipe.
+    script = ("import sys\nfrom rltrain.cli import say\n"
+              "for i in range(3000): say(f'rltrain: error: {sys.argv[1]} ' + 'x' * 200 + f' {i}')")
+    read_end, write_end = os.pipe()
+    writers = [subprocess.Popen([sys.executable, "-c", script, name], stderr=write_end)
+               for name in ("rank-0", "rank-1")]
+    os.close(write_end)
+    with os.fdopen(read_end) as stream:
+        lines = stream.read().splitlines()
+    assert [writer.wait(timeout=120) for writer in writers] == [0, 0]
+    expected = {f"rltrain: error: {name} {'x' * 200} {i}"
+                for name in ("rank-0", "rank-1") for i in range(3000)}
+    assert len(lines) == len(expected) and set(lines) == expected
