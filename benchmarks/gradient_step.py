@@ -16,7 +16,7 @@ from __future__ import annotations
 import argparse
 import copy
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 
 import torch
 import torch.nn.functional as F
@@ -31,8 +31,10 @@ ENV_STEP = 36.2
 CEILING_STEPS = ("Adam step, fused, Optimizer.step", "the fused Adam kernel alone")
 
 
-def time_parts(calls: int, repeats: int) -> dict[str, list[float]]:
-    """µs per call of each part, ``repeats`` times (one torch thread from here on)."""
+def time_parts(calls: int, repeats: int,
+               names: Collection[str] | None = None) -> dict[str, list[float]]:
+    """µs per call of each part (those in ``names``; default all), ``repeats`` times (one
+    torch thread from here on)."""
     torch.set_num_threads(1)
     torch.manual_seed(0)
     net = nn.Sequential(nn.Linear(4, 256), nn.ReLU(), nn.Linear(256, 256), nn.ReLU(),
@@ -99,6 +101,8 @@ def time_parts(calls: int, repeats: int) -> dict[str, list[float]]:
         "acting forward, batch 1": act,
         "whole gradient step (rltrain's parts)": full_step,
     }
+    if names is not None:
+        parts = {name: parts[name] for name in names}
     micros: dict[str, list[float]] = {name: [] for name in parts}
     for _ in range(repeats):
         for name, part in parts.items():
