@@ -32,6 +32,7 @@ from rltrain.config import (
 from rltrain.envs import SubEnvError
 from rltrain.errors import TrainingError
 from rltrain.inference import export_policy
+from rltrain.inference.policy import resolve as resolve_checkpoint
 from rltrain.seeding import derive_seeds
 from rltrain.targets import TRUSTED, Trust
 from rltrain.trainer import build
@@ -373,17 +374,7 @@ def checkpoint_config(checkpoint: Path, state: dict[str, Any] | None = None) -> 
 
 def evaluate(args: argparse.Namespace) -> int:
     """``rltrain evaluate``: load a run's agent and print its evaluation metrics as JSON."""
-    path: Path = args.path
-    if path.is_dir():
-        saved = load_stored(path / "config.yaml") if (path / "config.yaml").is_file() else None
-        directory = OmegaConf.select(saved, "trainer.checkpoint_dir") if saved else None
-        checkpoint = Checkpointer(directory or path / "checkpoints").resolve(args.checkpoint)
-        run_dir = path
-    elif path.is_file():
-        checkpoint = path
-        run_dir = path.parent.parent if path.parent.name == "checkpoints" else path.parent
-    else:
-        raise FileNotFoundError(f"No run directory or checkpoint at {path}.")
+    checkpoint, run_dir = resolve_checkpoint(args.path, args.checkpoint)
     config = with_overrides(checkpoint_config(checkpoint), args.overrides)
     seed, extra = args.seed, dict[str, Any]()
     if "unrecorded" in config.strategy:  # a strategy from a script: only its seed matters here

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import re
 import typing
 import warnings
 from collections.abc import Iterable, Mapping, Sequence
@@ -28,8 +29,9 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from omegaconf import DictConfig, ListConfig, OmegaConf
-from omegaconf.errors import ConfigKeyError, OmegaConfBaseException
+from omegaconf import DictConfig, ListConfig, OmegaConf, grammar_parser
+from omegaconf.errors import ConfigKeyError, GrammarParseError, OmegaConfBaseException
+from omegaconf.grammar.gen.OmegaConfGrammarParser import OmegaConfGrammarParser as Parser
 
 from rltrain.agents.dqn import DQN, DQNConfig
 from rltrain.agents.dreamer import Dreamer, DreamerConfig
@@ -337,7 +339,35 @@ def load_stored(path: str | Path) -> DictConfig:
     """A config a run stored (``RUN_DIR/config.yaml``), its ``${...}`` taken literally: a file
     on disk never resolves interpolations (``${oc.env:...}`` would copy environment variables
     into the run's paths and logs); only the user's own files and overrides do."""
-    return literal_config(to_container_raw(load_yaml(path)))
+    return literal_config(read_stored(path))
+
+
+#: The largest stored config read (rltrain writes a few KB).
+MAX_STORED_CONFIG_BYTES = 1 << 20
+
+
+def read_stored(path: str | Path) -> dict[str, Any]:
+    """A stored config as plain data, nothing resolved; refused when larger than
+    :data:`MAX_STORED_CONFIG_BYTES` or holding YAML aliases (which rltrain never writes, and
+    which can expand a small file into more data than memory holds)."""
+    path = Path(path)
+    size = path.stat().st_size if path.is_file() else 0
+    if size > MAX_STORED_CONFIG_BYTES:
+        raise ConfigError(f"{path} is {size:,} bytes; a stored config is at most "
+                          f"{MAX_STORED_CONFIG_BYTES:,} (rltrain writes a few KB). It was not "
+                          "written by rltrain, or it was altered.")
+    if path.is_file() and _has_alias(path):
+        raise ConfigError(f"{path} uses YAML aliases (*name), which rltrain never writes; it "
+                          "was altered or not written by rltrain.")
+    return to_container_raw(load_yaml(path))
+
+
+def _has_alias(path: Path) -> bool:
+    try:
+        tokens = yaml.scan(path.read_text(encoding="utf-8"), Loader=yaml.SafeLoader)
+        return any(isinstance(token, yaml.AliasToken) for token in tokens)
+    except (yaml.YAMLError, UnicodeDecodeError):
+        return False  # load_yaml says what is wrong
 
 
 def literal_config(data: Mapping[str, Any]) -> DictConfig:
@@ -356,12 +386,47 @@ def to_container_raw(config: DictConfig) -> dict[str, Any]:
 
 def _escape(value: Any) -> Any:
     if isinstance(value, str):
-        return value.replace("${", "\\${")
+        return _literal_string(value)
     if isinstance(value, Mapping):
         return {str(k): _escape(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
         return [_escape(v) for v in value]
     return value
+
+
+#: ``${`` and the backslashes before it: OmegaConf reads ``\\`` before ``${`` as one
+#: backslash and ``\${`` as a literal ``${``.
+_INTERPOLATION_START = re.compile(r"(\\*)\$\{")
+
+
+def _literal_string(value: str) -> str:
+    r"""``value`` written so that OmegaConf reads it back as exactly ``value``: each ``${``
+    escaped, and each backslash before one doubled (a plain ``\${`` escape would turn a stored
+    ``\${...}`` into a live interpolation). Checked with OmegaConf's own grammar: a string
+    that would still hold an interpolation is refused, never resolved."""
+    if "${" not in value:
+        return value
+    escaped = _INTERPOLATION_START.sub(lambda m: m.group(1) * 2 + "\\${", value)
+    if _holds_interpolation(escaped):
+        raise ConfigError(f"A stored config holds the string {value[:80]!r}, which cannot be "
+                          "taken literally; it was altered or not written by rltrain.")
+    return escaped
+
+
+def _holds_interpolation(value: str) -> bool:
+    """Whether OmegaConf's grammar parses ``value`` with an interpolation in it."""
+    try:
+        tree = grammar_parser.parse(value, parser_rule="configValue")
+    except GrammarParseError:
+        return True
+    stack: list[Any] = [tree]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, (Parser.InterpolationNodeContext,
+                             Parser.InterpolationResolverContext)):
+            return True
+        stack.extend(getattr(node, "children", None) or ())
+    return False
 
 
 def shipped_configs() -> list[str]:

@@ -73,7 +73,7 @@ def check_env_id(env_id: str, trust: Trust = TRUSTED) -> None:
     a ``"module:EnvId"`` id imports its module first, as ``gymnasium.make`` does."""
     module, sep, name = env_id.rpartition(":")
     if sep:
-        import_modules([module], trust)
+        import_modules([module], trust, what="env.id")
         env_id = name
     if env_id in gym.registry:
         return

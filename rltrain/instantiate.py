@@ -15,9 +15,11 @@ import dataclasses
 import inspect
 import typing
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 import gymnasium as gym
+from gymnasium.wrappers import RecordVideo
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
@@ -30,9 +32,11 @@ from rltrain.targets import (
     Target,
     TargetError,
     Trust,
+    check_untrusted,
     describe_callable,
     import_modules,
     import_path,
+    inside,
     locate,
     split_target,
 )
@@ -65,14 +69,18 @@ def make_env(section: DictConfig, trust: Trust = TRUSTED) -> EnvInit:
     try:
         imports = [str(name) for name in section.imports]
         import_modules(imports, trust)
-        wrappers = tuple(_wrapper(to_container(w), i, trust)
-                         for i, w in enumerate(section.wrappers))
         kwargs = to_container(section.kwargs) if section.kwargs else {}
         if section._target_ is not None:
-            locate(str(section._target_), kind=gym.Env, trust=trust, what="env._target_")
+            made = locate(str(section._target_), kind=gym.Env, trust=trust, what="env._target_")
+            home = str(getattr(made, "__module__", ""))
+        else:
+            check_env_id(str(section.id), trust)
+            home = _registered_module(str(section.id))
+        wrappers = tuple(_wrapper(to_container(w), i, trust, home)
+                         for i, w in enumerate(section.wrappers))
+        if section._target_ is not None:
             return EnvSpec(target=str(section._target_), kwargs=kwargs, wrappers=wrappers,
                            imports=imports)
-        check_env_id(str(section.id), trust)
     except ValueError as error:
         raise ConfigError(str(error)) from None
     if kwargs or wrappers or imports:
@@ -80,10 +88,85 @@ def make_env(section: DictConfig, trust: Trust = TRUSTED) -> EnvInit:
     return str(section.id)
 
 
-def _wrapper(item: dict[str, Any], index: int, trust: Trust) -> Target:
+def check_stored_targets(config: DictConfig, trust: Trust) -> None:
+    """Refuse a stored config any of whose import paths (``env.imports``, an ``env.id``'s
+    module, each ``_target_``) would import code from inside the folder it came from, importing
+    nothing: for what reads a config without building all of it (``load_policy``)."""
+    plain = to_container(config)
+    env = plain.get("env") or {}
+    named = [("env.imports", name) for name in env.get("imports") or ()]
+    if isinstance(env.get("id"), str) and ":" in env["id"]:
+        named.append(("env.id", env["id"].rpartition(":")[0]))
+    named += [(f"{where}._target_", path) for where, path in _targets(plain)]
+    for what, path in named:
+        if isinstance(path, str):
+            try:
+                check_untrusted(path, trust, what)
+            except TargetError as error:
+                raise ConfigError(str(error)) from None
+
+
+def _targets(node: Any, where: str = "") -> list[tuple[str, Any]]:
+    """``(key, path)`` of every ``_target_`` in plain config data."""
+    found: list[tuple[str, Any]] = []
+    if isinstance(node, dict):
+        for key, value in node.items():
+            if key == "_target_":
+                found.append((where, value))
+            else:
+                found += _targets(value, f"{where}.{key}" if where else str(key))
+    elif isinstance(node, list):
+        for i, value in enumerate(node):
+            found += _targets(value, f"{where}[{i}]")
+    return found
+
+
+def _registered_module(env_id: str) -> str:
+    """The module of the entry point Gymnasium's registry holds for ``env_id`` ("" when none)."""
+    module, sep, name = env_id.rpartition(":")
+    entry = gym.registry.get(name if sep else env_id)
+    point = entry.entry_point if entry is not None else None
+    if isinstance(point, str):
+        return point.partition(":")[0]
+    return str(getattr(point, "__module__", "") or module)
+
+
+#: The packages whose wrappers a stored config may name without ``--trust`` (besides the
+#: package of the environment itself).
+WRAPPER_PACKAGES = ("gymnasium", "rltrain")
+
+
+def _wrapper(item: dict[str, Any], index: int, trust: Trust, home: str) -> Target:
+    """The wrapper a config's ``wrappers[index]`` names. From a stored config, without the
+    user's trust, only a wrapper of Gymnasium's, rltrain's or the environment's own package
+    (``home``), and one that writes files (``RecordVideo``) only into the run directory."""
     path, kwargs = split_target(item)
-    locate(path, kind=gym.Wrapper, trust=trust, what=f"env.wrappers[{index}]._target_")
+    what = f"env.wrappers[{index}]._target_"
+    cls = locate(path, kind=gym.Wrapper, trust=trust, what=what)
+    module = str(getattr(cls, "__module__", ""))
+    if trust.trusts(module) or trust.stored_in is None:
+        return Target(path, kwargs)
+    top, packages = module.split(".")[0], (*WRAPPER_PACKAGES, home.split(".")[0])
+    if top not in packages:
+        raise TargetError(
+            f"{what}: the stored config names the wrapper {path!r} of {top!r}, which is "
+            f"neither Gymnasium's, rltrain's nor the environment's package ({packages[-1]!r}). "
+            "A stored config (a run directory's or a checkpoint's) is untrusted; if you added "
+            f"that wrapper yourself, confirm it: --trust {top}.")
+    if isinstance(cls, type) and issubclass(cls, RecordVideo):
+        _check_video_folder(kwargs, trust.stored_in, what)
     return Target(path, kwargs)
+
+
+def _check_video_folder(kwargs: Mapping[str, Any], run_dir: Path, what: str) -> None:
+    """Refuse a stored ``RecordVideo`` that would write outside ``run_dir``."""
+    folder, prefix = kwargs.get("video_folder"), kwargs.get("name_prefix", "rl-video")
+    plain_prefix = isinstance(prefix, str) and "/" not in prefix and "\\" not in prefix
+    if not isinstance(folder, str) or not plain_prefix or not inside(Path(folder), run_dir):
+        raise TargetError(
+            f"{what}: the stored config records videos into {str(folder)[:200]!r} (name_prefix "
+            f"{str(prefix)[:40]!r}), outside the run directory {run_dir}; a stored config "
+            "never makes rltrain write elsewhere. Record with rltrain evaluate --video DIR.")
 
 
 def _make(section: DictConfig, registry: Mapping[str, Registered], kind: type, name: str,

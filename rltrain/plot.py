@@ -22,7 +22,8 @@ from pathlib import Path
 from typing import Any, Literal
 
 import numpy as np
-from omegaconf import OmegaConf
+
+from rltrain.config import read_stored
 
 XAxis = Literal["env_steps", "wall_time"]
 Spread = Literal["minmax", "std"]
@@ -144,8 +145,7 @@ def read_run(run_dir: str | Path) -> RunCurve:
         wall[missing] = (np.interp(env_steps[missing], clock_steps, clock) if clock
                          else np.nan)
     config_file = run_dir / "config.yaml"
-    config = (flatten(OmegaConf.to_container(OmegaConf.load(config_file), resolve=False))
-              if config_file.is_file() else {})
+    config = flatten(read_stored(config_file)) if config_file.is_file() else {}
     return RunCurve(run_dir=run_dir, env_steps=env_steps, wall_time=wall,
                     returns=np.asarray(returns), config=config)
 

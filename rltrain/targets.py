@@ -16,11 +16,13 @@ from __future__ import annotations
 
 import functools
 import importlib
-import importlib.util
 import inspect
+import os
+import re
 import sys
-from collections.abc import Callable, Collection, Mapping
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
+from importlib.machinery import ModuleSpec
 from pathlib import Path
 from typing import Any
 
@@ -83,14 +85,7 @@ def locate(path: str, *, kind: type | None = None, trust: Trust = TRUSTED,
         raise TargetError(f"{what}: an import path is a non-empty string such as "
                           f"'package.module.Name'; got {path!r}.")
     module_name, attribute = _split(path, what)
-    if not trust.trusts(module_name):
-        _refuse_inside(module_name, trust, what, path)
-    try:
-        obj: Any = importlib.import_module(module_name)
-    except ImportError as error:
-        raise TargetError(f"{what}: cannot import {module_name!r} for {path!r} ({error}). "
-                          "Install the package, or run from the folder holding your module "
-                          "(the current directory is searched).") from error
+    obj: Any = _import(module_name, trust, what, path)
     for part in attribute.split("."):
         if not hasattr(obj, part):
             raise TargetError(f"{what}: {module_name!r} has no {attribute!r} (from {path!r}).")
@@ -106,56 +101,192 @@ def import_modules(names: Collection[str], trust: Trust = TRUSTED, what: str = "
     for name in names:
         if not isinstance(name, str) or not name.strip():
             raise TargetError(f"{what}: a module name is a non-empty string; got {name!r}.")
-        if not trust.trusts(name):
-            _refuse_inside(name, trust, what, name)
+        _import(name, trust, what, name)
+
+
+def check_untrusted(path: str, trust: Trust, what: str) -> None:
+    """Refuse ``path`` (``module.Name``, ``module:Name`` or a module) when a module of it would
+    be imported from inside the folder the untrusted config came from; imports nothing (for a
+    config part that is read but not built)."""
+    if ":" in path or not _IDENTIFIER_PATH.fullmatch(path):
+        module_name = path.partition(":")[0]
+    else:
+        found = _importable_prefix(path.split("."))
+        module_name = found[-1].name if found else ""
+    if not module_name or trust.trusts(module_name) or not _IDENTIFIER_PATH.fullmatch(
+            module_name):
+        return
+    try:
+        modules = find_module_path(module_name)
+    except ImportError:
+        return  # nothing to import there: building the part says what is missing
+    for found in modules:
+        _refuse_inside(found, trust, what, path)
+
+
+def _import(module_name: str, trust: Trust, what: str, path: str) -> Any:
+    """Import ``module_name``; for an untrusted config, only once every module of its dotted
+    path has been found (without importing any) and none of their files or search locations
+    lies inside the folder the config came from, and each again, as it is imported, with its
+    parent's real search path."""
+    if not _IDENTIFIER_PATH.fullmatch(module_name):
+        raise TargetError(f"{what}: {module_name!r} (from {path!r}) is not a module name "
+                          "(dotted Python identifiers).")
+    checked = not trust.trusts(module_name)
+    if checked:
+        for found in find_module_path(module_name):
+            _refuse_inside(found, trust, what, path)
+    try:
+        module: Any = None
+        for prefix in _prefixes(module_name):
+            if checked and prefix not in sys.modules:
+                locations = getattr(module, "__path__", None)
+                _refuse_inside(_found(prefix, _find_spec(prefix, locations)), trust, what, path)
+            module = importlib.import_module(prefix)
+    except ImportError as error:
+        raise TargetError(f"{what}: cannot import {module_name!r} for {path!r} ({error}). "
+                          "Install the package, or run from the folder holding your module "
+                          "(the current directory is searched).") from error
+    return module
+
+
+#: A module name: dotted identifiers (what a stored config may ask to import).
+_IDENTIFIER_PATH = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*")
+
+
+@dataclass(frozen=True)
+class FoundModule:
+    """Where a module would be imported from, found without importing it.
+
+    Attributes:
+        name: The module's dotted name.
+        origin: The file its import runs (None for a namespace package or a built-in).
+        locations: Its search locations for submodules (the folders of a package; every
+            folder of a namespace package); empty for a plain module.
+    """
+
+    name: str
+    origin: str | None
+    locations: tuple[str, ...]
+
+
+def find_module_path(module_name: str) -> list[FoundModule]:
+    """Each module of ``module_name``'s dotted path (``a``, ``a.b``, ``a.b.c``), found as the
+    import system would find it, importing none (a module already imported is read from
+    ``sys.modules``). Raises ``ImportError`` when one is missing."""
+    found: list[FoundModule] = []
+    locations: Sequence[str] | None = None
+    for prefix in _prefixes(module_name):
+        if found and not found[-1].locations:
+            raise ImportError(f"No module named {prefix!r}; {found[-1].name!r} is not a "
+                              "package")
+        loaded = sys.modules.get(prefix)
+        if loaded is not None:
+            module = FoundModule(prefix, getattr(loaded, "__file__", None),
+                                 tuple(str(p) for p in getattr(loaded, "__path__", None) or ()))
+        else:
+            module = _found(prefix, _find_spec(prefix, locations))
+        found.append(module)
+        locations = list(module.locations)
+    return found
+
+
+def _find_spec(name: str, locations: Sequence[str] | None) -> ModuleSpec | None:
+    """``name``'s spec from the import system's finders, given its parent's search
+    ``locations`` (None at the top level): what ``importlib.util.find_spec`` does, without
+    importing the parent."""
+    for finder in sys.meta_path:
+        find = getattr(finder, "find_spec", None)
+        if find is None:
+            continue
         try:
-            importlib.import_module(name)
-        except ImportError as error:
-            raise TargetError(f"{what}: cannot import {name!r} ({error}). Install the package "
-                              "(e.g. pip install minigrid), or run from the folder holding "
-                              "your module.") from error
+            spec: ModuleSpec | None = find(name, locations)
+        except KeyError:  # a namespace package inside one not imported: found by hand
+            spec = _namespace_spec(name, locations or ())
+        if spec is not None:
+            return spec
+    return None
+
+
+def _namespace_spec(name: str, locations: Sequence[str]) -> ModuleSpec | None:
+    """The spec of the namespace package ``name`` (folders without ``__init__.py``) in its
+    parent's ``locations``; what ``PathFinder`` builds once the parent is imported."""
+    tail = name.rpartition(".")[2]
+    folders = [os.path.join(p, tail) for p in locations if os.path.isdir(os.path.join(p, tail))]
+    if not folders:
+        return None
+    spec = ModuleSpec(name, None, is_package=True)
+    spec.submodule_search_locations = folders
+    return spec
+
+
+def _found(name: str, spec: ModuleSpec | None) -> FoundModule:
+    if spec is None:
+        raise ModuleNotFoundError(f"No module named {name!r}", name=name)
+    origin = spec.origin if spec.has_location else None
+    return FoundModule(name, origin, tuple(str(p) for p in spec.submodule_search_locations or ()))
+
+
+def _prefixes(module_name: str) -> list[str]:
+    parts = module_name.split(".")
+    return [".".join(parts[:i]) for i in range(1, len(parts) + 1)]
 
 
 def _split(path: str, what: str) -> tuple[str, str]:
-    """``(module, attribute)`` of ``path``: around its ``:``, or the longest importable module
-    prefix of a dotted path."""
+    """``(module, attribute)`` of ``path``: around its ``:``, or the longest module prefix of a
+    dotted path, found without importing anything."""
     if ":" in path:
         module_name, _, attribute = path.partition(":")
         if module_name and attribute:
             return module_name, attribute
         raise TargetError(f"{what}: {path!r} is not 'module:Name'.")
     parts = path.split(".")
-    for cut in range(len(parts) - 1, 0, -1):
-        name = ".".join(parts[:cut])
+    if len(parts) > 1 and _IDENTIFIER_PATH.fullmatch(path):
         try:
-            found = importlib.util.find_spec(name) is not None
+            modules = find_module_path(".".join(parts[:-1]))
         except (ImportError, ValueError):
-            found = False
-        if found:
-            return name, ".".join(parts[cut:])
+            modules = _importable_prefix(parts[:-1])
+        if modules:
+            cut = len(modules)
+            return ".".join(parts[:cut]), ".".join(parts[cut:])
     raise TargetError(f"{what}: no module of {path!r} can be imported. Write "
                       "'package.module.Name' (or 'module:Name') for an installed package or a "
                       "module in the current directory.")
 
 
-def _refuse_inside(module_name: str, trust: Trust, what: str, path: str) -> None:
-    """Refuse a module whose file lies inside the folder the stored config came from: a run
-    directory's files are untrusted, code included."""
+def _importable_prefix(parts: list[str]) -> list[FoundModule]:
+    """The modules of the longest prefix of ``parts`` that can be found, importing none."""
+    found: list[FoundModule] = []
+    for cut in range(1, len(parts) + 1):
+        try:
+            found = find_module_path(".".join(parts[:cut]))
+        except (ImportError, ValueError):
+            break
+    return found
+
+
+def _refuse_inside(module: FoundModule, trust: Trust, what: str, path: str) -> None:
+    """Refuse a module whose file or search locations lie inside the folder the stored config
+    came from: a run directory's files are untrusted, code included. Both the path as written
+    and the path links lead to count."""
     assert trust.stored_in is not None
-    top = module_name.split(".")[0]
-    try:
-        spec = importlib.util.find_spec(top)
-    except (ImportError, ValueError):
-        return
-    origin = getattr(spec, "origin", None) if spec is not None else None
-    if origin is None:
-        return
-    folder = trust.stored_in.resolve()
-    if folder in Path(origin).resolve().parents:
-        raise TargetError(
-            f"{what}: {path!r} is imported from {origin}, inside {trust.stored_in}, where the "
-            "stored config came from; code in a run directory is never run. Move the module "
-            f"out, or confirm it: --trust {top}.")
+    folder = trust.stored_in
+    for place in (module.origin, *module.locations):
+        if place is not None and inside(Path(place), folder):
+            top = module.name.split(".")[0]
+            raise TargetError(
+                f"{what}: {path!r} would be imported from {place}, inside {trust.stored_in}, "
+                "where the stored config came from; code in a run directory is never run. "
+                f"Move the module out, or confirm it: --trust {top}.")
+
+
+def inside(place: Path, folder: Path) -> bool:
+    """Whether ``place`` is ``folder`` or lies in it, as written or with links resolved."""
+    for there, root in ((Path(os.path.abspath(place)), Path(os.path.abspath(folder))),
+                        (place.resolve(), folder.resolve())):
+        if there == root or root in there.parents:
+            return True
+    return False
 
 
 def _check_kind(obj: Any, path: str, module: str, kind: type | None, trust: Trust,

@@ -22,7 +22,7 @@ LAYERS: list[tuple[str, ...]] = [
      "rltrain.events",
      "rltrain.model_summary", "rltrain.checkpoint.manifest", "rltrain.checkpoint.files",
      "rltrain.checkpoint.store",
-     "rltrain.video", "rltrain.plot", "rltrain.loggers"),
+     "rltrain.video", "rltrain.loggers"),
     ("rltrain.components",),
     ("rltrain.optim",),
     ("rltrain.agents",),
@@ -30,7 +30,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("rltrain.strategies",),
     ("rltrain.trainer_config", "rltrain.config", "rltrain.instantiate"),
     ("rltrain.trainer", "rltrain.inference"),
-    ("rltrain.cli",),
+    ("rltrain.cli", "rltrain.plot"),
     ("rltrain",),  # the package's own __init__: the public names
 ]
 

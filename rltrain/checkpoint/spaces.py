@@ -102,6 +102,9 @@ def _box(data: dict[str, Any], where: str) -> gym.spaces.Box:
         value = data.get(name)
         if not isinstance(value, torch.Tensor) or list(value.shape) != sizes:
             _refuse(where, f"has a {name} that is not a tensor of shape {sizes}")
+        if not _stored_whole(value):
+            _refuse(where, f"has a {name} of {value.numel():,} elements that its file does "
+                           "not hold (a broadcast view, as rltrain never writes)")
         if value.is_floating_point() and value.isnan().any():
             _refuse(where, f"has a {name} with NaN bounds")
         bounds.append(value.numpy().astype(dtype))
@@ -137,9 +140,16 @@ def _integer(value: Any, where: str) -> int:
     return value
 
 
+def _stored_whole(value: torch.Tensor) -> bool:
+    """Whether every element of ``value`` is held by its storage (no stride-0 broadcast view,
+    which a small file can use to make a space of billions of elements)."""
+    return value.is_contiguous() and (value.untyped_storage().nbytes()
+                                      >= value.numel() * value.element_size())
+
+
 def _int_tensor(value: Any, where: str) -> torch.Tensor:
     if (not isinstance(value, torch.Tensor) or value.dtype != torch.int64 or value.dim() != 1
-            or not 1 <= value.numel() <= MAX_KEYS):
+            or not 1 <= value.numel() <= MAX_KEYS or not _stored_whole(value)):
         _refuse(where, f"is not a 1-D int64 tensor of 1 to {MAX_KEYS} values")
     return value
 

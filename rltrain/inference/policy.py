@@ -31,7 +31,7 @@ from rltrain.checkpoint.spaces import space_from_state
 from rltrain.config import ConfigError, literal_config, load_stored, validate
 from rltrain.envs import make_probe_env
 from rltrain.inference.export import export_program
-from rltrain.instantiate import make_agent, make_env
+from rltrain.instantiate import check_stored_targets, make_agent, make_env
 from rltrain.targets import Trust
 from rltrain.types import PolicyState, Progress
 
@@ -186,6 +186,7 @@ def load_policy(path: str | Path, *, which: str = "last", device: str | torch.de
     state = Checkpointer.load(checkpoint)
     config = stored_config(checkpoint, state)
     guard = Trust(stored_in=run_dir, modules=list(trust))
+    check_stored_targets(config, guard)
     agent = make_agent(config.agent, guard)
     if state.get("agent_class") != type(agent).__name__:
         raise ValueError(f"{checkpoint} holds a {state.get('agent_class')!s:.40} checkpoint, "
