@@ -108,12 +108,12 @@ def check_untrusted(path: str, trust: Trust, what: str) -> None:
     """Refuse ``path`` (``module.Name``, ``module:Name`` or a module) when a module of it would
     be imported from inside the folder the untrusted config came from; imports nothing (for a
     config part that is read but not built)."""
-    if ":" in path or not _IDENTIFIER_PATH.fullmatch(path):
+    if ":" in path or not MODULE_NAME.fullmatch(path):
         module_name = path.partition(":")[0]
     else:
         found = _importable_prefix(path.split("."))
         module_name = found[-1].name if found else ""
-    if not module_name or trust.trusts(module_name) or not _IDENTIFIER_PATH.fullmatch(
+    if not module_name or trust.trusts(module_name) or not MODULE_NAME.fullmatch(
             module_name):
         return
     try:
@@ -129,7 +129,7 @@ def _import(module_name: str, trust: Trust, what: str, path: str) -> Any:
     path has been found (without importing any) and none of their files or search locations
     lies inside the folder the config came from, and each again, as it is imported, with its
     parent's real search path."""
-    if not _IDENTIFIER_PATH.fullmatch(module_name):
+    if not MODULE_NAME.fullmatch(module_name):
         raise TargetError(f"{what}: {module_name!r} (from {path!r}) is not a module name "
                           "(dotted Python identifiers).")
     checked = not trust.trusts(module_name)
@@ -151,7 +151,7 @@ def _import(module_name: str, trust: Trust, what: str, path: str) -> Any:
 
 
 #: A module name: dotted identifiers (what a stored config may ask to import).
-_IDENTIFIER_PATH = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*")
+MODULE_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*")
 
 
 @dataclass(frozen=True)
@@ -241,7 +241,7 @@ def _split(path: str, what: str) -> tuple[str, str]:
             return module_name, attribute
         raise TargetError(f"{what}: {path!r} is not 'module:Name'.")
     parts = path.split(".")
-    if len(parts) > 1 and _IDENTIFIER_PATH.fullmatch(path):
+    if len(parts) > 1 and MODULE_NAME.fullmatch(path):
         try:
             modules = find_module_path(".".join(parts[:-1]))
         except (ImportError, ValueError):

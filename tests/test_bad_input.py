@@ -51,6 +51,8 @@ from rltrain.cli import resumed_config
 from rltrain.config import ConfigError, compose, literal_config
 from rltrain.envs import EnvError, EnvSpec
 from rltrain.errors import TrainingError
+from rltrain.inference import load_policy
+from rltrain.inference.policy import resolve as resolve_checkpoint
 from rltrain.targets import Trust
 from rltrain.trainer import RunDirectoryLocked, build
 
@@ -472,6 +474,52 @@ CASES = [
          r"The run's saved config sets trainer\.checkpoint_dir=.*elsewhere, outside the run "
          r"directory .*untrusted: confirm that folder on the command line",
          setup=lambda d: _checkpoints_elsewhere(d)),
+    Case("stored config importing a module planted in the run through a namespace package",
+         lambda d: _stored_build(d), ConfigError,
+         r"env\.imports: 'run\.evil' would be imported from .*run, inside .*run, where the "
+         r"stored config came from; code in a run directory is never run\. Move the module "
+         r"out, or confirm it: --trust run",
+         setup=lambda d: _stored_edit(d, ENV, ENV + "\n  imports: [run.evil]"),
+         after=never_ran),
+    Case("stored config naming a class in a package planted in the run (its __init__ never runs)",
+         lambda d: _stored_build(d), ConfigError,
+         r"agent\._target_: 'run\.evilpkg\.sub\.Agent' would be imported from .*run, where the "
+         r"stored config came from; code in a run directory is never run",
+         setup=lambda d: _stored_edit(d, "  name: dqn", "  _target_: run.evilpkg.sub.Agent"),
+         after=never_ran),
+    Case("stored config holding an escaped interpolation (\\${oc.env:...})",
+         lambda d: _stored_build(d), ConfigError,
+         r"Unknown Gymnasium environment id '\\\\\$\{oc\.env:HOME\}'",
+         setup=lambda d: _stored_edit(d, "  id: CartPole-v1", "  id: \\${oc.env:HOME}"),
+         absent=(os.environ.get("HOME", "/root"),)),
+    Case("stored wrapper of a package that is neither Gymnasium's nor the env's",
+         lambda d: _stored_build(d), ConfigError,
+         r"env\.wrappers\[0\]\._target_: the stored config names the wrapper "
+         r"'minigrid\.wrappers\.ImgObsWrapper' of 'minigrid', which is neither Gymnasium's, "
+         r"rltrain's nor the environment's package \('gymnasium'\).*--trust minigrid",
+         setup=lambda d: _stored_edit(d, ENV, ENV + "\n  wrappers: "
+                                      "[{_target_: minigrid.wrappers.ImgObsWrapper}]")),
+    Case("stored RecordVideo wrapper writing outside the run",
+         lambda d: _stored_build(d), ConfigError,
+         r"env\.wrappers\[0\]\._target_: the stored config records videos into '/tmp/x' "
+         r".*outside the run directory .*; a stored config never makes rltrain write elsewhere",
+         setup=lambda d: _stored_edit(d, ENV, ENV + "\n  wrappers: "
+                                      "[{_target_: gymnasium.wrappers.RecordVideo, "
+                                      "video_folder: /tmp/x}]")),
+    Case("stored config using YAML aliases (a billion laughs)",
+         lambda d: resumed_config(str(d), []), ConfigError,
+         r"config\.yaml uses YAML aliases \(\*name\), which rltrain never writes",
+         setup=lambda d: _stored_edit(d, ENV, ENV + "\n  imports: &a [x, x]\n  wrappers: *a")),
+    Case("checkpoint whose space bounds are stride-0 views (a small file, a huge space)",
+         lambda d: load_policy(d), ValueError,
+         r"its stored observation space has a low of 134,217,728 elements that its file does "
+         r"not hold \(a broadcast view, as rltrain never writes\)",
+         setup=lambda d: _broadcast_bounds(d)),
+    Case("evaluate following a stored checkpoint_dir outside the run",
+         lambda d: resolve_checkpoint(d, "last"), FileNotFoundError,
+         r"has no checkpoints/ folder; its config names .*elsewhere as its checkpoint folder, "
+         r"outside the run directory\. Pass that checkpoint file",
+         setup=lambda d: _checkpoints_moved_out(d)),
     Case("unwritable run directory",
          lambda d: trainer(d / "a-file" / "run").fit("CartPole-v1", dqn()), PermissionError,
          r"Cannot write to the run directory .*Choose a run_dir you can write to",
@@ -688,6 +736,56 @@ def _checkpoints_elsewhere(run_dir: Path) -> None:
     config = run_dir / "config.yaml"
     config.write_text(config.read_text().replace(
         "checkpoint_dir: null", f"checkpoint_dir: {run_dir.parent / 'elsewhere'}"))
+
+
+#: The env section of a fitted run's stored config.
+ENV = "env:\n  id: CartPole-v1\n  kwargs: {}"
+
+
+def _stored_edit(run_dir: Path, old: str, new: str) -> None:
+    """A fitted run whose stored config has ``old`` replaced by ``new``, with code planted in
+    it that would leave :data:`RAN` in the run if it were ever imported."""
+    fitted(run_dir)
+    config = run_dir / "config.yaml"
+    assert old in config.read_text(), config.read_text()
+    config.write_text(config.read_text().replace(old, new, 1))
+    evil = (f"open({str(run_dir / RAN)!r}, 'w').close()\nclass Agent: pass\n")
+    (run_dir / "evil.py").write_text(evil)
+    (run_dir / "evilpkg").mkdir()
+    (run_dir / "evilpkg" / "__init__.py").write_text(evil)
+    (run_dir / "evilpkg" / "sub.py").write_text(evil)
+
+
+def _stored_build(run_dir: Path) -> object:
+    """Build the run's stored config as ``rltrain fit --resume RUN`` does, from the folder that
+    holds the run (so ``run.evil`` names ``run/evil.py`` through a namespace package)."""
+    sys.path.insert(0, str(run_dir.parent))
+    try:
+        config, _ = resumed_config(str(run_dir), [])
+        return build(config, Trust(stored_in=run_dir))
+    finally:
+        sys.path.remove(str(run_dir.parent))
+        for name in [n for n in sys.modules if n == "run" or n.startswith("run.")]:
+            del sys.modules[name]
+
+
+def _broadcast_bounds(run_dir: Path) -> None:
+    """A fitted run whose checkpoint's observation bounds are stride-0 views of one number."""
+    fitted(run_dir)
+    checkpoint = run_dir / "checkpoints" / "last.pt"
+    state = Checkpointer.load(checkpoint)
+    huge = [1 << 27]
+    state["spaces"]["observation"].update(
+        shape=huge, dtype="float64", low=torch.zeros(1, dtype=torch.float64).expand(*huge),
+        high=torch.ones(1, dtype=torch.float64).expand(*huge))
+    for path in (run_dir / "checkpoints").iterdir():
+        path.unlink()
+    atomic_save(state, run_dir / "checkpoints" / "checkpoint-200.pt")
+
+
+def _checkpoints_moved_out(run_dir: Path) -> None:
+    _checkpoints_elsewhere(run_dir)
+    (run_dir / "checkpoints").rename(run_dir.parent / "elsewhere")
 
 
 def _config_file(run_dir: Path, name: str, text: str) -> None:
