@@ -29,6 +29,7 @@ from rltrain.config import (
     shipped_configs,
     validate,
 )
+from rltrain.distributed import DistributedError, launched
 from rltrain.envs import SubEnvError
 from rltrain.errors import TrainingError
 from rltrain.inference import export_policy
@@ -250,19 +251,31 @@ def say(line: str) -> None:
 
 def report(error: Exception) -> int:
     """Print ``error`` as one message on stderr; returns the exit status it calls for."""
+    who = rank_tag()
     if isinstance(error, TrainingError):
-        say(f"rltrain: training failed: {error}")
+        say(f"rltrain: {who}training failed: {error}")
         return EXIT_TRAINING_FAILED
     if isinstance(error, SubEnvError):  # while evaluating: the environment's failure
-        say(f"rltrain: the environment failed: {error}")
+        say(f"rltrain: {who}the environment failed: {error}")
+        return EXIT_TRAINING_FAILED
+    if isinstance(error, DistributedError):  # another rank's failure, which it reports
+        say(f"rltrain: {who}stopped: {error}")
         return EXIT_TRAINING_FAILED
     if isinstance(error, (ValueError, OSError, MemoryError, ImportError)):
-        say(f"rltrain: error: {error}")
+        say(f"rltrain: {who}error: {error}")
         return EXIT_BAD_INPUT
-    say(f"rltrain: internal error: {type(error).__name__}: {error}. This is a bug in rltrain "
-        "or in code it called (an environment, an agent, a callback); rerun with "
+    say(f"rltrain: {who}internal error: {type(error).__name__}: {error}. This is a bug in "
+        "rltrain or in code it called (an environment, an agent, a callback); rerun with "
         "rltrain --traceback ... to see where, and report it.")
     return EXIT_INTERNAL_ERROR
+
+
+def rank_tag() -> str:
+    """``"rank R/N: "`` under torchrun (each rank reports its own error, so the lines say whose
+    they are), else nothing."""
+    if not launched():
+        return ""
+    return f"rank {os.environ.get('RANK', '?')}/{os.environ.get('WORLD_SIZE', '?')}: "
 
 
 def fit(args: argparse.Namespace) -> int:

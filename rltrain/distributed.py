@@ -13,9 +13,10 @@ here, at points every rank reaches at the same step.
 from __future__ import annotations
 
 import atexit
+import contextlib
 import datetime
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -31,6 +32,27 @@ TORCHRUN_VARIABLES = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "M
 
 class DistributedError(RuntimeError):
     """Another rank failed at a point where every rank must agree (the error names it)."""
+
+
+class PeerLost(DistributedError):
+    """A collective failed because another rank of the run is gone (it failed, and its own
+    message says why, or it was killed)."""
+
+
+@contextlib.contextmanager
+def _with_peers(rank: int, world_size: int) -> Iterator[None]:
+    """Raise a collective's failure (gloo's "Connection closed by peer", NCCL's errors) as a
+    :class:`PeerLost` naming this rank, instead of the backend's own words alone."""
+    try:
+        yield
+    except DistributedError:
+        raise
+    except RuntimeError as error:
+        first = str(error).splitlines()[0][:300] if str(error) else type(error).__name__
+        raise PeerLost(
+            f"rank {rank} of {world_size} lost the other ranks of this run in a collective: "
+            "another rank failed (its own 'rltrain:' line says why) or was killed (torchrun's "
+            f"summary names its rank). The backend said: {first}") from error
 
 
 @dataclass(frozen=True)
@@ -65,17 +87,23 @@ class DistributedContext:
         """Nodes in the run (``world_size / local_world_size``)."""
         return max(1, self.world_size // max(1, self.local_world_size))
 
+    def _peers(self) -> contextlib.AbstractContextManager[None]:
+        return _with_peers(self.rank, self.world_size)
+
     def barrier(self) -> None:
         """Wait until every rank is here."""
         if self.distributed:
-            dist.barrier()
+            with self._peers():
+                dist.barrier()
 
     def all_reduce_(self, tensor: torch.Tensor, op: str = "sum") -> torch.Tensor:
         """Reduce ``tensor`` in place over the ranks (``"sum"``, ``"max"``, ``"min"``);
         returns it."""
         if self.distributed:
-            dist.all_reduce(tensor, op={"sum": dist.ReduceOp.SUM, "max": dist.ReduceOp.MAX,
-                                        "min": dist.ReduceOp.MIN}[op])
+            with self._peers():
+                dist.all_reduce(tensor, op={"sum": dist.ReduceOp.SUM,
+                                            "max": dist.ReduceOp.MAX,
+                                            "min": dist.ReduceOp.MIN}[op])
         return tensor
 
     def all_gather(self, tensor: torch.Tensor) -> torch.Tensor:
@@ -84,7 +112,8 @@ class DistributedContext:
         if not self.distributed:
             return tensor.unsqueeze(0)
         out = [torch.empty_like(tensor) for _ in range(self.world_size)]
-        dist.all_gather(out, tensor.contiguous())
+        with self._peers():
+            dist.all_gather(out, tensor.contiguous())
         return torch.stack(out)
 
     def any(self, flag: bool) -> bool:
@@ -111,7 +140,8 @@ class DistributedContext:
         if not self.distributed:
             return value
         box = [value]
-        dist.broadcast_object_list(box, src=0)
+        with self._peers():
+            dist.broadcast_object_list(box, src=0)
         return box[0]
 
     def all_gather_object(self, value: T) -> list[T]:
@@ -119,7 +149,8 @@ class DistributedContext:
         if not self.distributed:
             return [value]
         out: list[Any] = [None] * self.world_size
-        dist.all_gather_object(out, value)
+        with self._peers():
+            dist.all_gather_object(out, value)
         return out
 
     def broadcast_tensors_(self, tensors: Sequence[torch.Tensor]) -> None:
@@ -129,7 +160,8 @@ class DistributedContext:
             return
         for group in _by_kind(tensors):
             flat = torch.cat([t.detach().reshape(-1) for t in group])
-            dist.broadcast(flat, src=0)
+            with self._peers():
+                dist.broadcast(flat, src=0)
             offset = 0
             for t in group:
                 t.data.copy_(flat[offset:offset + t.numel()].view_as(t))

@@ -111,8 +111,8 @@ def check_untrusted(path: str, trust: Trust, what: str) -> None:
     if ":" in path or not MODULE_NAME.fullmatch(path):
         module_name = path.partition(":")[0]
     else:
-        found = _importable_prefix(path.split("."))
-        module_name = found[-1].name if found else ""
+        prefix = _importable_prefix(path.split("."))
+        module_name = prefix[-1].name if prefix else ""
     if not module_name or trust.trusts(module_name) or not MODULE_NAME.fullmatch(
             module_name):
         return
@@ -120,8 +120,8 @@ def check_untrusted(path: str, trust: Trust, what: str) -> None:
         modules = find_module_path(module_name)
     except ImportError:
         return  # nothing to import there: building the part says what is missing
-    for found in modules:
-        _refuse_inside(found, trust, what, path)
+    for module in modules:
+        _refuse_inside(module, trust, what, path)
 
 
 def _import(module_name: str, trust: Trust, what: str, path: str) -> Any:

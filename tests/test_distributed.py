@@ -357,8 +357,51 @@ def test_a_run_directory_rank_0_refuses_is_a_clear_error_on_every_rank(tmp_path:
     assert errors and all(line.count("rltrain: ") == 1 for line in errors), said
     # Rank 0 names the problem; rank 1 names it as rank 0's, the same kind of error (never an
     # internal error).
-    message = rf"rltrain: error: (Rank 0 failed: FileExistsError: )?{re.escape(str(run_dir))} " \
-              r"is not an rltrain run .*"
+    message = rf"rltrain: rank [01]/2: error: (Rank 0 failed: FileExistsError: )?" \
+              rf"{re.escape(str(run_dir))} is not an rltrain run .*"
     assert all(re.fullmatch(message, line) for line in errors), said
     assert (run_dir / "config.yaml").read_text() == "not rltrain's\n"
     assert sorted(p.name for p in run_dir.iterdir()) == ["config.yaml"]
+
+
+FLAKY = """
+import os
+import gymnasium as gym
+
+
+class Flaky(gym.Wrapper):
+    \"\"\"CartPole whose step raises on rank 1 only, at its 50th step.\"\"\"
+
+    def __init__(self):
+        super().__init__(gym.make("CartPole-v1"))
+        self.steps = 0
+
+    def step(self, action):
+        self.steps += 1
+        if self.steps == 50 and os.environ.get("RANK") == "1":
+            raise RuntimeError("rank one's environment broke")
+        return self.env.step(action)
+"""
+
+
+def test_a_rank_s_failure_is_reported_by_that_rank_and_named_as_a_peer_s_by_the_others(
+        tmp_path: Path) -> None:
+    (tmp_path / "flaky.py").write_text(FLAKY)
+    done = subprocess.run(
+        [*TORCHRUN, "--standalone", "--nproc-per-node=2", "-m", "rltrain.cli", "fit",
+         "ppo_cartpole", "env._target_=flaky.Flaky", "env.id=null", "trainer.run_dir=run",
+         "trainer.num_steps=4096", "trainer.enable_progress_bar=false",
+         "trainer.enable_console=false"],
+        capture_output=True, text=True, timeout=120, env=environment(), cwd=tmp_path)
+    assert done.returncode != 0
+    said = done.stderr[-3000:]
+    errors = [line for line in done.stderr.splitlines()
+              if line.startswith("rltrain: ") and "warning" not in line]
+    assert "internal error" not in done.stderr and "a bug in rltrain" not in done.stderr, said
+    # The rank whose environment broke says so, as rank 1 (it exits first, so it has printed).
+    assert any(line.startswith("rltrain: rank 1/2: training failed:")
+               and "rank one's environment broke" in line for line in errors), said
+    # Rank 0, when torchrun lets it print, names the failure as another rank's.
+    for line in errors:
+        if line.startswith("rltrain: rank 0/2"):
+            assert "lost the other ranks of this run" in line, said
