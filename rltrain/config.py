@@ -283,9 +283,16 @@ def _integral_floats(base: DictConfig, raw: DictConfig) -> DictConfig:
         kind = OmegaConf.get_type(schema_node)
         hints = typing.get_type_hints(kind) if dataclasses.is_dataclass(kind) else {}
         for key, value in node.items():
+            hint = hints.get(str(key))
             if (isinstance(value, float) and value.is_integer()
-                    and hints.get(str(key)) in (int, int | None)):
+                    and hint in (int, int | None)):
                 node[key] = int(value)
+            if (hint in (bool, bool | None) and not isinstance(value, bool)
+                    and not (value is None and hint is not bool)
+                    and not OmegaConf.is_interpolation(node, str(key))):
+                name = f"{section}.{key!s}"
+                raise ConfigError(f"{name} must be true or false; got {value!r}. Write "
+                                  f"{name}=true or {name}=false.")
     return raw
 
 

@@ -474,6 +474,10 @@ CASES = [
          r"The run's saved config sets trainer\.checkpoint_dir=.*elsewhere, outside the run "
          r"directory .*untrusted: confirm that folder on the command line",
          setup=lambda d: _checkpoints_elsewhere(d)),
+    Case("a number where a setting is true or false (agent.normalize_observations=2)",
+         lambda d: compose(["ppo_cartpole"], ["agent.normalize_observations=2"]), ConfigError,
+         r"agent\.normalize_observations must be true or false; got 2\. Write "
+         r"agent\.normalize_observations=true or agent\.normalize_observations=false"),
     Case("stored config importing a module planted in the run through a namespace package",
          lambda d: _stored_build(d), ConfigError,
          r"env\.imports: 'run\.evil' would be imported from .*run, inside .*run, where the "
