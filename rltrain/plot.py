@@ -84,19 +84,40 @@ class GroupCurve:
 
 
 def read_rows(path: Path) -> list[dict[str, Any]]:
-    """The JSON rows of a ``metrics.jsonl`` (a last line cut short by a crash is skipped)."""
+    """The JSON rows of a ``metrics.jsonl`` (a last line cut short by a crash is skipped),
+    read as untrusted input: a line that is not a JSON object, or a row whose steps, returns
+    or times are not numbers, is refused with its line number."""
     rows = []
-    lines = path.read_text(encoding="utf-8").splitlines()
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except UnicodeDecodeError as error:
+        raise ValueError(f"{path} is not a UTF-8 text file ({error}); it was not written by "
+                         "rltrain, or it was altered.") from None
     for number, line in enumerate(lines, 1):
         if not line.strip():
             continue
         try:
-            rows.append(json.loads(line))
-        except json.JSONDecodeError as error:
-            if number == len(lines):
+            row = json.loads(line)
+        except (json.JSONDecodeError, RecursionError) as error:
+            if number == len(lines) and isinstance(error, json.JSONDecodeError):
                 break
-            raise ValueError(f"{path}:{number} is not a JSON line: {error}.") from error
+            raise ValueError(f"{path}:{number} is not a JSON line: {error}.") from None
+        if not isinstance(row, dict) or not all(_number(row.get(key)) for key in NUMBERS):
+            raise ValueError(f"{path}:{number} is not a metrics row (a JSON object whose "
+                             f"{', '.join(NUMBERS)} are finite numbers); it was not written "
+                             "by rltrain, or it was altered.")
+        rows.append(row)
     return rows
+
+
+def _number(value: Any) -> bool:
+    """Whether ``value`` is absent or a finite number (not a bool)."""
+    return value is None or (isinstance(value, (int, float)) and not isinstance(value, bool)
+                             and math.isfinite(value))
+
+
+#: The values of a ``metrics.jsonl`` row that :func:`read_run` reads as numbers.
+NUMBERS = ("env_steps", "eval/return_mean", "time/elapsed")
 
 
 def flatten(node: Any, prefix: str = "") -> dict[str, Any]:

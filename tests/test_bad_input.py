@@ -53,6 +53,7 @@ from rltrain.envs import EnvError, EnvSpec
 from rltrain.errors import TrainingError
 from rltrain.inference import load_policy
 from rltrain.inference.policy import resolve as resolve_checkpoint
+from rltrain.plot import read_run
 from rltrain.targets import Trust
 from rltrain.trainer import RunDirectoryLocked, build
 
@@ -524,6 +525,15 @@ CASES = [
          r"has no checkpoints/ folder; its config names .*elsewhere as its checkpoint folder, "
          r"outside the run directory\. Pass that checkpoint file",
          setup=lambda d: _checkpoints_moved_out(d)),
+    Case("metrics.jsonl nested too deep, for rltrain plot",
+         lambda d: read_run(d), ValueError,
+         r"metrics\.jsonl:\d+ is not a JSON line: maximum recursion depth exceeded",
+         setup=lambda d: _metrics_line(d, "[" * 100_000 + "]" * 100_000)),
+    Case("metrics.jsonl row that is not an object of numbers, for rltrain plot",
+         lambda d: read_run(d), ValueError,
+         r"metrics\.jsonl:\d+ is not a metrics row \(a JSON object whose env_steps, "
+         r"eval/return_mean, time/elapsed are finite numbers\); it was not written by rltrain",
+         setup=lambda d: _metrics_line(d, '{"event": "evaluation", "env_steps": NaN}')),
     Case("unwritable run directory",
          lambda d: trainer(d / "a-file" / "run").fit("CartPole-v1", dqn()), PermissionError,
          r"Cannot write to the run directory .*Choose a run_dir you can write to",
@@ -790,6 +800,14 @@ def _broadcast_bounds(run_dir: Path) -> None:
 def _checkpoints_moved_out(run_dir: Path) -> None:
     _checkpoints_elsewhere(run_dir)
     (run_dir / "checkpoints").rename(run_dir.parent / "elsewhere")
+
+
+def _metrics_line(run_dir: Path, line: str) -> None:
+    """A run's ``metrics.jsonl`` of an evaluation row, ``line``, and a last line after it."""
+    run_dir.mkdir(parents=True)
+    rows = [{"event": "evaluation", "env_steps": 100, "eval/return_mean": 20.0}, {}]
+    (run_dir / "metrics.jsonl").write_text(
+        "\n".join([json.dumps(rows[0]), line, json.dumps(rows[1])]) + "\n")
 
 
 def _config_file(run_dir: Path, name: str, text: str) -> None:
