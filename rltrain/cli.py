@@ -354,9 +354,21 @@ def resumed_config(resume: str, overrides: list[str]
     else:
         raise FileNotFoundError(f"Nothing to resume at {path}: pass a run directory, a "
                                 "checkpoint file, or last/best with trainer.run_dir=RUN_DIR.")
-    config = validate(OmegaConf.merge(saved, given))
+    with stored_config_errors(path if path.exists() else Path(str(given.trainer.run_dir))):
+        config = validate(OmegaConf.merge(saved, given))
     check_stored_paths(saved, given, Path(str(config.trainer.run_dir)))
     return config, ckpt_path
+
+
+@contextlib.contextmanager
+def stored_config_errors(source: Path) -> Iterator[None]:
+    """Name ``source`` (a run directory or a checkpoint) in a config error of its stored
+    config, so that the message says which file is at fault."""
+    try:
+        yield
+    except ConfigError as error:
+        raise ConfigError(f"{source}: its stored config (or an override of it): {error}"
+                          ) from None
 
 
 def check_stored_paths(saved: DictConfig, given: DictConfig, run_dir: Path) -> None:
@@ -387,8 +399,13 @@ def checkpoint_config(checkpoint: Path, state: dict[str, Any] | None = None) -> 
 
 def evaluate(args: argparse.Namespace) -> int:
     """``rltrain evaluate``: load a run's agent and print its evaluation metrics as JSON."""
-    checkpoint, run_dir = resolve_checkpoint(args.path, args.checkpoint)
-    config = with_overrides(checkpoint_config(checkpoint), args.overrides)
+    confirmed = OmegaConf.select(parse_overrides(args.overrides), "trainer.checkpoint_dir")
+    if confirmed is not None and args.path.is_dir():  # the user's word for a folder elsewhere
+        checkpoint, run_dir = Checkpointer(Path(str(confirmed))).resolve(args.checkpoint), args.path
+    else:
+        checkpoint, run_dir = resolve_checkpoint(args.path, args.checkpoint)
+    with stored_config_errors(checkpoint):
+        config = with_overrides(checkpoint_config(checkpoint), args.overrides)
     seed, extra = args.seed, dict[str, Any]()
     if "unrecorded" in config.strategy:  # a strategy from a script: only its seed matters here
         extra["strategy"] = None

@@ -523,7 +523,9 @@ CASES = [
     Case("evaluate following a stored checkpoint_dir outside the run",
          lambda d: resolve_checkpoint(d, "last"), FileNotFoundError,
          r"has no checkpoints/ folder; its config names .*elsewhere as its checkpoint folder, "
-         r"outside the run directory\. Pass that checkpoint file",
+         r"outside the run directory \(what a run directory says is untrusted\)\. Pass that "
+         r"checkpoint file, or confirm the folder \(rltrain evaluate: "
+         r"trainer\.checkpoint_dir=.*elsewhere\)",
          setup=lambda d: _checkpoints_moved_out(d)),
     Case("metrics.jsonl nested too deep, for rltrain plot",
          lambda d: read_run(d), ValueError,

@@ -257,7 +257,12 @@ def test_evaluate_finds_the_checkpoints_of_a_run_with_its_own_checkpoint_dir(
                  f"trainer.checkpoint_dir={checkpoints}", "trainer.enable_progress_bar=false",
                  "trainer.enable_console=false", "trainer.eval_interval=null"]) == 0
     capsys.readouterr()
-    assert main(["evaluate", str(run), "--episodes", "2"]) == 0
+    # A folder outside the run, named by its stored config, needs the user's word.
+    assert main(["evaluate", str(run), "--episodes", "2"]) == 2
+    assert f"confirm the folder (rltrain evaluate: trainer.checkpoint_dir={checkpoints})" in (
+        capsys.readouterr().err)
+    assert main(["evaluate", str(run), f"trainer.checkpoint_dir={checkpoints}",
+                 "--episodes", "2"]) == 0
     metrics = json.loads(capsys.readouterr().out)
     assert Path(metrics["checkpoint"]).parent == checkpoints
     assert metrics["eval/episodes"] == 2.0

@@ -229,7 +229,9 @@ def resolve(path: Path, which: str) -> tuple[Path, Path]:
         if isinstance(stored, str) and not inside:
             raise FileNotFoundError(
                 f"{path} has no checkpoints/ folder; its config names {stored[:200]} as its "
-                "checkpoint folder, outside the run directory. Pass that checkpoint file.")
+                "checkpoint folder, outside the run directory (what a run directory says is "
+                "untrusted). Pass that checkpoint file, or confirm the folder (rltrain "
+                f"evaluate: trainer.checkpoint_dir={stored[:200]}).")
         folder = Path(stored) if isinstance(stored, str) else folder
     return Checkpointer(folder).resolve(which), path
 
