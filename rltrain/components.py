@@ -123,6 +123,9 @@ class RLComponents:
         sync_interval: Vector steps between the ranks' agreements in a run of several
             processes (stop requests, and the episodes each rank ended, for the logs). Default
             16; ignored with one process.
+        env_step_timeout: Seconds each env step or reset (training and evaluation) may take;
+            one that takes longer fails the run as an environment error
+            (:class:`~rltrain.envs.EnvStepTimeout`). Default None: no limit.
     """
 
     num_steps: int
@@ -144,6 +147,7 @@ class RLComponents:
     resume_state: dict[str, Any] | None = None
     distributed: DistributedContext = SINGLE
     sync_interval: int = 16
+    env_step_timeout: float | None = None
 
     def saved_state(self) -> dict[str, Any]:
         """What ``checkpoint`` holds: read on the first call (``Checkpointer.load``: checksum
@@ -175,6 +179,10 @@ class RLComponents:
         self.inference_device = torch.device(self.inference_device)
         if self.sync_interval < 1:
             raise ValueError(f"sync_interval must be >= 1 vector step; got {self.sync_interval}.")
+        if self.env_step_timeout is not None and not (math.isfinite(self.env_step_timeout)
+                                                      and self.env_step_timeout > 0):
+            raise ValueError(f"env_step_timeout must be a finite number of seconds > 0 (or "
+                             f"None for no limit); got {self.env_step_timeout}.")
 
 
 def check_training_settings(*, num_steps: int, accumulate_grad_batches: int,

@@ -13,6 +13,7 @@ further (its messages name neither the environment nor rltrain's reason).
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import inspect
 import pickle
@@ -26,6 +27,7 @@ from gymnasium.utils.env_checker import data_equivalence
 
 from rltrain.envs import EnvError
 from rltrain.errors import user_stacklevel
+from rltrain.watchdog import EnvCallHung, call_within, watch_env_calls
 
 #: Gymnasium's API, as the fixes quote it.
 RESET_API = "reset(self, *, seed=None, options=None) -> (observation, info)"
@@ -95,28 +97,33 @@ def warn_no_time_limit(env: gym.Env[Any, Any], name: str,
 
 
 def check_env(env: gym.Env[Any, Any], name: str, *, seed: int = 0,
-              eval_max_episode_steps: int | None) -> None:
+              eval_max_episode_steps: int | None, step_timeout: float | None = None) -> None:
     """Check the environment ``env`` (called ``name`` in messages) before a run writes
     anything: its spaces, ``reset(seed=seed)`` and one ``step`` of a sampled action, their
     observations against the observation space, that a reset with the same seed starts the
     same episode, and that it has a time limit. Raises :class:`~rltrain.envs.EnvError` for
-    what would fail the run, warns for what would degrade it. ``env`` is reset and stepped."""
-    check = Check(env, name)
+    what would fail the run, warns for what would degrade it. ``env`` is reset and stepped,
+    each call within ``step_timeout`` seconds (the Trainer's ``env_step_timeout``; None, the
+    default: no limit), interrupted past it in the main thread
+    (:func:`~rltrain.watchdog.call_within`)."""
+    check = Check(env, name, step_timeout)
     check.spaces()
-    first = check.reset(seed)
-    check.observation(first, "reset()")
-    first = copy.deepcopy(first)  # some environments reuse their observation's buffer
-    check.step_once()
-    check.seeded_reset(seed, first)
+    with watch_env_calls() if step_timeout is not None else contextlib.nullcontext():
+        first = check.reset(seed)
+        check.observation(first, "reset()")
+        first = copy.deepcopy(first)  # some environments reuse their observation's buffer
+        check.step_once()
+        check.seeded_reset(seed, first)
     check.float64_box()
     warn_no_time_limit(env, name, eval_max_episode_steps)
 
 
 class Check:
-    """The checks of one environment ``env``, called ``name`` in every message."""
+    """The checks of one environment ``env``, called ``name`` in every message; each of its
+    calls may take ``timeout`` seconds (None: no limit)."""
 
-    def __init__(self, env: gym.Env[Any, Any], name: str) -> None:
-        self.env, self.name = env, name
+    def __init__(self, env: gym.Env[Any, Any], name: str, timeout: float | None = None) -> None:
+        self.env, self.name, self.timeout = env, name, timeout
         self.warned: set[str] = set()
 
     def fail(self, check: str, problem: str, fix: str) -> EnvError:
@@ -128,6 +135,12 @@ class Check:
             self.warned.add(check)
             warnings.warn(f"The environment {self.name!r} fails the check of {check}: "
                           f"{problem}. {fix}", UserWarning, stacklevel=user_stacklevel())
+
+    def hung(self, call: str, hung: EnvCallHung) -> EnvError:
+        """The failure of a ``call`` (``"step"``, ``"reset"``) past the timeout."""
+        late = f" (it returned after {hung.took:.3g} s)" if hung.took is not None else ""
+        return self.fail(call, f"{call}() did not return within {hung.why}{late}",
+                         f"Fix its {call}, or raise trainer.env_step_timeout (None: no limit).")
 
     def spaces(self) -> None:
         for attribute in ("observation_space", "action_space"):
@@ -147,7 +160,9 @@ class Check:
                             f"Gymnasium's is {RESET_API}: add the keywords and call "
                             "super().reset(seed=seed) first.")
         try:
-            result = self.env.reset(seed=seed)
+            result = call_within(self.timeout, self.env.reset, seed=seed)
+        except EnvCallHung as hung:
+            raise self.hung("reset", hung) from hung
         except Exception as error:
             raise self.fail("reset", f"reset(seed={seed}) raised {type(error).__name__}: "
                             f"{error}", f"Fix its reset ({RESET_API}).") from error
@@ -166,7 +181,9 @@ class Check:
         space = self.env.action_space
         space.seed(0)
         try:
-            result = self.env.step(space.sample())
+            result = call_within(self.timeout, self.env.step, space.sample())
+        except EnvCallHung as hung:
+            raise self.hung("step", hung) from hung
         except Exception as error:
             raise self.fail("step", f"step(action) raised {type(error).__name__}: {error} "
                             f"(for an action sampled from {space})",
@@ -204,7 +221,10 @@ class Check:
         spec = getattr(self.env, "spec", None)
         if spec is not None and spec.nondeterministic:
             return
-        again, _ = self.env.reset(seed=seed)
+        try:
+            again, _ = call_within(self.timeout, self.env.reset, seed=seed)
+        except EnvCallHung as hung:
+            raise self.hung("reset", hung) from hung
         if not data_equivalence(first, again):
             self.warn("a seeded reset", f"reset(seed={seed}) twice gave two different "
                       "observations, so its reset ignores the seed: runs of the same seed "

@@ -2,17 +2,26 @@
 
 from __future__ import annotations
 
+import ctypes
 import difflib
 import functools
+import os
 import re
+import signal
+import sys
+import threading
+import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from multiprocessing.connection import wait as wait_for_pipes
 from typing import Any, Literal, Union
 
 import gymnasium as gym
 from gymnasium.vector import AsyncVectorEnv, AutoresetMode, SyncVectorEnv, VectorEnv
+from gymnasium.vector.async_vector_env import AsyncState
 
-from rltrain.targets import TRUSTED, Trust, import_modules, locate
+from rltrain.targets import MODULE_NAME, TRUSTED, Trust, import_modules, locate
+from rltrain.watchdog import EnvCallHung, call_within, end_processes
 
 Vectorization = Literal["sync", "async"]
 
@@ -72,7 +81,7 @@ def check_env_id(env_id: str, trust: Trust = TRUSTED) -> None:
     """Raise ``ValueError`` naming the closest registered ids when ``env_id`` is not registered;
     a ``"module:EnvId"`` id imports its module first, as ``gymnasium.make`` does."""
     module, sep, name = env_id.rpartition(":")
-    if sep:
+    if sep and MODULE_NAME.fullmatch(module):
         import_modules([module], trust, what="env.id")
         env_id = name
     if env_id in gym.registry:
@@ -114,6 +123,42 @@ class SubEnvError(RuntimeError):
             index, message = message.index, str(message)
         super().__init__(str(message))
         self.index: int | None = index
+
+
+class EnvStepTimeout(SubEnvError):
+    """A sub-environment's step or reset did not return within ``env_step_timeout``, or within
+    :data:`~rltrain.watchdog.STOP_GRACE` seconds of a stop signal; ``index`` names the
+    (first) sub-env that did not, when known."""
+
+
+def step_timeout_error(hung: EnvCallHung, call: str, num_envs: int,
+                       env: str | None = None) -> EnvStepTimeout:
+    """The error to raise for ``hung``, a ``call`` (``"step"`` or ``"reset"``) of a vector env
+    of ``num_envs`` sub-envs (of the environment named ``env``) past its deadline."""
+    sub_envs = hung.sub_envs or _sub_envs_in(hung)
+    if not sub_envs and num_envs == 1:
+        sub_envs = [0]
+    who = (f"sub-env {sub_envs[0]}" if len(sub_envs) == 1 else
+           f"sub-envs {', '.join(map(str, sub_envs))}" if sub_envs else "a sub-env")
+    late = f" (it returned after {hung.took:.3g} s)" if hung.took is not None else ""
+    fix = ("It hangs or is too slow: fix the environment, or raise trainer.env_step_timeout "
+           "(None: no limit)." if hung.why.startswith("env_step_timeout") else
+           "It hangs: fix the environment (trainer.env_step_timeout=<seconds> fails a hung "
+           "step without a signal).")
+    return EnvStepTimeout(f"{who}{f' of {env!r}' if env else ''} did not return from {call}() "
+                          f"within {hung.why}{late}. {fix}", sub_envs[0] if sub_envs else None)
+
+
+def _sub_envs_in(hung: EnvCallHung) -> list[int]:
+    """The sub-env whose call ``hung`` interrupted, from its traceback (a sync vector env)."""
+    found: list[int] = []
+    traceback = hung.__traceback__
+    while traceback is not None:
+        owner = traceback.tb_frame.f_locals.get("self")
+        if isinstance(owner, _SubEnv):
+            found = [owner.index]
+        traceback = traceback.tb_next
+    return found
 
 
 def make_probe_env(env: EnvInit) -> gym.Env[Any, Any]:
@@ -173,6 +218,117 @@ def _make_sub_env(factory: Callable[[], gym.Env[Any, Any]], index: int,
     return _SubEnv(factory(), index, seed)
 
 
+def _make_worker_env(factory: Callable[[], gym.Env[Any, Any]], index: int, seed: int, *,
+                     parent: int, die_with_parent: bool) -> gym.Env[Any, Any]:
+    """Sub-env ``index`` of an async vector env; made in its worker process (``parent`` is
+    the main process), the worker is first set apart from the main process's signals."""
+    if os.getpid() != parent:  # AsyncVectorEnv makes sub-env 0 in the main process too
+        _become_worker(parent, die_with_parent)
+    return _SubEnv(factory(), index, seed)
+
+
+def _become_worker(parent: int, die_with_parent: bool) -> None:
+    """In an env worker process: leave Ctrl-C to the main process (which ends its workers),
+    let SIGTERM end the worker, drop the main process's alarm and signal watch (inherited
+    through ``fork``) and, on Linux, have the kernel kill the worker when the thread that
+    started it ends (the main process died, even by SIGKILL)."""
+    inherited = signal.set_wakeup_fd(-1)
+    if inherited >= 0:
+        os.close(inherited)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    for name in ("SIGTERM", "SIGALRM"):
+        if hasattr(signal, name):
+            signal.signal(getattr(signal, name), signal.SIG_DFL)
+    if die_with_parent and sys.platform.startswith("linux"):
+        try:
+            ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+        except (OSError, AttributeError):
+            return
+        if os.getppid() != parent:  # the main process died before the prctl
+            os._exit(1)
+
+
+#: Linux's ``prctl`` option: the signal a process receives when its parent thread ends.
+PR_SET_PDEATHSIG = 1
+#: Seconds :class:`WorkerVectorEnv`'s close waits for idle workers to close their envs and
+#: exit before it terminates them.
+CLOSE_TIMEOUT = 10.0
+
+
+class WorkerVectorEnv(AsyncVectorEnv):
+    """Gymnasium's ``AsyncVectorEnv`` (each sub-env in a worker process), whose workers ignore
+    Ctrl-C (the main process ends them), die with the main process (Linux), and whose
+    :meth:`close` never waits on a hung worker: idle workers are asked to close their envs
+    (:data:`CLOSE_TIMEOUT` seconds), busy ones (a step or reset pending: interrupted, timed
+    out) are terminated at once; any still alive a second after SIGTERM are killed."""
+
+    def close_extras(self, timeout: float | None = None, terminate: bool = False) -> None:
+        busy = terminate or self._state is not AsyncState.DEFAULT
+        wait_s = 0.0 if busy else CLOSE_TIMEOUT if timeout is None else timeout
+        if not busy:
+            self._ask_to_close(wait_s)
+        end_processes(self.processes, wait=wait_s)
+        for pipe in self.parent_pipes:
+            if pipe is not None:
+                pipe.close()
+
+    def _ask_to_close(self, timeout: float) -> None:
+        pipes = [pipe for pipe in self.parent_pipes if pipe is not None and not pipe.closed]
+        for pipe in pipes:
+            try:
+                pipe.send(("close", None))
+            except OSError:
+                continue
+        end = time.monotonic() + timeout
+        for pipe in pipes:
+            try:
+                if pipe.poll(max(end - time.monotonic(), 0.0)):
+                    pipe.recv()
+            except (OSError, EOFError):
+                continue
+
+
+def await_workers(envs: AsyncVectorEnv, timeout: float | None) -> list[int]:
+    """Wait until every worker of ``envs`` has answered the call sent to it, at most
+    ``timeout`` seconds (None: no limit); returns the sub-envs that have not (none: all
+    answered). An :class:`~rltrain.watchdog.EnvCallHung` raised meanwhile (a stop signal's
+    grace) names them."""
+    pending = {i: pipe for i, pipe in enumerate(envs.parent_pipes) if pipe is not None}
+    end = None if timeout is None else time.monotonic() + timeout
+    try:
+        while pending:
+            left = None if end is None else max(end - time.monotonic(), 0.0)
+            ready = wait_for_pipes(list(pending.values()), left)
+            if not ready:
+                break
+            pending = {i: pipe for i, pipe in pending.items() if pipe not in ready}
+    except EnvCallHung as hung:
+        hung.sub_envs = sorted(pending)
+        raise
+    return sorted(pending)
+
+
+def call_vector_env(envs: VectorEnv[Any, Any, Any], call: str, argument: Any,
+                    timeout: float | None) -> Any:
+    """``envs.step(argument)`` (``call="step"``) or ``envs.reset(seed=argument)``, within
+    ``timeout`` seconds (None: no limit) and the grace after a stop signal
+    (:func:`~rltrain.watchdog.call_within`); one past its deadline raises
+    :class:`~rltrain.watchdog.EnvCallHung`. An async vector env's workers are awaited on
+    their pipes, so any thread can time them out, whatever the workers do."""
+    if not isinstance(envs, AsyncVectorEnv):
+        if call == "step":
+            return call_within(timeout, envs.step, argument)
+        return call_within(timeout, envs.reset, seed=argument)
+    if call == "step":
+        envs.step_async(argument)
+    else:
+        envs.reset_async(seed=argument)
+    late = call_within(None, await_workers, envs, timeout)
+    if late:
+        raise EnvCallHung(f"env_step_timeout={timeout:g} s", sub_envs=late)
+    return envs.step_wait() if call == "step" else envs.reset_wait()
+
+
 def env_name(env: EnvInit) -> str:
     """A short name for messages and logs: the id, or the callable's (or target's) name."""
     if isinstance(env, str):
@@ -203,18 +359,26 @@ def make_vector_env(
     ``info["final_obs"]``. Observations are reset with ``seed`` by the caller (the runner);
     sub-env ``i``'s own spaces are seeded with ``seed + i``, and its exceptions are
     :class:`SubEnvError` naming ``i``. ``first_env``: makes sub-env 0 instead of ``env`` (the
-    evaluation's recorded copy, :mod:`rltrain.video`).
+    evaluation's recorded copy, :mod:`rltrain.video`). ``"async"`` makes a
+    :class:`WorkerVectorEnv` (workers that leave signals to the main process, die with it on
+    Linux when made from its main thread, and are ended by ``close`` even when hung).
     """
     if num_envs < 1:
         raise ValueError(f"num_envs must be >= 1; got {num_envs}.")
     factory = env_factory(env)
-    fns = [functools.partial(_make_sub_env, first_env if i == 0 and first_env is not None
-                             else factory, i, seed + i) for i in range(num_envs)]
+    makers = [first_env if i == 0 and first_env is not None else factory
+              for i in range(num_envs)]
     envs: VectorEnv[Any, Any, Any]
     if vectorization == "sync":
-        envs = SyncVectorEnv(fns, autoreset_mode=AutoresetMode.SAME_STEP)
+        envs = SyncVectorEnv([functools.partial(_make_sub_env, make, i, seed + i)
+                              for i, make in enumerate(makers)],
+                             autoreset_mode=AutoresetMode.SAME_STEP)
     elif vectorization == "async":
-        envs = AsyncVectorEnv(fns, autoreset_mode=AutoresetMode.SAME_STEP)
+        main = threading.current_thread() is threading.main_thread()
+        envs = WorkerVectorEnv([functools.partial(_make_worker_env, make, i, seed + i,
+                                                  parent=os.getpid(), die_with_parent=main)
+                                for i, make in enumerate(makers)],
+                               autoreset_mode=AutoresetMode.SAME_STEP)
     else:
         raise ValueError(f"vectorization must be 'sync' or 'async'; got {vectorization!r}.")
     envs.action_space.seed(seed)

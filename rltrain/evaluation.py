@@ -14,13 +14,14 @@ from gymnasium.vector import SyncVectorEnv
 
 from rltrain.agents.base import Policy
 from rltrain.components import EvaluationSettings
-from rltrain.envs import EnvInit, env_factory, make_vector_env
+from rltrain.envs import EnvInit, env_factory, env_name, make_vector_env
 from rltrain.events.events import EvaluationEnd, EvaluationStart, EvaluationStep
 from rltrain.events.processor import EventProcessor
 from rltrain.interrupt import Interrupter
 from rltrain.runner import Runner
 from rltrain.types import Progress
 from rltrain.video import EpisodeRecorder, find_recorder, recorded_env
+from rltrain.watchdog import watch_env_calls
 
 
 class Evaluator:
@@ -46,11 +47,15 @@ class Evaluator:
         video_interval: Record every ``video_interval``-th evaluation of this evaluator (the
             N-th, 2N-th, ...; 1: every one), as ``eval-<env_steps>-episode-<k>.mp4``.
             Default 1.
+        step_timeout: Seconds each evaluation step or reset may take (the Trainer's
+            ``env_step_timeout``; see :class:`~rltrain.runner.Runner`); None: no limit.
+            Default None.
     """
 
     def __init__(self, env: EnvInit, *, episodes: int, seed: int, device: torch.device,
                  num_envs: int | None = None, max_episode_steps: int | None = None,
-                 video_dir: str | Path | None = None, video_interval: int = 1) -> None:
+                 video_dir: str | Path | None = None, video_interval: int = 1,
+                 step_timeout: float | None = None) -> None:
         if episodes < 1:
             raise ValueError(f"Evaluation needs >= 1 episode; got eval_episodes={episodes}.")
         self.episodes = episodes
@@ -59,6 +64,7 @@ class Evaluator:
         if video_interval < 1:
             raise ValueError(f"video_interval must be >= 1 evaluation; got {video_interval}.")
         num_envs = min(episodes, 10) if num_envs is None else num_envs
+        name = env_name(env)
         limit = (None if max_episode_steps is None
                  else functools.partial(_time_limited, max_episode_steps=max_episode_steps))
         first = None if video_dir is None else recorded_env(env, video_dir, limit)
@@ -70,12 +76,20 @@ class Evaluator:
             assert isinstance(self.envs, SyncVectorEnv)
             self.recorder = find_recorder(self.envs.envs[0])
         self.video_interval, self.evaluations = video_interval, 0
-        self.runner = Runner(self.envs, device=device, progress=Progress())
+        self.runner = Runner(self.envs, device=device, progress=Progress(),
+                             step_timeout=step_timeout, env_name=name)
         self.targets = np.array([(episodes + i) // num_envs for i in range(num_envs)])
 
     def run(self, policy: Policy, *, env_steps: int, events: EventProcessor,
             interrupter: Interrupter | None = None) -> EvaluationEnd:
-        """Evaluate ``policy``, emitting EvaluationStart and EvaluationEnd; stops on request."""
+        """Evaluate ``policy``, emitting EvaluationStart and EvaluationEnd; stops on request.
+        Its env calls are watched (:func:`~rltrain.watchdog.watch_env_calls`): in the main
+        thread, one past ``step_timeout`` is interrupted."""
+        with watch_env_calls():
+            return self._run(policy, env_steps=env_steps, events=events, interrupter=interrupter)
+
+    def _run(self, policy: Policy, *, env_steps: int, events: EventProcessor,
+             interrupter: Interrupter | None) -> EvaluationEnd:
         events.emit(EvaluationStart(env_steps=env_steps, episodes=self.episodes,
                                     max_episode_steps=self.max_episode_steps))
         self.evaluations += 1

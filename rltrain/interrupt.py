@@ -1,4 +1,8 @@
-"""A thread-safe stop request, checked by the training loop."""
+"""A thread-safe stop request, checked by the training loop; Ctrl-C and SIGTERM as stop
+requests (:func:`stop_on_signals`): the first asks for a graceful stop, and an env step or
+reset in progress then has :data:`~rltrain.watchdog.STOP_GRACE` seconds to return before it
+is interrupted (:mod:`rltrain.watchdog`); a second SIGINT aborts at once.
+"""
 
 from __future__ import annotations
 
@@ -7,6 +11,8 @@ import signal
 import threading
 from collections.abc import Iterator
 from types import FrameType
+
+from rltrain.watchdog import WATCH, watch_env_calls
 
 
 class Interrupter:
@@ -75,24 +81,33 @@ def stop_on_signals(interrupter: Interrupter) -> Iterator[None]:
     """Within the block, SIGINT and SIGTERM request a stop instead of killing the process.
 
     The first SIGINT (Ctrl-C) or SIGTERM (a cluster's preemption notice) calls
-    ``interrupter.stop``; the loop then finishes its step, saves and returns. A second SIGINT
-    raises ``KeyboardInterrupt`` at once, for a run that must die now. The previous handlers are
-    restored on exit. Signal handlers can only be installed from the main thread; elsewhere (a
-    worker thread, some notebook kernels) the block runs with the handlers untouched.
+    ``interrupter.stop``; the loop then finishes its step, saves and returns. An env step or
+    reset in progress gets :data:`STOP_GRACE` seconds to return, then is interrupted as hung
+    (the run fails as on an environment error, after an emergency checkpoint). A second SIGINT
+    raises ``KeyboardInterrupt`` at once. The block runs within :func:`watch_env_calls` (its
+    watchdog ends a process stuck in C code). The previous handlers are restored on exit.
+    Signal handlers can only be installed from the main thread; elsewhere (a worker thread,
+    some notebook kernels) the block runs with the handlers untouched.
     """
     if threading.current_thread() is not threading.main_thread():
         yield
         return
 
     def request_stop(signum: int, frame: FrameType | None) -> None:
+        WATCH.answer(signum)
         name = signal.Signals(signum).name
         if signum == signal.SIGINT and interrupter.should_stop():
             raise KeyboardInterrupt(f"second {name}: aborting without saving")
         interrupter.stop(f"{name} received")
+        WATCH.stop_signalled(name)
 
-    previous = {sig: signal.signal(sig, request_stop) for sig in (signal.SIGINT, signal.SIGTERM)}
-    try:
-        yield
-    finally:
-        for sig, handler in previous.items():
-            signal.signal(sig, handler)
+    with watch_env_calls():
+        previous = {sig: signal.signal(sig, request_stop) for sig in (signal.SIGINT,
+                                                                      signal.SIGTERM)}
+        WATCH.stop_handler = request_stop
+        try:
+            yield
+        finally:
+            WATCH.stop_handler, WATCH.stop_signal = None, None
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)

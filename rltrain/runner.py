@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pickle
+import threading
 import warnings
 from typing import Any
 
@@ -15,9 +16,11 @@ from gymnasium.vector import SyncVectorEnv, VectorEnv
 from rltrain.agents.base import Policy
 from rltrain.buffers.observations import layout, map_obs, to_tensor
 from rltrain.env_checks import unpicklable_layer
+from rltrain.envs import call_vector_env, step_timeout_error
 from rltrain.events.events import EpisodeEnd
 from rltrain.safe_pickle import env_classes, loads
 from rltrain.types import ObsArrays, PolicyState, Progress, Transitions
+from rltrain.watchdog import EnvCallHung
 
 
 class Runner:
@@ -35,11 +38,32 @@ class Runner:
         world_size: Processes stepping their envs in lockstep, each with ``num_envs``
             sub-envs: ``env_steps`` counts them all (a run's ``num_steps`` is global).
             Default 1.
+        step_timeout: Seconds each step or reset of the vector env may take (the Trainer's
+            ``env_step_timeout``); one that takes longer fails as an
+            :class:`~rltrain.envs.EnvStepTimeout` naming the sub-env. None: no limit. In the
+            main thread (within :func:`~rltrain.watchdog.watch_env_calls`) a sync step is
+            interrupted; in another thread only an async one is, and a sync one fails when it
+            returns. Default None.
+        env_name: The environment's name, for messages. Default None.
+
+    Whatever ``step_timeout``, a call in progress in the main thread when a stop signal
+    arrives is interrupted :data:`~rltrain.watchdog.STOP_GRACE` seconds later
+    (:func:`~rltrain.interrupt.stop_on_signals`).
     """
 
     def __init__(self, envs: VectorEnv[Any, Any, Any], *, device: torch.device,
-                 progress: Progress, world_size: int = 1) -> None:
+                 progress: Progress, world_size: int = 1, step_timeout: float | None = None,
+                 env_name: str | None = None) -> None:
         self.envs = envs
+        self.step_timeout, self.env_name = step_timeout, env_name
+        if (step_timeout is not None and isinstance(envs, SyncVectorEnv)
+                and threading.current_thread() is not threading.main_thread()):
+            warnings.warn(
+                f"env_step_timeout={step_timeout:g} s cannot interrupt a step of sync vector "
+                "envs outside the main thread (signals reach the main thread only): a step "
+                "that takes longer fails when it returns, and one that never returns hangs "
+                "the run. Run fit in the main thread, or use vectorization='async' (each "
+                "sub-env in a worker process).", stacklevel=2)
         self.num_envs = envs.num_envs
         self.env_steps_per_step = envs.num_envs * world_size
         self.device = device
@@ -68,7 +92,7 @@ class Runner:
     def reset(self, *, seed: int, policy: Policy | None = None) -> None:
         """Reset every sub-env (sub-env ``i`` gets seed ``seed + i``) and the episode statistics."""
         self.seed = seed
-        self.observations, _ = self.envs.reset(seed=seed)
+        self.observations, _ = self._call("reset", seed)
         self.episode_returns[:] = 0.0
         self.episode_starts[:] = self.progress.vector_steps
         self.policy_state = policy.initial_state(self.num_envs) if policy is not None else None
@@ -100,7 +124,7 @@ class Runner:
         """
         obs = self.observations
         try:
-            next_obs, rewards, terminated, truncated, infos = self.envs.step(actions)
+            next_obs, rewards, terminated, truncated, infos = self._call("step", actions)
         except BaseException:
             self.envs_out_of_step = True
             raise
@@ -137,6 +161,15 @@ class Runner:
                                   self.policy_info)
         self.policy_info = {}
         return transitions, episodes
+
+    def _call(self, call: str, argument: Any) -> Any:
+        """``envs.step(argument)`` or ``envs.reset(seed=argument)`` within
+        :attr:`step_timeout` and the grace after a stop signal; a call past its deadline is an
+        :class:`~rltrain.envs.EnvStepTimeout` naming the sub-envs that did not return."""
+        try:
+            return call_vector_env(self.envs, call, argument, self.step_timeout)
+        except EnvCallHung as hung:
+            raise step_timeout_error(hung, call, self.num_envs, self.env_name) from hung
 
     def _spaces(self) -> dict[str, str]:
         return saved_spaces(self.envs.single_observation_space, self.envs.single_action_space,
@@ -235,7 +268,7 @@ class Runner:
                 "nor envs that failed part-way through a step): "
                 "they were reset with a new seed, so the episodes running at the checkpoint "
                 "restart and the resumed run is not an exact continuation.", stacklevel=2)
-            self.observations, _ = self.envs.reset(seed=self.seed + self.progress.vector_steps)
+            self.observations, _ = self._call("reset", self.seed + self.progress.vector_steps)
             self.episode_returns[:] = 0.0
             self.episode_starts[:] = self.progress.vector_steps
         self.envs.action_space.np_random.bit_generator.state = state["action_space_rng"]

@@ -4,6 +4,7 @@ same fields (plus the objects a YAML file cannot hold)."""
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -53,6 +54,13 @@ class TrainerConfig:
             must make its env so). Needs ``pip install 'rltrain[video]'``. Default None: none.
         return_threshold: Stop when the mean evaluation return reaches it, and report the env
             steps and seconds it took. Default None: run all ``num_steps``.
+        env_step_timeout: Seconds each environment step or reset may take (training,
+            evaluation and the check before the run); one that takes longer fails the run
+            like an environment that raised (a ``TrainingError`` naming the sub-env, the
+            timeout and this setting, after an emergency checkpoint). A sync step is
+            interrupted in the main thread (SIGALRM; from another thread it fails when it
+            returns); an async step's worker is not waited for, and is ended. Default None:
+            no limit. See ``docs/trainer.md``, "Hung environments".
         device: Where the agent learns (``"cpu"``, ``"cuda"``, ``"cuda:1"``; a
             ``torch.device`` is taken too). Default ``"cpu"``.
         inference_device: Where the policy acts while collecting. Default: ``device``.
@@ -127,6 +135,7 @@ class TrainerConfig:
     eval_max_episode_steps: int | None = 27_000
     video_interval: int | None = None
     return_threshold: float | None = None
+    env_step_timeout: float | None = None
     device: str = "cpu"
     inference_device: str | None = None
     devices: int | str = "auto"
@@ -184,6 +193,9 @@ class TrainerConfig:
              f"num_nodes must be a count of machines >= 1, or 'auto'; got {self.num_nodes!r}."),
             (self.sync_interval >= 1,
              f"sync_interval must be >= 1 vector step; got {self.sync_interval}."),
+            (self.env_step_timeout is None or _positive_seconds(self.env_step_timeout),
+             f"env_step_timeout must be a finite number of seconds > 0 (or None for no "
+             f"limit); got {self.env_step_timeout!r}."),
             (self.log_interval >= 1,
              f"log_interval must be >= 1 env step; got {self.log_interval}."),
             (self.console_interval >= 0,
@@ -244,6 +256,12 @@ class TrainerConfig:
     def torch_dtype(self) -> torch.dtype:
         """``dtype`` as a torch dtype."""
         return DTYPES[self.dtype]
+
+
+def _positive_seconds(value: object) -> bool:
+    """True for a finite number > 0 (a bool is not one)."""
+    return (isinstance(value, (int, float)) and not isinstance(value, bool)
+            and math.isfinite(value) and value > 0)
 
 
 def parse_device(device: str | torch.device, name: str) -> torch.device:

@@ -124,7 +124,8 @@ def snapshot(folder: Path, skip: Path) -> dict[str, tuple[int, int]]:
 
 def load_policy(path: str, cwd: Path) -> subprocess.CompletedProcess[str]:
     code = ("import sys, rltrain\ntry:\n    rltrain.load_policy(sys.argv[1])\n"
-            "except (ValueError, OSError) as error:\n    print('refused:', error, file=sys.stderr)\n"
+            "except (ValueError, OSError) as error:\n"
+            "    print('refused:', error, file=sys.stderr)\n"
             "    raise SystemExit(2)\n")
     return subprocess.run([sys.executable, "-c", code, path], cwd=cwd, text=True,
                           capture_output=True, timeout=120,
@@ -252,7 +253,8 @@ def test_a_stored_interpolation_is_never_resolved(
     planted.config(change)
     before = snapshot(planted.work, planted.run)
     results = readers(planted, "runs/victim", planted.work)
-    assert_refused_cleanly(planted, results, before, must="Unknown Gymnasium environment id", unused=ENV_UNUSED)
+    assert_refused_cleanly(planted, results, before, must="Unknown Gymnasium environment id",
+                           unused=ENV_UNUSED)
     assert "${oc.env" in results["evaluate"].stderr
 
 

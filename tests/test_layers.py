@@ -18,7 +18,8 @@ PACKAGE = Path(__file__).resolve().parent.parent / "rltrain"
 LAYERS: list[tuple[str, ...]] = [
     ("rltrain.types", "rltrain.errors", "rltrain._version", "rltrain.heap"),
     ("rltrain.targets", "rltrain.envs", "rltrain.env_checks", "rltrain.seeding",
-     "rltrain.interrupt", "rltrain.distributed", "rltrain.safe_pickle", "rltrain.buffers",
+     "rltrain.interrupt", "rltrain.watchdog", "rltrain.distributed", "rltrain.safe_pickle",
+     "rltrain.buffers",
      "rltrain.events",
      "rltrain.model_summary", "rltrain.checkpoint.manifest", "rltrain.checkpoint.files",
      "rltrain.checkpoint.store",

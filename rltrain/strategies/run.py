@@ -27,6 +27,7 @@ each rank's own parts (all but :data:`SHARED_PARTS`) as its shard.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable, Mapping
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
@@ -37,7 +38,7 @@ from rltrain.agents.base import LearningAgent, Policy
 from rltrain.buffers import Buffer, RolloutBuffer
 from rltrain.checkpoint import SavedCheckpoint, Stateful, resume, training_state
 from rltrain.components import RLComponents
-from rltrain.envs import EnvInit, Vectorization, make_vector_env
+from rltrain.envs import EnvInit, Vectorization, env_name, make_vector_env
 from rltrain.evaluation import Evaluator, video_options
 from rltrain.events.events import Checkpoint, EnvStep, EpisodeEnd, TrainStep
 from rltrain.optim import Optimization
@@ -46,6 +47,7 @@ from rltrain.seeding import GlobalRandomState, derive_seeds, seed_everything
 from rltrain.strategies.agreement import Agreement
 from rltrain.strategies.failure import StepStart, failed
 from rltrain.types import MetricValue
+from rltrain.watchdog import watch_env_calls
 
 if TYPE_CHECKING:
     from rltrain.strategies.base import RLStrategy
@@ -142,7 +144,10 @@ class Run:
         self.envs = make_vector_env(env_init, num_envs=num_envs, vectorization=vectorization,
                                     seed=self.seeds.envs)
         self.evaluator: Evaluator | None = None
+        # Env calls past env_step_timeout (or a stop signal's grace) are interrupted until close.
+        self._watch = contextlib.ExitStack()
         try:
+            self._watch.enter_context(watch_env_calls())
             self._assemble(strategy, env_init, storage, dict(parts or {}))
         except BaseException:
             self.close()
@@ -156,7 +161,7 @@ class Run:
                 env_init, episodes=components.evaluation.episodes, seed=self.seeds.evaluation,
                 device=components.inference_device,
                 max_episode_steps=components.evaluation.max_episode_steps,
-                **video_options(components.evaluation))
+                step_timeout=components.env_step_timeout, **video_options(components.evaluation))
         spaces = envs.single_observation_space, envs.single_action_space
         agent.distributed = components.distributed
         if not agent.is_set_up_for(self.progress):  # a Trainer's fit has set it up already
@@ -168,7 +173,9 @@ class Run:
         self.optim = Optimization.for_run(agent.configure_optimizers(), components)
         self.policy = agent.policy(components.inference_device)
         self.runner = Runner(envs, device=components.inference_device, progress=self.progress,
-                             world_size=self.distributed.world_size)
+                             world_size=self.distributed.world_size,
+                             step_timeout=components.env_step_timeout,
+                             env_name=env_name(env_init))
         self.agreement = Agreement(components.distributed, self.interrupter, self.events,
                                    self.progress, num_envs=envs.num_envs,
                                    interval=components.sync_interval)
@@ -208,10 +215,11 @@ class Run:
             self.close()
 
     def close(self) -> None:
-        """Close the training and evaluation environments."""
-        self.envs.close()
-        if self.evaluator is not None:
-            self.evaluator.close()
+        """Close the training and evaluation environments (hung async workers are ended)."""
+        with self._watch:
+            self.envs.close()
+            if self.evaluator is not None:
+                self.evaluator.close()
 
     @property
     def num_envs(self) -> int:

@@ -63,7 +63,8 @@ def setup_agent(env: EnvInit, agent: LearningAgent, components: RLComponents,
     probe = make_probe_env(env)
     try:
         check_env(probe, env_name(env), seed=seed,
-                  eval_max_episode_steps=components.evaluation.max_episode_steps)
+                  eval_max_episode_steps=components.evaluation.max_episode_steps,
+                  step_timeout=components.env_step_timeout)
         seed_everything(seed)
         agent.setup(observation_space=probe.observation_space, action_space=probe.action_space,
                     device=components.device, progress=components.progress,
@@ -125,6 +126,7 @@ def make_components(trainer: TrainerSettings, run_dir: Path,
                                      distributed),
         distributed=distributed,
         sync_interval=trainer.sync_interval,
+        env_step_timeout=trainer.env_step_timeout,
     )
 
 

@@ -215,7 +215,7 @@ class Trainer(TrainerSettings):
         evaluator = Evaluator(env, episodes=self.eval_episodes if episodes is None
                               else episodes, seed=eval_seed, device=device,
                               max_episode_steps=self.eval_max_episode_steps,
-                              video_dir=video_dir)
+                              video_dir=video_dir, step_timeout=self.env_step_timeout)
         try:
             with self._threads(self.torch_threads(trainable_parameters(agent))[0]):
                 result = evaluator.run(agent.policy(device), env_steps=0,
