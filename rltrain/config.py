@@ -250,7 +250,9 @@ def _validate(config: Mapping[str, Any] | DictConfig | ListConfig) -> DictConfig
         except OmegaConfBaseException as error:  # before ValueError: some are ValueErrors
             raise ConfigError(_omegaconf_message(error)) from None
         except ValueError as error:
-            raise ConfigError(f"{section}: {error}") from None
+            said = str(error)
+            raise ConfigError(said if said.startswith(f"{section}: ") else f"{section}: {said}"
+                              ) from None
     env_id = merged.env.id
     if env_id is not None and ":" not in env_id and not merged.env.imports:
         try:  # an id in an imported module is checked once the module is imported
