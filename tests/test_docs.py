@@ -35,3 +35,25 @@ def test_the_custom_strategy_guide_calls_save_best_with_its_real_arguments() -> 
         keywords = re.findall(r"(\w+)=", call)
         assert keywords == parameters[1:], (call, parameters)
     assert "run_hparams(agent, components)" in guide
+
+
+def test_the_readme_install_says_the_python_pyproject_requires_and_how_to_get_a_cpu_build(
+) -> None:
+    """README's Python version is pyproject's ``requires-python``, said nowhere as 3.10, and
+    its quickstart installs PyTorch's CPU build from PyTorch's CPU wheel index (a plain
+    ``pip install torch`` from PyPI is the multi-GB CUDA build on Linux)."""
+    import tomllib
+
+    root = DOCS.parent
+    project = tomllib.loads((root / "pyproject.toml").read_text())
+    required = project["project"]["requires-python"]
+    assert required == ">=3.11"
+    readme = (root / "README.md").read_text()
+    assert "Python 3.11 or newer" in readme
+    assert not re.search(r"Python 3\.10\+|3\.10 or newer", readme)
+    quickstart = readme[readme.index("## Quickstart"):readme.index("`rltrain fit` trains with")]
+    fit_line = next(line for line in quickstart.splitlines() if line.endswith("rltrain fit"))
+    assert "pip install torch==2.13.0 --index-url https://download.pytorch.org/whl/cpu" in (
+        fit_line)
+    assert "NVIDIA GPU" in quickstart and "CUDA build" in quickstart
+    assert project["tool"]["mypy"]["python_version"] == "3.11"
