@@ -177,9 +177,13 @@ def add_trust(parser: argparse.ArgumentParser) -> None:
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     """The command line, with a hint for flags other tools use (``--steps``: write
-    ``trainer.num_steps=N``)."""
+    ``trainer.num_steps=N``); configs and overrides may come before or after the flags."""
     parser = build_parser()
     args, unknown = parser.parse_known_args(argv)
+    words = getattr(args, "args", getattr(args, "overrides", None))
+    if words is not None:  # configs and key=value overrides anywhere, after flags too
+        words += [word for word in unknown if not word.startswith("-")]
+        unknown = [word for word in unknown if word.startswith("-")]
     if unknown:
         flag = unknown[0].partition("=")[0]
         key = FLAG_KEYS.get(flag)

@@ -235,12 +235,13 @@ def _validate(config: Mapping[str, Any] | DictConfig | ListConfig) -> DictConfig
         kinds = getattr(AGENTS[agent].cls, "strategy_kinds", ()) if agent in AGENTS else ()
         strategy = kinds[0] if kinds else "off_policy"
     base = schema(agent, strategy)
+    _check_sections(raw)
     try:
         merged = OmegaConf.merge(base, _integral_floats(base, raw))
     except ConfigKeyError as error:
         raise ConfigError(_unknown_key_message(base, error)) from None
     except OmegaConfBaseException as error:
-        raise ConfigError(_omegaconf_message(error)) from None
+        raise ConfigError(_list_hint(error) or _omegaconf_message(error)) from None
     assert isinstance(merged, DictConfig)
     if merged.env._target_ is not None:
         merged.env.id = None
@@ -260,6 +261,30 @@ def _validate(config: Mapping[str, Any] | DictConfig | ListConfig) -> DictConfig
         except ValueError as error:
             raise ConfigError(f"env.id: {error}") from None
     return merged
+
+
+#: The key a section's value alone most likely meant (``env=CartPole-v1``: ``env.id``).
+SECTION_KEYS = {"env": "id", "agent": "name", "strategy": "name", "trainer": "num_steps"}
+
+
+def _check_sections(raw: DictConfig) -> None:
+    """Refuse a section given a value instead of keys, naming the key it likely meant."""
+    for section, key in SECTION_KEYS.items():
+        node = raw.get(section) if not OmegaConf.is_missing(raw, section) else None
+        if node is not None and not isinstance(node, DictConfig):
+            raise ConfigError(f"{section} is a section of settings, not a value; got "
+                              f"{section}={node!r}. Write {section}.{key}={node} (each setting "
+                              f"is {section}.KEY=VALUE; rltrain fit --print-config shows them).")
+
+
+def _list_hint(error: OmegaConfBaseException) -> str:
+    """For a list setting given a plain value (``agent.hidden_sizes=64,64``), the message that
+    gives its YAML list; "" for another error."""
+    key, value = getattr(error, "full_key", None), getattr(error, "value", None)
+    if "ListConfig, list or tuple" not in str(error) or key is None:
+        return ""
+    return (f"{key} is a list; got {value!r}. Write it in brackets: {key}=[{value}] (on a "
+            "shell, quote it if it has spaces).")
 
 
 def _named(raw: DictConfig, section: str) -> str | None:
@@ -323,6 +348,10 @@ def load_yaml(path: str | Path) -> DictConfig:
         shipped = ", ".join(shipped_configs())
         hint = (" An override needs a value: key=value, e.g. agent.lr=1e-3."
                 if path.suffix not in (".yaml", ".yml") else "")
+        named = str(path.stem).lower()
+        if named in AGENTS:
+            hint = (f" To train {AGENTS[named].cls.__name__}, write agent.name={named} (it "
+                    "starts from that agent's preset for the env).")
         raise FileNotFoundError(f"No config file at {path}.{hint} Shipped configs: {shipped}.")
     try:
         loaded = OmegaConf.load(path)
@@ -470,7 +499,9 @@ def to_container(config: DictConfig | Mapping[str, Any]) -> dict[str, Any]:
 def lookup(registry: Mapping[str, Registered], name: str, kind: str) -> Registered:
     entry = registry.get(name)
     if entry is None:
-        close = difflib.get_close_matches(name, list(registry), n=1, cutoff=0.5)
+        lowered = {key.lower(): key for key in registry}
+        close = [lowered[n] for n in difflib.get_close_matches(
+            str(name).lower().replace("-", "_"), list(lowered), n=1, cutoff=0.5)]
         hint = f" Did you mean {close[0]!r}?" if close else ""
         raise ConfigError(f"{kind}.name: unknown {kind} {name!r}.{hint} Registered: "
                           f"{sorted(registry)} (rltrain list shows them).")

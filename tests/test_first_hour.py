@@ -1,0 +1,68 @@
+"""What a newcomer types in the first hour gets what they meant, or a message that says the
+right form: overrides anywhere on the line, a section given a value, a list written without
+brackets, a name in the wrong case, an agent's name where a config file goes."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from rltrain.cli import main, parse_args
+
+
+def error_line(capsys: pytest.CaptureFixture[str], *argv: str) -> str:
+    """The one line ``rltrain *argv`` prints on stderr, exiting with status 2."""
+    assert main(list(argv)) == 2
+    lines = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
+    assert len(lines) == 1, lines
+    return lines[0]
+
+
+def test_overrides_and_configs_may_come_after_the_flags() -> None:
+    args = parse_args(["fit", "--overwrite", "trainer.num_steps=300", "dqn_acrobot",
+                       "--print-config", "agent.lr=1e-3"])
+    assert args.overwrite and args.print_config
+    assert args.args == ["trainer.num_steps=300", "dqn_acrobot", "agent.lr=1e-3"]
+    evaluate = parse_args(["evaluate", "runs/x", "--episodes", "3", "env.id=Acrobot-v1"])
+    assert evaluate.episodes == 3 and evaluate.overrides == ["env.id=Acrobot-v1"]
+    with pytest.raises(SystemExit):
+        parse_args(["fit", "--steps", "100"])  # a flag of another tool is still refused
+
+
+def test_an_override_after_overwrite_is_applied(capsys: pytest.CaptureFixture[str],
+                                                tmp_path: Path) -> None:
+    assert main(["fit", "--print-config", "--overwrite", "trainer.num_steps=1234",
+                 f"trainer.run_dir={tmp_path / 'run'}"]) == 0
+    printed = capsys.readouterr().out
+    assert "num_steps: 1234" in printed and "overwrite: true" in printed
+
+
+@pytest.mark.parametrize(("given", "meant"), [("env=CartPole-v1", "env.id=CartPole-v1"),
+                                              ("agent=ppo", "agent.name=ppo"),
+                                              ("strategy=on_policy", "strategy.name=on_policy")])
+def test_a_section_given_a_value_names_the_key_it_meant(
+        capsys: pytest.CaptureFixture[str], given: str, meant: str) -> None:
+    line = error_line(capsys, "fit", given, "--print-config")
+    assert "is a section of settings, not a value" in line and f"Write {meant}" in line
+    assert "Merge error" not in line
+
+
+def test_a_list_written_without_brackets_gets_its_bracketed_form(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    line = error_line(capsys, "fit", "agent.hidden_sizes=64,64", "--print-config")
+    assert "agent.hidden_sizes is a list; got '64,64'" in line
+    assert "agent.hidden_sizes=[64,64]" in line and "AnyNode" not in line
+
+
+def test_a_name_in_another_case_is_suggested(capsys: pytest.CaptureFixture[str]) -> None:
+    line = error_line(capsys, "fit", "agent.name=DQN", "--print-config")
+    assert "unknown agent 'DQN'. Did you mean 'dqn'?" in line
+    line = error_line(capsys, "fit", "strategy.name=On-Policy", "--print-config")
+    assert "Did you mean 'on_policy'?" in line
+
+
+def test_an_agent_s_name_where_a_config_goes_says_how_to_pick_the_agent(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    line = error_line(capsys, "fit", "ppo", "--print-config")
+    assert "To train PPO, write agent.name=ppo" in line
