@@ -24,7 +24,6 @@ from rltrain.config import (
     compose,
     literal_config,
     load_stored,
-    load_yaml,
     parse_overrides,
     shipped_configs,
     validate,
@@ -34,6 +33,7 @@ from rltrain.envs import SubEnvError
 from rltrain.errors import TrainingError
 from rltrain.inference import export_policy
 from rltrain.inference.policy import resolve as resolve_checkpoint
+from rltrain.presets import choose_preset
 from rltrain.seeding import derive_seeds
 from rltrain.targets import TRUSTED, Trust
 from rltrain.trainer import build
@@ -74,9 +74,11 @@ def build_parser() -> argparse.ArgumentParser:
                     "checkpoint and as TensorBoard hyperparameters.",
         epilog=EXAMPLES, formatter_class=formatter)
     fit.add_argument("args", nargs="*", metavar="CONFIG.yaml | key=value",
-                     help="config files (a shipped one by name, e.g. dqn_cartpole; default "
-                          "dqn_cartpole, or the named agent's first, e.g. ppo_cartpole for "
-                          "agent.name=ppo) and overrides such as agent.lr=1e-3")
+                     help="config files (a shipped one by name, e.g. dqn_cartpole; default: "
+                          "the preset tuned for the named env.id and agent, the agent's own "
+                          "defaults for an env no preset is tuned for, or the agent's default "
+                          "preset, e.g. ppo_cartpole for agent.name=ppo) and overrides such as "
+                          "agent.lr=1e-3")
     fit.add_argument("--print-config", action="store_true",
                      help="print the composed, validated config and exit")
     fit.add_argument("--resume", default=None, metavar="RUN_DIR|CHECKPOINT|last|best",
@@ -84,6 +86,9 @@ def build_parser() -> argparse.ArgumentParser:
                           "checkpoint file, or last/best of trainer.run_dir. The run's saved "
                           "config applies; overrides may change num_steps, logging, evaluation "
                           "and checkpoint settings")
+    fit.add_argument("--no-preset", action="store_true",
+                     help="without a config file, start from the agent's own defaults instead "
+                          "of a shipped preset")
     fit.add_argument("--overwrite", action="store_true",
                      help="replace the run already in trainer.run_dir (its checkpoints and logs)")
     add_trust(fit)
@@ -294,7 +299,11 @@ def fit(args: argparse.Namespace) -> int:
         config, ckpt_path = resumed_config(args.resume, overrides)
         trust = stored_trust(Path(str(config.trainer.run_dir)), args.trust, overrides)
     else:
-        config, trust = compose(files or default_files(overrides), overrides), TRUSTED
+        if not files:
+            choice = choose_preset(overrides, use_presets=not args.no_preset)
+            files = choice.files
+            print(f"# {choice.note}" if args.print_config else f"rltrain: {choice.note}")
+        config, trust = compose(files, overrides), TRUSTED
     if args.overwrite:
         config.trainer.overwrite = True
     if args.print_config:
@@ -309,28 +318,6 @@ def fit(args: argparse.Namespace) -> int:
     if final is not None:
         print(f"final evaluation return: {final:.2f}")
     return 0
-
-
-def default_files(overrides: list[str]) -> list[str]:
-    """The shipped config ``rltrain fit`` starts from without a file: the preset tuned for
-    the ``env.id`` and agent the overrides name (``env.id=Acrobot-v1``: ``dqn_acrobot``;
-    ``agent.name=ppo``: ``ppo_cartpole``); without a preset for that env, the agent's CartPole
-    one (``dqn_cartpole`` by default; a warning then says it was tuned for another env) or its
-    first, or none (the defaults) when no shipped config names that agent or strategy."""
-    keys = {key: value.strip() for key, _, value in (o.partition("=") for o in overrides)}
-    if "agent._target_" in keys or keys.get("agent", "").startswith("{"):
-        return []  # an agent of the user's own: no preset of rltrain's agents applies
-    named = {key: value for key, value in keys.items()
-             if key in ("agent.name", "strategy.name", "env.id")}
-    named.setdefault("agent.name", "dqn")
-    on_cartpole = {**named, "env.id": "CartPole-v1"}
-    without_env = {k: v for k, v in named.items() if k != "env.id"}
-    for wanted in ({**on_cartpole, **named}, on_cartpole, without_env):
-        matching = [name for name in shipped_configs() if all(
-            OmegaConf.select(load_yaml(name), key) == value for key, value in wanted.items())]
-        if matching:
-            return matching[:1]
-    return []
 
 
 def resumed_config(resume: str, overrides: list[str]

@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from rltrain.cli import main, parse_args
+from rltrain.presets import choose_preset
 
 
 def error_line(capsys: pytest.CaptureFixture[str], *argv: str) -> str:
@@ -66,3 +67,21 @@ def test_an_agent_s_name_where_a_config_goes_says_how_to_pick_the_agent(
         capsys: pytest.CaptureFixture[str]) -> None:
     line = error_line(capsys, "fit", "ppo", "--print-config")
     assert "To train PPO, write agent.name=ppo" in line
+
+
+def test_without_a_file_a_preset_is_taken_only_where_it_was_tuned(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    assert choose_preset(["agent.name=ppo", "env.id=Acrobot-v1"]).files == ["ppo_acrobot"]
+    # no preset of PPO is tuned for Taxi: PPO's own defaults, never CartPole's settings
+    taxi = choose_preset(["agent.name=ppo", "env.id=Taxi-v3"])
+    assert taxi.files == [] and "no shipped preset is tuned for Taxi-v3 with ppo" in taxi.note
+    # each agent's default preset runs on the base install (SAC's LunarLander one needs Box2D)
+    assert choose_preset(["agent.name=sac"]).files == ["sac_pendulum"]
+    assert choose_preset(["agent.name=ppo"]).files == ["ppo_cartpole"]
+    assert choose_preset(["agent.name=ppo"], use_presets=False).files == []
+    assert main(["fit", "agent.name=ppo", "env.id=FrozenLake-v1", "--print-config"]) == 0
+    printed = capsys.readouterr().out
+    assert printed.startswith("# no shipped preset is tuned for FrozenLake-v1 with ppo")
+    assert "return_threshold: null" in printed and "gamma: 0.99" in printed
+    assert main(["fit", "--no-preset", "--print-config"]) == 0
+    assert capsys.readouterr().out.startswith("# --no-preset: starting from dqn's own defaults")

@@ -29,7 +29,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("rltrain.agents",),
     ("rltrain.runner", "rltrain.evaluation", "rltrain.checkpoint", "rltrain.callbacks"),
     ("rltrain.strategies",),
-    ("rltrain.trainer_config", "rltrain.config", "rltrain.instantiate"),
+    ("rltrain.trainer_config", "rltrain.config", "rltrain.instantiate", "rltrain.presets"),
     ("rltrain.trainer", "rltrain.inference"),
     ("rltrain.cli", "rltrain.plot"),
     ("rltrain",),  # the package's own __init__: the public names

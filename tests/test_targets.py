@@ -14,10 +14,11 @@ import pytest
 from omegaconf import OmegaConf
 
 from rltrain import DQN, Trainer
-from rltrain.cli import default_files, main
+from rltrain.cli import main
 from rltrain.config import ConfigError, compose, load_stored
 from rltrain.envs import env_name
 from rltrain.instantiate import make_env
+from rltrain.presets import choose_preset
 from rltrain.strategies.off_policy import OffPolicyConfig, OffPolicyStrategy
 from rltrain.trainer.preflight import default_run_dir
 from tests.test_cli import rltrain
@@ -221,10 +222,10 @@ def test_integral_floats_flag_hints_run_dir_names_and_presets(
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         compose(["dqn_acrobot"])  # its own env: no warning
-    assert default_files(["env.id=Acrobot-v1"]) == ["dqn_acrobot"]
-    assert default_files(["env.id=MountainCar-v0"]) == ["dqn_mountaincar"]
-    assert default_files([]) == ["dqn_cartpole"]
-    assert default_files(["agent.name=ppo"]) == ["ppo_cartpole"]
+    assert choose_preset(["env.id=Acrobot-v1"]).files == ["dqn_acrobot"]
+    assert choose_preset(["env.id=MountainCar-v0"]).files == ["dqn_mountaincar"]
+    assert choose_preset([]).files == ["dqn_cartpole"]
+    assert choose_preset(["agent.name=ppo"]).files == ["ppo_cartpole"]
 
 
 def test_evaluate_can_pick_the_best_checkpoint(tmp_path: Path,
