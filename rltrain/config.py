@@ -66,6 +66,9 @@ class EnvConfig:
         _target_: Instead of ``id``: the import path of an env class, or of a function
             returning an env, called with ``kwargs`` (``my_envs.Corridor``; a module in the
             current directory is found). Default null.
+        max_episode_steps: A time limit in env steps (Gymnasium's ``TimeLimit``, applied
+            before ``wrappers``) for an env that has none or a longer one. Default null: the
+            env's own.
         unrecorded: Set by rltrain when the run's env was a Python callable with no import
             path: why the env cannot be rebuilt from this config. Default null.
     """
@@ -75,9 +78,13 @@ class EnvConfig:
     imports: list[str] = field(default_factory=list)
     wrappers: list[Any] = field(default_factory=list)
     _target_: str | None = None
+    max_episode_steps: int | None = None
     unrecorded: str | None = None
 
     def __post_init__(self) -> None:
+        if self.max_episode_steps is not None and self.max_episode_steps < 1:
+            raise ValueError(f"max_episode_steps must be >= 1 env step, or null for the "
+                             f"env's own limit; got {self.max_episode_steps}.")
         for index, wrapper in enumerate(self.wrappers):
             if not isinstance(wrapper, Mapping) or not isinstance(wrapper.get("_target_"), str):
                 raise ValueError(

@@ -91,8 +91,9 @@ def warn_no_time_limit(env: gym.Env[Any, Any], name: str,
         f"The environment {name!r} has no time limit (no gymnasium.wrappers.TimeLimit, no "
         f"max_episode_steps in its spec): an episode that never terminates never ends, so "
         f"training would record no episode returns, and {evaluation}. Give it one: "
-        f"gymnasium.wrappers.TimeLimit(env, max_episode_steps=...) in the callable that makes "
-        f"it, or gymnasium.register(..., max_episode_steps=...).", UserWarning,
+        f"env.max_episode_steps=N on the command line (Trainer: "
+        f"gymnasium.wrappers.TimeLimit(env, max_episode_steps=N) in the callable that makes "
+        f"it, or gymnasium.register(..., max_episode_steps=N)).", UserWarning,
         stacklevel=user_stacklevel())
 
 

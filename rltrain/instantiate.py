@@ -78,6 +78,10 @@ def make_env(section: DictConfig, trust: Trust = TRUSTED) -> EnvInit:
             home = _registered_module(str(section.id))
         wrappers = tuple(_wrapper(to_container(w), i, trust, home)
                          for i, w in enumerate(section.wrappers))
+        if section.max_episode_steps is not None:  # before the user's wrappers
+            wrappers = (Target("gymnasium.wrappers.TimeLimit",
+                               {"max_episode_steps": int(section.max_episode_steps)}),
+                        *wrappers)
         if section._target_ is not None:
             return EnvSpec(target=str(section._target_), kwargs=kwargs, wrappers=wrappers,
                            imports=imports)

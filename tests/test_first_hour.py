@@ -85,3 +85,23 @@ def test_without_a_file_a_preset_is_taken_only_where_it_was_tuned(
     assert "return_threshold: null" in printed and "gamma: 0.99" in printed
     assert main(["fit", "--no-preset", "--print-config"]) == 0
     assert capsys.readouterr().out.startswith("# --no-preset: starting from dqn's own defaults")
+
+
+def test_an_env_without_a_time_limit_gets_one_from_the_command_line() -> None:
+    from gymnasium.envs.classic_control.cartpole import CartPoleEnv
+
+    from rltrain.config import compose
+    from rltrain.env_checks import warn_no_time_limit
+    from rltrain.instantiate import make_env
+
+    with pytest.warns(UserWarning, match=r"Give it one: env\.max_episode_steps=N on the "
+                                         r"command line"):
+        warn_no_time_limit(CartPoleEnv(), "CartPoleEnv", None)
+    env = make_env(compose([], ["env.id=CartPole-v1", "env.max_episode_steps=7"]).env)()
+    env.reset(seed=0)
+    steps, truncated = 0, False
+    while not truncated:
+        _, _, terminated, truncated, _ = env.step(steps % 2)
+        steps += 1
+        assert not terminated  # alternating pushes keep the pole up for 7 steps
+    assert steps == 7
