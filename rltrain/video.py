@@ -34,7 +34,32 @@ def check_video_support() -> None:
         import moviepy  # noqa: F401
     except ImportError as error:
         raise ImportError(f"Recording videos needs MoviePy and imageio's FFmpeg ({error}): "
-                          "pip install 'rltrain[video]'.") from error
+                          "pip install 'rltrain[video]' (in a clone of rltrain: "
+                          "pip install -e '.[video]').") from error
+
+
+def check_rendering(env: EnvInit) -> None:
+    """Before a run or an evaluation that records videos writes anything: the video libraries
+    are installed (:func:`check_video_support`) and ``env`` renders a frame (made with
+    ``render_mode="rgb_array"``, reset, rendered once). Raises ``ImportError`` naming what to
+    install (pygame for Gymnasium's classic-control envs) or ``ValueError``."""
+    check_video_support()
+    name = env_name(env)
+    probe = _checked(rendering_env(env), name)
+    try:
+        probe.reset(seed=0)
+        frame = probe.render()
+    except (ImportError, gym.error.DependencyNotInstalled) as error:
+        raise ImportError(
+            f"Recording videos of {name!r} cannot render its frames ({error}). Install what "
+            "it renders with: pip install 'rltrain[video]' (it has pygame for Gymnasium's "
+            "classic-control envs; in a clone of rltrain: pip install -e '.[video]').") from None
+    finally:
+        probe.close()
+    if frame is None or getattr(frame, "ndim", 0) != 3:
+        raise ValueError(f"Cannot record a video of {name!r}: render() with render_mode="
+                         f"{RENDER_MODE!r} returned {type(frame).__name__}, not an RGB frame "
+                         "(height x width x 3).")
 
 
 def rendering_env(env: EnvInit) -> Callable[[], gym.Env[Any, Any]]:

@@ -105,3 +105,25 @@ def test_an_env_without_a_time_limit_gets_one_from_the_command_line() -> None:
         steps += 1
         assert not terminated  # alternating pushes keep the pole up for 7 steps
     assert steps == 7
+
+
+WITHOUT_PYGAME = ("import sys; sys.modules['pygame'] = None  # as where it is not installed\n"
+                  "from rltrain.cli import main; sys.exit(main(sys.argv[1:]))")
+
+
+def test_videos_of_an_env_that_cannot_render_are_refused_before_anything_is_written(
+        tmp_path: Path) -> None:
+    import os
+    import subprocess
+    import sys
+
+    run = subprocess.run(
+        [sys.executable, "-c", WITHOUT_PYGAME, "fit", "trainer.video_interval=1",
+         "trainer.num_steps=300", "trainer.enable_progress_bar=false"],
+        cwd=tmp_path, capture_output=True, text=True, timeout=120,
+        env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parent.parent)})
+    assert run.returncode == 2, run.stderr
+    (line,) = [line for line in run.stderr.splitlines() if line.startswith("rltrain: error")]
+    assert "Recording videos of 'CartPole-v1' cannot render its frames" in line
+    assert "pip install 'rltrain[video]'" in line and "pip install -e '.[video]'" in line
+    assert list(tmp_path.iterdir()) == []  # no run directory, no empty videos folder

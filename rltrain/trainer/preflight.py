@@ -22,6 +22,7 @@ from rltrain.events.events import EvaluationEnd
 from rltrain.seeding import derive_seeds, seed_everything
 from rltrain.strategies.base import RLStrategy
 from rltrain.trainer.settings import TrainerSettings
+from rltrain.video import check_rendering
 
 
 def default_run_dir(agent_name: str, env_name: str) -> Path:
@@ -60,6 +61,8 @@ def setup_agent(env: EnvInit, agent: LearningAgent, components: RLComponents,
     any training starts. The networks are initialised from the global generators seeded with
     ``seed`` (the strategy's) once the probe is checked, so a seed gives the same initial
     weights whatever ran before."""
+    if components.evaluation.video_interval is not None:
+        check_rendering(env)
     probe = make_probe_env(env)
     try:
         check_env(probe, env_name(env), seed=seed,
