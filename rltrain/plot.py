@@ -205,25 +205,37 @@ def aggregate(runs: Sequence[RunCurve], axis: XAxis = "env_steps",
                       count=count)
 
 
+#: What tells runs apart first: the environment, the agent and the strategy.
+PRIMARY_KEYS = ("env.id", "env._target_", "agent.name", "agent._target_", "strategy.name")
+
+
 def labels(groups: Sequence[Sequence[RunCurve]]) -> list[str]:
-    """A label per group: the keys whose values differ between the groups, or the agent
-    and env of a single group."""
+    """A label per group: its agent and env when no other group has both, else the settings
+    that tell it from the groups of the same agent and env (a setting one agent has and
+    another lacks tells nothing); then its number of seeds."""
     configs = [group[0].config for group in groups]
-    keys = sorted({k for c in configs for k in c} - set(IGNORED_KEYS))
-    differing = [k for k in keys if len({json.dumps(c.get(k), default=str)
-                                         for c in configs}) > 1]
     out = []
     for group, config in zip(groups, configs, strict=True):
-        if len(groups) > 1 and differing:
-            text = ", ".join(f"{k}={config.get(k)}" for k in differing[:3])
-            text += ", ..." if len(differing) > 3 else ""
+        cohort = [c for c in configs if all(_same(c, config, k) for k in PRIMARY_KEYS)]
+        keys = sorted({k for c in cohort for k in c} - set(IGNORED_KEYS) - set(PRIMARY_KEYS))
+        differing = [k for k in keys if len({json.dumps(c.get(k), default=str)
+                                             for c in cohort}) > 1]
+        if len(groups) > 1 and len(cohort) == len(groups) and differing:
+            text = ""  # every group of one agent and env: the settings alone
         else:
             agent = config.get("agent.name") or config.get("agent._target_") or "agent"
             env = config.get("env.id") or config.get("env._target_") or group[0].run_dir.name
-            text = f"{agent} on {env}"
+            text = f"{agent} on {env}" + (": " if len(cohort) > 1 and differing else "")
+        if len(cohort) > 1 and differing:
+            text += ", ".join(f"{k}={config.get(k)}" for k in differing[:3])
+            text += ", ..." if len(differing) > 3 else ""
         seeds = len(group)
         out.append(f"{text} ({seeds} seed{'s' if seeds != 1 else ''})")
     return out
+
+
+def _same(a: Mapping[str, Any], b: Mapping[str, Any], key: str) -> bool:
+    return json.dumps(a.get(key), default=str) == json.dumps(b.get(key), default=str)
 
 
 def learning_curves(run_dirs: Iterable[str | Path], axis: XAxis = "env_steps"

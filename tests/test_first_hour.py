@@ -127,3 +127,23 @@ def test_videos_of_an_env_that_cannot_render_are_refused_before_anything_is_writ
     assert "Recording videos of 'CartPole-v1' cannot render its frames" in line
     assert "pip install 'rltrain[video]'" in line and "pip install -e '.[video]'" in line
     assert list(tmp_path.iterdir()) == []  # no run directory, no empty videos folder
+
+
+def test_plot_labels_mixed_runs_by_env_and_agent_before_their_settings() -> None:
+    import numpy as np
+
+    from rltrain.plot import RunCurve, labels
+
+    def group(**config: object) -> list[RunCurve]:
+        return [RunCurve(Path("run"), np.zeros(1), np.zeros(1), np.zeros(1), config)]
+
+    dqn = {"agent.name": "dqn", "agent.lr": 1e-3, "agent.double_q": True}
+    ppo = {"agent.name": "ppo", "agent.ent_coef": 0.0}
+    groups = [group(**dqn, **{"env.id": "CartPole-v1"}),
+              group(**ppo, **{"env.id": "CartPole-v1", "agent.lr": 3e-4}),
+              group(**ppo, **{"env.id": "CartPole-v1", "agent.lr": 1e-3}),
+              group(**dqn, **{"env.id": "Acrobot-v1"})]
+    assert labels(groups) == ["dqn on CartPole-v1 (1 seed)",
+                              "ppo on CartPole-v1: agent.lr=0.0003 (1 seed)",
+                              "ppo on CartPole-v1: agent.lr=0.001 (1 seed)",
+                              "dqn on Acrobot-v1 (1 seed)"]
