@@ -1,6 +1,6 @@
 """Structured configs: one typed, validated omegaconf config for a whole run.
 
-A run's config has four sections, each a dataclass with defaults that work::
+A run's config has four sections, each a dataclass with defaults that work:
 
     trainer:   TrainerConfig   (the Trainer's arguments: steps, devices, logging, checkpoints)
     env:       EnvConfig       (a Gymnasium id and its keyword arguments)
@@ -118,7 +118,7 @@ class Registered:
 def registered(name: str, cls: type, config: type, summary: str) -> Registered:
     """A :class:`Registered` entry for ``cls`` (built as ``cls(config(...))``), its section
     schema made from ``config`` plus ``name``. Add it to :data:`AGENTS` or :data:`STRATEGIES`
-    to make your own agent or strategy configurable::
+    to make your own agent or strategy configurable:
 
         AGENTS["my_agent"] = registered("my_agent", MyAgent, MyAgentConfig, "what it does")
     """

@@ -21,7 +21,7 @@ class Interrupter:
     The loop checks :meth:`should_stop` at every env step, gradient step and evaluation step,
     finishes the step it is in and returns its result with the policy trained so far.
 
-    Example::
+    Example:
 
         interrupter = Interrupter()
         threading.Timer(60.0, interrupter.stop, args=("time budget",)).start()

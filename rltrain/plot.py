@@ -6,7 +6,7 @@ The data come from each run's ``metrics.jsonl`` (its ``"evaluation"`` rows, and 
 differ only in ``strategy.seed`` and ``trainer.run_dir`` form one group. Drawing needs
 matplotlib (``pip install 'rltrain[plot]'``); :func:`learning_curves` does not.
 
-Example::
+Example:
 
     groups = learning_curves(["runs/s0", "runs/s1", "runs/s2"])
     draw(groups, "curves.png")

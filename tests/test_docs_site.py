@@ -40,6 +40,25 @@ def test_the_site_builds_in_strict_mode_with_the_reference(site: Path) -> None:
         assert (site / page).is_file(), page
     reference = (site / "reference" / "trainer" / "index.html").read_text(encoding="utf-8")
     assert 'id="rltrain.Trainer.fit"' in reference  # generated from the docstring
+    for page in (site / "reference").rglob("*.html"):  # no raw reST left in the reference
+        assert "::</p>" not in page.read_text(encoding="utf-8"), page
+
+
+def test_a_broken_anchor_fails_the_strict_build(tmp_path: Path) -> None:
+    """mkdocs.yml's validation makes a link to a missing anchor a warning, which --strict
+    turns into a failed build."""
+    docs = tmp_path / "docs"
+    shutil.copytree(ROOT / "docs", docs)
+    (docs / "howto.md").write_text((docs / "howto.md").read_text(encoding="utf-8")
+                                   + "\n[broken](trainer.md#no-such-heading)\n")
+    config = (ROOT / "mkdocs.yml").read_text(encoding="utf-8").replace(
+        "docs_dir: docs", f"docs_dir: {docs}")
+    (tmp_path / "mkdocs.yml").write_text(config)
+    done = subprocess.run(
+        [sys.executable, "-m", "mkdocs", "build", "--strict", "-f", str(tmp_path / "mkdocs.yml"),
+         "--site-dir", str(tmp_path / "site")], cwd=ROOT, capture_output=True, text=True,
+        timeout=120, check=False, env={**os.environ, "NO_MKDOCS_2_WARNING": "1"})
+    assert done.returncode != 0 and "no-such-heading" in done.stderr, done.stderr[-2000:]
 
 
 def chromium() -> str | None:

@@ -27,7 +27,7 @@ E = TypeVar("E")
 class EventRecorder(Subscriber):
     """Appends every event it receives to :attr:`events`, in order.
 
-    Example::
+    Example:
 
         recorder = EventRecorder()
         Trainer(callbacks=[recorder]).fit("CartPole-v1", DQN())

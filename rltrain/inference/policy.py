@@ -1,5 +1,5 @@
 """Inference in three lines: a trained policy from a checkpoint, its actions for NumPy
-observations, and an export of it to a file that runs without rltrain::
+observations, and an export of it to a file that runs without rltrain:
 
     policy = rltrain.load_policy("runs/cartpole")      # the run's last checkpoint
     action, state = policy.predict(obs)                 # as the env takes it

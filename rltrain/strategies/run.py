@@ -1,6 +1,6 @@
 """The run object: everything a training loop needs, assembled once for every strategy.
 
-A strategy's ``train_loop`` opens a :class:`Run` and writes only its loop over it::
+A strategy's ``train_loop`` opens a :class:`Run` and writes only its loop over it:
 
     with Run(self, agent, components, env_init, seed=cfg.seed, storage=replay(50_000)) as run:
         while not run.should_stop():
