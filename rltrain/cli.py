@@ -33,6 +33,7 @@ from rltrain.envs import SubEnvError
 from rltrain.errors import TrainingError
 from rltrain.inference import export_policy
 from rltrain.inference.policy import resolve as resolve_checkpoint
+from rltrain.optim import ended_on_refused_loss
 from rltrain.presets import choose_preset
 from rltrain.seeding import derive_seeds
 from rltrain.targets import TRUSTED, Trust
@@ -210,8 +211,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.traceback:
             raise
         return report(error)
-    except KeyboardInterrupt:
-        say("rltrain: aborted (a second Ctrl-C); the last checkpoint is kept.")
+    except KeyboardInterrupt as abort:
+        kept = str(abort)  # from fit: what the run leaves (Trainer._fit); else nothing ran
+        say(f"rltrain: aborted (a second Ctrl-C); {kept}." if kept else "rltrain: aborted.")
         return 130
 
 
@@ -311,12 +313,16 @@ def fit(args: argparse.Namespace) -> int:
         return 0
     run = build(config, trust)
     summary = run.fit(ckpt_path=ckpt_path).summary
+    refused = ended_on_refused_loss(summary.stop_reason)  # a failed run, on every rank
     if not run.trainer.distributed.is_main:  # under torchrun, rank 0 reports the run
-        return 0
+        return EXIT_TRAINING_FAILED if refused else 0
     print(f"run directory: {run.trainer.last_run_dir}")
     final = summary.final_metrics.get("eval/return_mean")
     if final is not None:
         print(f"final evaluation return: {final:.2f}")
+    if refused:
+        say(f"rltrain: training stopped: {summary.stop_reason}")
+        return EXIT_TRAINING_FAILED
     return 0
 
 

@@ -17,6 +17,7 @@ from multiprocessing.connection import wait as wait_for_pipes
 from typing import Any, Literal, Union
 
 import gymnasium as gym
+import numpy as np
 from gymnasium.vector import AsyncVectorEnv, AutoresetMode, SyncVectorEnv, VectorEnv
 from gymnasium.vector.async_vector_env import AsyncState
 
@@ -198,19 +199,53 @@ class _SubEnv(gym.Wrapper[Any, Any, Any, Any]):
 
     def step(self, action: Any) -> Any:
         try:
-            return self.env.step(action)
+            result = self.env.step(action)
         except Exception as error:
             raise self._failure("step", error) from error
+        self._check_shape("step", result[0])
+        return result
 
     def reset(self, **kwargs: Any) -> Any:
         try:
-            return self.env.reset(**kwargs)
+            result = self.env.reset(**kwargs)
         except Exception as error:
             raise self._failure("reset", error) from error
+        self._check_shape("reset", result[0])
+        return result
+
+    def _check_shape(self, call: str, observation: Any) -> None:
+        """Refuse an observation of another shape than the space's (checked at the start of
+        the run; an env may change it later), naming both shapes, before the vector env's
+        concatenation fails on it with neither."""
+        problem = shape_mismatch(self.observation_space, observation)
+        if problem is not None:
+            raise SubEnvError(
+                f"sub-env {self.index} returned from {call}() {problem}. Return observations "
+                "of the declared shape, or declare the shape they have.", self.index)
 
     def _failure(self, call: str, error: Exception) -> SubEnvError:
         return SubEnvError(f"sub-env {self.index} raised {type(error).__name__} in {call}(): "
                            f"{error}", self.index)
+
+
+def shape_mismatch(space: gym.Space[Any], observation: Any, what: str = "an observation"
+                   ) -> str | None:
+    """How ``observation`` differs in shape from ``space`` (a ``Box``, or a ``Dict`` of them,
+    key by key), in words; None when it does not (other spaces are not checked)."""
+    if isinstance(space, gym.spaces.Box):
+        shape = getattr(observation, "shape", None)
+        if shape is None:
+            shape = np.shape(observation)
+        if tuple(shape) != space.shape:
+            return f"{what} of shape {tuple(shape)}, but its observation space {space} has " \
+                   f"shape {space.shape}"
+    elif isinstance(space, gym.spaces.Dict) and isinstance(observation, Mapping):
+        for key, subspace in space.spaces.items():
+            if key in observation:
+                problem = shape_mismatch(subspace, observation[key], f"{what}[{key!r}]")
+                if problem is not None:
+                    return problem
+    return None
 
 
 def _make_sub_env(factory: Callable[[], gym.Env[Any, Any]], index: int,

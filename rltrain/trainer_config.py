@@ -11,6 +11,7 @@ from typing import Any
 
 import torch
 
+from rltrain.agents.config_checks import check_typed_fields
 from rltrain.components import (
     DTYPES,
     EvaluationSettings,
@@ -206,6 +207,7 @@ class TrainerConfig:
             (self.keep_last_checkpoints >= 1,
              f"keep_last_checkpoints must be >= 1 checkpoint; got {self.keep_last_checkpoints}."),
         ])
+        check_typed_fields("trainer", self)
         self.device = str(parse_device(self.device, "device"))
         self.inference_device = str(parse_device(
             self.device if self.inference_device is None else self.inference_device,

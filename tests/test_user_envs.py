@@ -101,7 +101,7 @@ def test_an_env_without_time_limit_is_warned_about_and_its_evaluation_is_capped(
     agent = dqn()
     with pytest.warns(UserWarning, match=r"The environment 'Endless' has no time limit .*"
                       r"eval_max_episode_steps \(300 env steps\).*gymnasium\.wrappers\."
-                      r"TimeLimit\(env, max_episode_steps=\.\.\.\)"):
+                      r"TimeLimit\(env, max_episode_steps=N\)"):
         result = fit_or_stop(trainer, Endless, agent)
     assert result.summary.env_steps == 100
     (end,) = recorder.of(EvaluationEnd)

@@ -20,6 +20,18 @@ from torch import nn
 from torch.distributions import Bernoulli, Categorical, Normal
 
 
+def rejected_parameters(owner: str, error: ValueError, settings: str) -> FloatingPointError:
+    """The error to raise when a torch distribution's argument check refuses the parameters
+    ``owner``'s network gave it (``error``): its outputs are not finite, so its weights or
+    inputs are not; ``settings`` names what to change."""
+    detail = " ".join(str(error).split())
+    detail = detail if len(detail) <= 300 else detail[:297] + "..."
+    return FloatingPointError(
+        f"The action distribution of {owner} refused its parameters ({detail}): the network's "
+        f"outputs are not finite, so its weights (a gradient step overflowed) or its inputs "
+        f"are not. {settings}")
+
+
 class ActionDistribution:
     """A batch of action distributions (a thin, uniform face over torch's)."""
 

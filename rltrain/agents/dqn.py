@@ -22,6 +22,7 @@ import torch.nn.functional as F
 from typing_extensions import override
 
 from rltrain.agents.base import LearningAgent, Policy, SpaceError
+from rltrain.agents.config_checks import check_typed_fields
 from rltrain.agents.encoders import check_observation_space, make_encoder
 from rltrain.agents.networks import QNetwork, soft_update
 from rltrain.buffers.observations import layout, leading_tensor
@@ -92,6 +93,7 @@ class DQNConfig:
              f"huber_delta must be > 0 (the Huber loss's threshold); got {self.huber_delta}."),
         ]
         require("DQNConfig", checks)
+        check_typed_fields("DQNConfig", self)
 
 
 def linear_schedule(start: float, end: float, duration: int, t: int) -> float:

@@ -3,6 +3,7 @@ by an MLP."""
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Sequence
 
@@ -11,7 +12,12 @@ import torch.nn.functional as F
 from torch import nn
 
 from rltrain.agents.encoders import Encoder, FlatEncoder
+from rltrain.buffers.replay import check_fits
 from rltrain.types import ObsTensors
+
+#: Bytes one float32 parameter takes while it trains: itself, its gradient and Adam's two
+#: moments (a target network's copy is counted as a parameter of its own).
+TRAINING_BYTES = 16
 
 
 def as_encoder(obs: int | Encoder) -> Encoder:
@@ -38,9 +44,35 @@ class MLP(nn.Sequential):
         return x
 
 
+def linear_parameters(widths: Sequence[int]) -> int:
+    """Weights and biases of a stack of linear layers of these widths (input first)."""
+    return sum((a + 1) * b for a, b in itertools.pairwise(widths))
+
+
+def check_parameters_fit(parameters: int, what: str,
+                         fix: str = "Lower the agent's hidden_sizes.") -> None:
+    """Raise ``MemoryError`` before ``parameters`` are allocated when training them (with
+    their gradients and Adam's moments: :data:`TRAINING_BYTES` each) needs more memory than
+    is available; ``what`` names the network and ``fix`` the setting to change."""
+    check_fits(parameters * TRAINING_BYTES,
+               f"Training {what} ({parameters:,} parameters, with their gradients and Adam's "
+               "two moments)",
+               fix)
+
+
+def check_mlp_fits(in_features: int, hidden_sizes: Sequence[int], out_features: int) -> None:
+    """:func:`check_parameters_fit` for an MLP of these widths."""
+    widths = [in_features, *hidden_sizes, out_features]
+    check_parameters_fit(linear_parameters(widths),
+                         f"a network of layer widths {', '.join(f'{w:,}' for w in widths)}")
+
+
 def mlp(in_features: int, hidden_sizes: Sequence[int], out_features: int,
         activation: type[nn.Module] = nn.ReLU) -> MLP:
-    """A multilayer perceptron: Linear + activation per hidden size, then a Linear output."""
+    """A multilayer perceptron: Linear + activation per hidden size, then a Linear output.
+    Refused with ``MemoryError`` before anything is allocated when it could not train in the
+    memory available (:func:`check_mlp_fits`)."""
+    check_mlp_fits(in_features, hidden_sizes, out_features)
     layers: list[nn.Module] = []
     for size in hidden_sizes:
         layers += [nn.Linear(in_features, size), activation()]

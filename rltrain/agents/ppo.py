@@ -31,6 +31,7 @@ from torch import nn
 from typing_extensions import override
 
 from rltrain.agents.base import LearningAgent, Policy, SpaceError
+from rltrain.agents.config_checks import check_typed_fields
 from rltrain.agents.distributions import ActionDistribution, ActionHead
 from rltrain.agents.encoders import (
     Encoder,
@@ -39,7 +40,7 @@ from rltrain.agents.encoders import (
     make_encoder,
     orthogonal,
 )
-from rltrain.agents.networks import MLP
+from rltrain.agents.networks import MLP, check_parameters_fit, linear_parameters
 from rltrain.agents.normalize import RunningMeanStd
 from rltrain.agents.returns import gae
 from rltrain.buffers.observations import map_obs
@@ -51,6 +52,9 @@ from rltrain.optim import Optimization, adam
 from rltrain.types import MetricValue, ObsTensors, PolicyState, PolicyStep
 
 ACTIVATIONS: dict[str, type[nn.Module]] = {"tanh": nn.Tanh, "relu": nn.ReLU}
+#: ``log_std_init`` beyond ±this makes a standard deviation whose log-probabilities and
+#: ratios overflow float32 (the first update's loss is then NaN).
+LOG_STD_LIMIT = 20.0
 
 
 @dataclass
@@ -142,7 +146,12 @@ class PPOConfig:
              f"activation must be one of {sorted(ACTIVATIONS)}; got {self.activation!r}."),
             (self.clip_observations > 0 and self.clip_rewards > 0,
              "clip_observations and clip_rewards must be > 0."),
+            (-LOG_STD_LIMIT <= self.log_std_init <= LOG_STD_LIMIT,
+             f"log_std_init must be in [-{LOG_STD_LIMIT:g}, {LOG_STD_LIMIT:g}] (a standard "
+             f"deviation of exp(log_std_init), from {math.exp(-LOG_STD_LIMIT):.1e} to "
+             f"{math.exp(LOG_STD_LIMIT):.1e}); got {self.log_std_init}."),
         ])
+        check_typed_fields("PPOConfig", self)
 
 
 def layer(in_features: int, out_features: int, gain: float) -> nn.Linear:
@@ -170,6 +179,11 @@ class ActorCritic(nn.Module):
         hidden, activation = list(config.hidden_sizes), ACTIVATIONS[config.activation]
         obs_dim = encoder.out_features
         features = hidden[-1] if hidden else obs_dim
+        trunks = 1 if config.shared_trunk else 2
+        check_parameters_fit(
+            trunks * linear_parameters([obs_dim, *hidden])
+            + linear_parameters([features, head.out_features]) + features + 1,
+            f"PPO's networks of hidden_sizes {hidden}")
         self.encoder = orthogonal(encoder, math.sqrt(2))  # CleanRL's layer_init for the CNN
         self.head = head
         self.actor = trunk(obs_dim, hidden, activation)

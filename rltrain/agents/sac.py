@@ -29,6 +29,7 @@ import torch
 from typing_extensions import override
 
 from rltrain.agents.base import LearningAgent, Policy, SpaceError, require_bounded
+from rltrain.agents.config_checks import check_typed_fields
 from rltrain.agents.encoders import Encoder, check_observation_space, make_encoder
 from rltrain.agents.networks import SquashedGaussianActor, TwinQ, soft_update
 from rltrain.buffers.replay import ReplayBatch
@@ -83,6 +84,7 @@ class SACConfig:
             (all(h >= 1 for h in self.hidden_sizes),
              f"hidden_sizes must be positive widths; got {list(self.hidden_sizes)}."),
         ])
+        check_typed_fields("SACConfig", self)
 
 
 class SACPolicy(Policy):

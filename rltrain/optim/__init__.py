@@ -3,7 +3,13 @@
 (:mod:`.fused`)."""
 
 from rltrain.optim.fused import adam, clip_grad_norm, fused_adam_step
-from rltrain.optim.optimization import Optimization, TrainableAgent, check_autocast
+from rltrain.optim.optimization import (
+    REFUSED_LOSS,
+    Optimization,
+    TrainableAgent,
+    check_autocast,
+    ended_on_refused_loss,
+)
 
-__all__ = ["Optimization", "TrainableAgent", "adam", "check_autocast", "clip_grad_norm",
-           "fused_adam_step"]
+__all__ = ["REFUSED_LOSS", "Optimization", "TrainableAgent", "adam", "check_autocast",
+           "clip_grad_norm", "ended_on_refused_loss", "fused_adam_step"]

@@ -19,6 +19,16 @@ from rltrain.types import Progress
 if TYPE_CHECKING:
     from rltrain.types import MetricValue
 
+#: How the stop request of a refused non-finite loss begins (``on_nan_loss="stop"``): a run
+#: whose stop reason begins so ended on a refused loss (:func:`ended_on_refused_loss`).
+REFUSED_LOSS = "non-finite loss: "
+
+
+def ended_on_refused_loss(stop_reason: str | None) -> bool:
+    """True for the stop reason of a run that a refused non-finite loss stopped: a failed run
+    (``rltrain fit`` exits with status 3), not a finished one."""
+    return stop_reason is not None and stop_reason.startswith(REFUSED_LOSS)
+
 
 class TrainableAgent(Protocol):
     """What :meth:`Optimization.training_step` calls on an agent (a
@@ -299,8 +309,8 @@ class Optimization:
             raise FloatingPointError(f"Non-finite loss: {reason}. {advice}")
         if self.on_nan_loss == "stop":
             assert self.interrupter is not None
-            self.interrupter.stop(f"non-finite loss: {reason}; the update was skipped and the "
-                                  "last good checkpoint kept. " + advice)
+            self.interrupter.stop(f"{REFUSED_LOSS}{reason}; the update was skipped and the run "
+                                  "stopped, writing no checkpoint after it. " + advice)
         else:
             warnings.warn(f"Skipped an update: {reason}.", stacklevel=3)
 

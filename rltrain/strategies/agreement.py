@@ -13,6 +13,10 @@ from rltrain.types import Progress
 
 #: Numbers an episode travels as: env steps, sub-env, return, length, terminated.
 FIELDS = 5
+#: Episodes per rank the first all-gather of an agreement carries at most (40 KB); when a
+#: rank ended more since the last agreement, a second all-gather carries the rest. The
+#: tensors are sized by the episodes there are, never by ``sync_interval`` alone.
+FIRST_EPISODES = 1024
 
 
 class Agreement:
@@ -55,19 +59,19 @@ class Agreement:
         context = self.distributed
         if not context.distributed:
             return
-        capacity = self.num_envs * self.interval
-        episodes, self._unshared = self._unshared[:capacity], []
-        row = torch.zeros(2 + FIELDS * capacity, dtype=torch.float64)
-        row[0], row[1] = float(self.interrupter.should_stop()), len(episodes)
-        for j, e in enumerate(episodes):
-            row[2 + FIELDS * j:2 + FIELDS * (j + 1)] = torch.tensor(
-                [e.env_steps, e.env_index, e.episode_return, e.episode_length, e.terminated],
-                dtype=torch.float64)
-        rows = context.all_gather(row).tolist()
-        for rank, values in enumerate(rows):
-            for j in range(int(values[1])):
-                steps, index, ret, length, terminated = values[2 + FIELDS * j:
-                                                               2 + FIELDS * (j + 1)]
+        episodes, self._unshared = self._unshared, []
+        first = min(self.num_envs * self.interval, FIRST_EPISODES)
+        header = [float(self.interrupter.should_stop()), float(len(episodes))]
+        rows = context.all_gather(_packed(header, episodes[:first], first)).tolist()
+        counts = [int(values[1]) for values in rows]
+        rest = max(counts) - first  # the same on every rank: each saw every count
+        more = (context.all_gather(_packed([], episodes[first:], rest)).tolist()
+                if rest > 0 else [[] for _ in rows])
+        for rank, (values, count) in enumerate(zip(rows, counts, strict=True)):
+            fields = (values[2:2 + FIELDS * min(count, first)]
+                      + more[rank][:FIELDS * max(count - first, 0)])
+            for j in range(0, len(fields), FIELDS):
+                steps, index, ret, length, terminated = fields[j:j + FIELDS]
                 if rank != context.rank:
                     self.progress.episodes += 1
                 self.events.emit(EpisodeEnd(
@@ -80,3 +84,15 @@ class Agreement:
             if self.interrupter.reason is None:
                 self.interrupter.stop(f"{reason} (on rank {rank})")
             self.stopped = True
+
+
+def _packed(header: list[float], episodes: list[EpisodeEnd], slots: int) -> torch.Tensor:
+    """``header``, then ``slots`` episodes of :data:`FIELDS` numbers each (``episodes``
+    first, zeros after): one rank's part of an all-gather, of the same size on every rank."""
+    row = torch.zeros(len(header) + FIELDS * slots, dtype=torch.float64)
+    row[:len(header)] = torch.tensor(header, dtype=torch.float64)
+    if episodes:
+        row[len(header):len(header) + FIELDS * len(episodes)] = torch.tensor(
+            [[e.env_steps, e.env_index, e.episode_return, e.episode_length, e.terminated]
+             for e in episodes], dtype=torch.float64).reshape(-1)
+    return row

@@ -15,6 +15,8 @@ from rltrain.checkpoint import restore_progress
 from rltrain.components import RLComponents
 from rltrain.envs import EnvInit
 from rltrain.events.events import End, Interrupted, Start, flatten_config, flatten_hparams
+from rltrain.optim import ended_on_refused_loss
+from rltrain.strategies.failure import what_is_left
 from rltrain.types import Summary
 
 
@@ -63,9 +65,7 @@ class RLStrategy(ABC):
                           hparams=self.run_hparams(agent, components),
                           config=flatten_config(components.config)))
         policy = self.train_loop(agent, components, env_init)
-        interrupter = components.interrupter
-        stopped_early = interrupter.should_stop() and progress.env_steps < components.num_steps
-        reason = interrupter.reason if stopped_early else None
+        reason = stop_reason(components)
         if reason is not None:
             events.emit(Interrupted(env_steps=progress.env_steps, reason=reason))
         metrics = events.metrics
@@ -112,3 +112,15 @@ class RLStrategy(ABC):
         optimisation's. Shown as TensorBoard hyperparameters, saved in checkpoints, and
         compared when a run is resumed."""
         return {**self.hparams(), **agent.hparams(), **components.optimization_hparams()}
+
+
+def stop_reason(components: RLComponents) -> str | None:
+    """Why a run ended: the stop request's reason when it came before ``num_steps`` (None
+    when the run took them all), and always when a refused non-finite loss stopped it (even
+    in the last update), then with the checkpoint it leaves and what to do next: such a run
+    failed, and writes no checkpoint after the loss."""
+    interrupter = components.interrupter
+    reason = interrupter.reason if interrupter.should_stop() else None
+    if ended_on_refused_loss(reason):
+        return f"{reason} {what_is_left(components.checkpointer)}"
+    return reason if components.progress.env_steps < components.num_steps else None

@@ -106,8 +106,7 @@ def failed(run: FailingRun, error: Exception) -> TrainingError:
     cause = str(error) if isinstance(error, SubEnvError) else f"{type(error).__name__}: {error}"
     cause = cause.rstrip(". ")
     saved, outcome = _emergency_save(run)
-    message = (f"Training failed {where}: {cause}. {outcome} Fix the cause, then resume with "
-               "ckpt_path='last' (rltrain fit --resume RUN_DIR).")
+    message = f"Training failed {where}: {cause}. {outcome} {next_step(run.checkpointer)}"
     return TrainingError(message, phase=run.phase, env_steps=progress.env_steps,
                          sub_env=sub_env, checkpoint=saved)
 
@@ -159,12 +158,37 @@ def _why_not_consistent(run: FailingRun) -> str | None:
     return None
 
 
-def _last(checkpointer: Checkpointer) -> str:
+def last_checkpoint(checkpointer: Checkpointer | None) -> Path | None:
+    """The checkpoint ``last`` resolves to now; None when the run has none (or saves none)."""
+    if checkpointer is None:
+        return None
     try:
-        path = checkpointer.resolve("last")
+        return checkpointer.resolve("last")
     except (FileNotFoundError, ValueError):
+        return None
+
+
+def _last(checkpointer: Checkpointer) -> str:
+    path = last_checkpoint(checkpointer)
+    if path is None:
         return "There is no earlier checkpoint."
     return f"The last checkpoint, {path}, is intact."
+
+
+def next_step(checkpointer: Checkpointer | None) -> str:
+    """What to do once a run failed or stopped on a refused loss: resume from its last
+    checkpoint, or start it again when it has none (nothing to resume)."""
+    if last_checkpoint(checkpointer) is None:
+        return ("Nothing can be resumed: fix the cause and start the run again (rltrain fit "
+                "without --resume).")
+    return "Fix the cause, then resume with ckpt_path='last' (rltrain fit --resume RUN_DIR)."
+
+
+def what_is_left(checkpointer: Checkpointer | None) -> str:
+    """The last checkpoint a run that stops without saving leaves (or that it has none), and
+    :func:`next_step`."""
+    left = "This run writes no checkpoints." if checkpointer is None else _last(checkpointer)
+    return f"{left} {next_step(checkpointer)}"
 
 
 def _announce(run: FailingRun, saved: SavedCheckpoint) -> None:

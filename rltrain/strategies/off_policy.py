@@ -10,6 +10,7 @@ import gymnasium as gym
 from typing_extensions import override
 
 from rltrain.agents.base import LearningAgent, Policy
+from rltrain.agents.config_checks import check_typed_fields
 from rltrain.components import RLComponents
 from rltrain.envs import EnvInit, Vectorization
 from rltrain.errors import require
@@ -64,6 +65,7 @@ class OffPolicyConfig:
             (self.train_steps >= 0, f"train_steps must be >= 0; got {self.train_steps}."),
         ]
         require("OffPolicyConfig", checks)
+        check_typed_fields("OffPolicyConfig", self)
 
 
 class OffPolicyStrategy(RLStrategy):

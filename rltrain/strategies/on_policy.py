@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any, cast
 
@@ -9,6 +10,7 @@ import gymnasium as gym
 from typing_extensions import override
 
 from rltrain.agents.base import LearningAgent, Policy
+from rltrain.agents.config_checks import check_typed_fields
 from rltrain.buffers.rollout import RolloutBatch, RolloutBuffer
 from rltrain.components import RLComponents
 from rltrain.envs import EnvInit, Vectorization
@@ -50,6 +52,7 @@ class OnPolicyConfig:
             (self.batch_size >= 1, f"batch_size must be >= 1; got {self.batch_size}."),
             (self.update_epochs >= 1, f"update_epochs must be >= 1; got {self.update_epochs}."),
         ])
+        check_typed_fields("OnPolicyConfig", self)
         rollout_size = self.n_steps * self.num_envs
         if rollout_size % self.batch_size:
             raise ValueError(
@@ -64,14 +67,23 @@ class OnPolicyConfig:
         return self.n_steps * self.num_envs // self.batch_size
 
 
+#: Divisor pairs ``(d, n // d)`` :func:`_divisor_near` tries at most: a rollout of up to
+#: 2**40 transitions is searched whole, in well under a second.
+DIVISOR_TRIALS = 2**20
+
+
 def _divisor_near(n: int, target: int) -> int:
-    """The divisor of ``n`` closest to ``target`` (the smaller on a tie); at most ``target``
-    trials, since 1 divides everything."""
-    for distance in range(target):
-        for d in (target - distance, target + distance):
-            if 1 <= d <= n and n % d == 0:
-                return d
-    return 1
+    """The divisor of ``n`` closest to ``target`` (the smaller on a tie): ``n`` itself for a
+    ``target`` above it, else the closest among the divisor pairs ``(d, n // d)`` with ``d`` up
+    to ``sqrt(n)`` (at most :data:`DIVISOR_TRIALS` of them), so a huge ``target`` or rollout
+    answers at once."""
+    if target >= n:
+        return n
+    divisors = {1, n}
+    for d in range(1, min(math.isqrt(n), DIVISOR_TRIALS) + 1):
+        if n % d == 0:
+            divisors |= {d, n // d}
+    return min(divisors, key=lambda d: (abs(d - target), d))
 
 
 class OnPolicyStrategy(RLStrategy):

@@ -1,14 +1,17 @@
-"""What a Trainer's run shows and writes: its renderers, its loggers, the model summary."""
+"""What a Trainer's run shows and writes: its renderers, its loggers, the model summary, the
+run's ``summary.json``, and what an aborted run leaves."""
 
 from __future__ import annotations
 
+import dataclasses
+import json
 import warnings
 from pathlib import Path
 from typing import Any
 
 from rltrain.agents.base import LearningAgent
 from rltrain.callbacks import EarlyStopping
-from rltrain.checkpoint import atomic_write_text
+from rltrain.checkpoint import Checkpointer, atomic_write_text
 from rltrain.events.processor import Subscriber
 from rltrain.events.renderers import (
     ConsoleRenderer,
@@ -17,10 +20,13 @@ from rltrain.events.renderers import (
     TensorBoardRenderer,
     TqdmRenderer,
 )
+from rltrain.events.renderers.jsonl import json_safe
 from rltrain.events.renderers.tensorboard import is_summary_writer
 from rltrain.loggers import is_unrecorded, logger_items, named_logger
 from rltrain.model_summary import format_summary, summarize
+from rltrain.optim import ended_on_refused_loss
 from rltrain.trainer.settings import TrainerSettings
+from rltrain.types import Summary
 
 
 def write_model_summary(trainer: TrainerSettings, agent: LearningAgent, run_dir: Path) -> None:
@@ -82,3 +88,39 @@ def subscribers(trainer: TrainerSettings, run_dir: Path, agent: LearningAgent) -
     for subscriber in subscribers:
         subscriber.interrupter = trainer.interrupter
     return subscribers
+
+
+def write_summary(run_dir: Path, summary: Summary) -> None:
+    """``summary.json`` in ``run_dir``: the run's :class:`~rltrain.types.Summary`, with its
+    ``stop_reason`` (a refused non-finite loss's too: :func:`stopped_on_refused_loss`)."""
+    atomic_write_text(run_dir / "summary.json", json.dumps(
+        json_safe(dataclasses.asdict(summary)), indent=2) + "\n")
+
+
+def stopped_on_refused_loss(run_dir: Path) -> bool:
+    """True when ``run_dir``'s ``summary.json`` says a refused non-finite loss stopped its run
+    (a failed run, not a finished one: with no checkpoint beside it, nothing in the folder can
+    be resumed and a new run may take it). False when it cannot be read."""
+    try:
+        record = json.loads((run_dir / "summary.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError, RecursionError):
+        return False
+    reason = record.get("stop_reason") if isinstance(record, dict) else None
+    return isinstance(reason, str) and ended_on_refused_loss(reason)
+
+
+def kept_after_abort(checkpointer: Checkpointer | None, run_dir: Path) -> str:
+    """What a run aborted by a second Ctrl-C leaves, in words: its last checkpoint (the one
+    its manifest names: read at once, not verified) and how to resume from it, or that it has
+    none and is started again."""
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # an unreadable manifest: resuming says why
+            last = None if checkpointer is None else checkpointer.manifest().last
+    except (OSError, ValueError):
+        return "the checkpoints written before it are kept"
+    if checkpointer is None or last is None:
+        return ("no checkpoint was written yet, so nothing can be resumed: start the run again "
+                "(rltrain fit without --resume)")
+    return (f"the last checkpoint, {checkpointer.directory / last}, is kept: resume with "
+            f"rltrain fit --resume {run_dir}")

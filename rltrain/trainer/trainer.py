@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import json
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
@@ -16,7 +15,6 @@ from rltrain.agents.base import LearningAgent
 from rltrain.checkpoint import (
     LoadedCheckpoint,
     atomic_save,
-    atomic_write_text,
     load_agent,
     training_state,
 )
@@ -26,14 +24,18 @@ from rltrain.distributed import SINGLE, DistributedContext, connect
 from rltrain.envs import EnvInit, env_name
 from rltrain.evaluation import Evaluator
 from rltrain.events.processor import EventProcessor
-from rltrain.events.renderers.jsonl import json_safe
 from rltrain.heap import keep_freed_memory
 from rltrain.instantiate import make_strategy
 from rltrain.interrupt import stop_on_signals
 from rltrain.strategies.base import RLResult, RLStrategy
 from rltrain.targets import TRUSTED, Trust
 from rltrain.trainer.description import run_config, trainer_settings
-from rltrain.trainer.outputs import subscribers, write_model_summary
+from rltrain.trainer.outputs import (
+    kept_after_abort,
+    subscribers,
+    write_model_summary,
+    write_summary,
+)
 from rltrain.trainer.preflight import (
     check_resume_settings,
     check_spaces,
@@ -48,6 +50,7 @@ from rltrain.trainer.preflight import (
 from rltrain.trainer.run_dir import open_run
 from rltrain.trainer.settings import TrainerSettings
 from rltrain.trainer_config import TrainerConfig
+from rltrain.video import check_rendering
 
 
 def trainable_parameters(agent: LearningAgent) -> int:
@@ -58,7 +61,7 @@ def trainable_parameters(agent: LearningAgent) -> int:
 class Trainer(TrainerSettings):
     """Trains an agent with a strategy, shows progress and stores the run.
 
-    Example::
+    Example:
 
         trainer = Trainer(num_steps=50_000, return_threshold=475, eval_episodes=20)
         agent = DQN()
@@ -180,12 +183,14 @@ class Trainer(TrainerSettings):
                 print(f"heap: {heap}", flush=True)
             with stop_on_signals(self.interrupter), self._threads(threads):
                 result = strategy.train(agent, components, env)
+        except KeyboardInterrupt as abort:  # a second Ctrl-C: its message says what is left
+            abort.args = (kept_after_abort(components.checkpointer, run_dir),)
+            raise
         finally:
             events.close()
             agent.logger = None
         if main:
-            atomic_write_text(run_dir / "summary.json", json.dumps(
-                json_safe(dataclasses.asdict(result.summary)), indent=2) + "\n")
+            write_summary(run_dir, result.summary)
         return result
 
     def evaluate(self, env: EnvInit, agent: LearningAgent, *,
@@ -205,6 +210,8 @@ class Trainer(TrainerSettings):
             run_dir = self.run_dir or self.last_run_dir
             load_agent(agent, self.checkpoint_path(ckpt_path, run_dir), env)
         check_spaces(env, agent)
+        if video_dir is not None:
+            check_rendering(env)
         if not agent.built:
             raise ValueError(
                 f"This {type(agent).__name__} has no trained networks yet: call fit() first, or "

@@ -17,6 +17,7 @@ from torch import nn
 from typing_extensions import override
 
 from rltrain.agents.base import LearningAgent, Policy, SpaceError, require_bounded
+from rltrain.agents.config_checks import check_typed_fields
 from rltrain.agents.dreamer.behavior import Actor, ReturnScale, imagine
 from rltrain.agents.dreamer.world_model import ELU, State, WorldModel, rows, symexp, symlog
 from rltrain.agents.encoders import flattenable
@@ -70,19 +71,22 @@ class DreamerConfig:
     critic_tau: float = 0.02
 
     def __post_init__(self) -> None:
+        sizes = {name: getattr(self, name)
+                 for name in ("deter_size", "stoch_size", "hidden_size", "layers")}
+        rates = {name: getattr(self, name) for name in ("model_lr", "actor_lr", "critic_lr")}
         checks = [
-            (min(self.deter_size, self.stoch_size, self.hidden_size, self.layers) >= 1,
-             "sizes and layers must be >= 1"),
+            *((size >= 1, f"{name} must be >= 1; got {size}") for name, size in sizes.items()),
             (self.sequence_length >= 2, f"sequence_length must be >= 2; got "
                                         f"{self.sequence_length}"),
             (self.horizon >= 1, f"horizon must be >= 1; got {self.horizon}"),
-            (0.0 <= self.gamma <= 1.0 and 0.0 <= self.lambda_ <= 1.0,
-             "gamma and lambda_ must be in [0, 1]"),
-            (0.0 <= self.kl_balance <= 1.0, "kl_balance must be in [0, 1]"),
-            (min(self.model_lr, self.actor_lr, self.critic_lr) > 0, "learning rates must be > 0"),
-            (0.0 < self.critic_tau <= 1.0, "critic_tau must be in (0, 1]"),
+            *((0.0 <= getattr(self, name) <= 1.0,
+               f"{name} must be in [0, 1]; got {getattr(self, name)}")
+              for name in ("gamma", "lambda_", "kl_balance")),
+            *((rate > 0, f"{name} must be > 0; got {rate}") for name, rate in rates.items()),
+            (0.0 < self.critic_tau <= 1.0, f"critic_tau must be in (0, 1]; got {self.critic_tau}"),
         ]
         require("DreamerConfig", ((ok, message + ".") for ok, message in checks))
+        check_typed_fields("DreamerConfig", self)
 
     @property
     def hidden(self) -> list[int]:

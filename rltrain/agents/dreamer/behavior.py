@@ -20,8 +20,13 @@ from torch.distributions import Distribution, Independent, Normal, OneHotCategor
 from torch.distributions.transformed_distribution import TransformedDistribution
 from torch.distributions.transforms import TanhTransform
 
+from rltrain.agents.distributions import rejected_parameters
 from rltrain.agents.dreamer.world_model import ELU, RSSM, State
 from rltrain.agents.networks import mlp
+
+#: What to change when Dreamer's networks diverged (their outputs are no longer finite).
+DIVERGED = ("Lower the learning rates (agent.model_lr, agent.actor_lr, agent.critic_lr), or "
+            "clip gradients (trainer.gradient_clip_val).")
 
 
 class Actor(nn.Module):
@@ -37,9 +42,12 @@ class Actor(nn.Module):
 
     def forward(self, features: torch.Tensor) -> Distribution:
         out = self.net(features)
-        if self.discrete:
-            return OneHotCategorical(logits=out)
-        base = Normal(*self._gaussian(out))
+        try:  # torch checks the parameters: non-finite ones name the settings that cause them
+            if self.discrete:
+                return OneHotCategorical(logits=out)
+            base = Normal(*self._gaussian(out))
+        except ValueError as error:
+            raise rejected_parameters("Dreamer's actor", error, DIVERGED) from error
         return Independent(TransformedDistribution(base, TanhTransform(cache_size=1)), 1)
 
     def _gaussian(self, out: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:

@@ -20,7 +20,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from rltrain.agents.networks import mlp
+from rltrain.agents.networks import check_parameters_fit, mlp
 
 
 def symlog(x: torch.Tensor) -> torch.Tensor:
@@ -74,6 +74,9 @@ class RSSM(nn.Module):
                  hidden_size: int, min_std: float = 0.1) -> None:
         super().__init__()
         self.deter_size, self.stoch_size, self.min_std = deter_size, stoch_size, min_std
+        check_parameters_fit(3 * deter_size * (hidden_size + deter_size + 2),
+                             f"Dreamer's recurrent model of deter_size {deter_size:,}",
+                             "Lower the agent's deter_size and hidden_size.")
         self.input = nn.Sequential(nn.Linear(stoch_size + action_size, hidden_size), ELU())
         self.gru = nn.GRUCell(hidden_size, deter_size)
         self.prior_net = mlp(deter_size, [hidden_size], 2 * stoch_size, ELU)
