@@ -101,7 +101,8 @@ class TrainerConfig:
         gradient_clip_algorithm: ``"norm"`` or ``"value"``. Default ``"norm"``.
         accumulate_grad_batches: Batches per optimizer step. Default 1.
         on_nan_loss: What a NaN or infinite loss does: ``"stop"`` (skip the update, stop the
-            run, keep the last good checkpoint), ``"skip"`` or ``"raise"``. Default ``"stop"``.
+            run, save nothing after it; exit status 3 from the CLI), ``"skip"`` or
+            ``"raise"``. Default ``"stop"``.
         run_dir: The run's folder. Default: ``runs/<date>-<time>-<agent>-<env>``.
         logger: The experiment loggers (:mod:`rltrain.loggers`), every one written at once:
             a list of names, ``[tensorboard, csv]`` (``tensorboard``, ``csv``, ``wandb``,

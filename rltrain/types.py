@@ -91,8 +91,9 @@ class Summary:
         threshold_env_steps: Env steps at the first evaluation whose mean return reached the
             return threshold; None when no threshold was set or it was not reached.
         threshold_seconds: Seconds from the start to that evaluation's end; None likewise.
-        stop_reason: The reason of the stop request that ended the loop before ``num_steps``;
-            None when the run took all its steps.
+        stop_reason: The reason of the stop request that ended the loop before ``num_steps``,
+            and always when a refused non-finite loss stopped the run (then with the
+            checkpoint it leaves); None when the run took all its steps.
         final_metrics: Every metric at the end, keyed as in :mod:`rltrain.events.metrics`.
     """
 
