@@ -479,6 +479,31 @@ CASES = [
          lambda d: compose(["ppo_cartpole"], ["agent.normalize_observations=2"]), ConfigError,
          r"agent\.normalize_observations must be true or false; got 2\. Write "
          r"agent\.normalize_observations=true or agent\.normalize_observations=false"),
+    Case("infinite setting (agent.ent_coef=inf)",
+         lambda d: compose(["ppo_cartpole"], ["agent.ent_coef=inf"]), ConfigError,
+         r"agent: PPOConfig: ent_coef must be a finite number, not infinite or NaN; got inf"),
+    Case("log_std_init whose exponential overflows",
+         lambda d: PPOConfig(log_std_init=1000.0), ValueError,
+         r"PPOConfig: log_std_init must be in \[-20, 20\] \(a standard deviation of "
+         r"exp\(log_std_init\)"),
+    Case("env_step_timeout that is not a positive number of seconds",
+         lambda d: compose([], ["trainer.env_step_timeout=-1"]), ConfigError,
+         r"trainer: env_step_timeout must be a finite number of seconds > 0 \(or None for no "
+         r"limit\); got -1"),
+    Case("hidden sizes whose networks exceed the memory",
+         lambda d: trainer(d, strategy=on_policy()).fit(
+             "CartPole-v1", PPO(PPOConfig(hidden_sizes=[10**10]))), MemoryError,
+         r"Training PPO's networks of hidden_sizes \[10000000000\] \(130,000,000,003 "
+         r"parameters, with their gradients and Adam's two moments\) needs 2080\.00 GB; "
+         r".* of memory is available\. Lower the agent's hidden_sizes"),
+    Case("on-policy batch_size of 1e12 (the divisor hint answers at once)",
+         lambda d: OnPolicyConfig(n_steps=128, num_envs=2, batch_size=10**12), ValueError,
+         r"OnPolicyConfig: batch_size \(1,?000,?000,?000,?000\) must divide the rollout"),
+    Case("observation of another shape mid-run",
+         lambda d: trainer(d, 100).fit(_shape_shifter, dqn()), TrainingError,
+         r"sub-env 0 returned from step\(\) an observation of shape \(5,\), but its "
+         r"observation space Box\(-1\.0, 1\.0, \(3,\), float32\) has shape \(3,\)",
+         before_training=False),
     Case("stored config importing a module planted in the run through a namespace package",
          lambda d: _stored_build(d), ConfigError,
          r"env\.imports: 'run\.evil' would be imported from .*run, inside .*run, where the "
@@ -810,6 +835,13 @@ def _metrics_line(run_dir: Path, line: str) -> None:
     rows = [{"event": "evaluation", "env_steps": 100, "eval/return_mean": 20.0}, {}]
     (run_dir / "metrics.jsonl").write_text(
         "\n".join([json.dumps(rows[0]), line, json.dumps(rows[1])]) + "\n")
+
+
+def _shape_shifter() -> gym.Env[Any, Any]:
+    """CartPole-like observations of shape (3,) that turn (5,) at the 45th step."""
+    from test_bad_settings import shape_shifter
+
+    return shape_shifter()
 
 
 def _config_file(run_dir: Path, name: str, text: str) -> None:
