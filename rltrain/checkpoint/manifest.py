@@ -2,8 +2,14 @@
 
 The manifest names the checkpoint files rltrain wrote in its folder, with their checksums. Every
 name and number in it is checked before it is used: a name must be one of rltrain's own plain
-file names in the folder (``checkpoint-<env_steps>.pt``, ``best-<env_steps>.pt``), never a path,
-so that a crafted manifest cannot make retention delete, or loading read, a file elsewhere.
+file names in the folder (``checkpoint-<env_steps>.pt``, ``best-<env_steps>.pt``, and
+``checkpoint-<env_steps>.v<n>.pt``, ``best-<env_steps>.v<n>.pt`` for a step saved again), never
+a path, so that a crafted manifest cannot make retention delete, or loading read, a file
+elsewhere.
+
+A file the manifest lists is never written over: a step saved again (a run resumed and stopped
+at the same step, or resumed from an older checkpoint) is written under a new revision's name
+(:func:`fresh_name`), the manifest switched to it, and only then the old file deleted.
 """
 
 from __future__ import annotations
@@ -23,16 +29,20 @@ MANIFEST = "manifest.json"
 
 #: The names of the files rltrain writes in a checkpoint folder (its temporary files start
 #: with a dot and end in ``.tmp``: ``.checkpoint-200.pt.k3j2.tmp``).
-CHECKPOINT_NAME = re.compile(r"checkpoint-(\d{1,18})\.pt")
-BEST_NAME = re.compile(r"best-(\d{1,18})\.pt")
+#: A step saved again gets a revision, ``checkpoint-200.v2.pt``: a listed file is never
+#: written over.
+CHECKPOINT_NAME = re.compile(r"checkpoint-(\d{1,18})(?:\.v\d{1,6})?\.pt")
+BEST_NAME = re.compile(r"best-(\d{1,18})(?:\.v\d{1,6})?\.pt")
 #: One rank's part of a checkpoint of a run of several processes (its envs, storage, random
 #: streams): ``checkpoint-200.rank1.pt`` beside ``checkpoint-200.pt``.
-SHARD_NAME = re.compile(r"(?:checkpoint|best)-(\d{1,18})\.rank(\d{1,6})\.pt")
+SHARD_NAME = re.compile(r"(?:checkpoint|best)-(\d{1,18})(?:\.v\d{1,6})?\.rank(\d{1,6})\.pt")
 #: Most shards one checkpoint may list (a bound on what a manifest can make rltrain look for).
 MAX_SHARDS = 100_000
+#: Most revisions of one step (a bound on the names :func:`fresh_name` tries).
+MAX_REVISION = 999_999
 TEMPORARY_NAME = re.compile(
-    r"\.(?:(?:checkpoint|best)-\d{1,18}(?:\.rank\d{1,6})?\.pt|manifest\.json|last\.pt|best\.pt)"
-    r"\..+\.tmp")
+    r"\.(?:(?:checkpoint|best)-\d{1,18}(?:\.v\d{1,6})?(?:\.rank\d{1,6})?\.pt|manifest\.json"
+    r"|last\.pt|best\.pt)\..+\.tmp")
 LINKS = ("last.pt", "best.pt")
 
 
@@ -226,6 +236,18 @@ def _fallback(directory: Path, why: str, *, warn: bool = True) -> Manifest:
     return Manifest(recovered=sorted(found, key=step_of), fallback=True)
 
 
+def fresh_name(kind: str, env_steps: int, listed: set[str]) -> str:
+    """The name of a new ``kind`` (``"checkpoint"``, ``"best"``) file for ``env_steps`` that is
+    not ``listed`` (:meth:`Manifest.names`): ``checkpoint-200.pt`` the first time, else the first
+    free revision (``checkpoint-200.v2.pt``, ``.v3``...). Its shards' names follow from it."""
+    for revision in range(1, MAX_REVISION + 1):
+        name = f"{kind}-{env_steps}.pt" if revision == 1 else f"{kind}-{env_steps}.v{revision}.pt"
+        if name not in listed:
+            return name
+    raise ValueError(f"{kind} at {env_steps} env steps was saved {MAX_REVISION:,} times: "
+                     "the manifest lists every revision's name.")
+
+
 def shard_name(name: str, rank: int) -> str:
     """The file of rank ``rank``'s part of checkpoint ``name``: ``checkpoint-200.rank1.pt``."""
     return f"{name.removesuffix('.pt')}.rank{rank}.pt"
@@ -239,11 +261,15 @@ def step_of(name: str) -> int:
 
 def with_entry(manifest: Manifest, entry: Entry, keep_last: int) -> tuple[Manifest, list[str]]:
     """``manifest`` with ``entry`` as its newest checkpoint and ``last``, keeping the newest
-    ``keep_last`` checkpoints; returns it and the names of the checkpoints dropped (to delete).
-    Recovered files are never dropped."""
-    kept = [e for e in manifest.checkpoints if e.file != entry.file] + [entry]
-    old = kept[:-keep_last]
-    dropped = [name for e in old if e.sha256 is not None for name in e.files()]
+    ``keep_last`` checkpoints; returns it and the names of the checkpoints dropped (to delete,
+    once it is written): those retention drops, and an earlier save of ``entry``'s step, which
+    it replaces. Recovered files are never dropped."""
+    steps = step_of(entry.file)
+    replaced = [e for e in manifest.checkpoints if step_of(e.file) == steps]
+    kept = [e for e in manifest.checkpoints if step_of(e.file) != steps] + [entry]
+    old = replaced + kept[:-keep_last]
+    dropped = [name for e in old if e.sha256 is not None for name in e.files()
+               if name not in entry.files()]  # never the file just written
     unchecked = [e.file for e in old if e.sha256 is None]  # not known to be rltrain's: kept
     recovered = [n for n in [*manifest.recovered, *unchecked] if n != entry.file]
     updated = replace(manifest, checkpoints=kept[-keep_last:], last=entry.file, fallback=False,

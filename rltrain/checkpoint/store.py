@@ -7,13 +7,18 @@ import json
 import os
 import shutil
 import time
-import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, BinaryIO
 
-from rltrain.checkpoint.files import atomic_save, atomic_write, check_entry, torch_load
+from rltrain.checkpoint.files import (
+    atomic_save,
+    atomic_write,
+    check_entry,
+    resolve_intact,
+    torch_load,
+)
 from rltrain.checkpoint.manifest import (
     BEST_NAME,
     CHECKPOINT_NAME,
@@ -23,9 +28,9 @@ from rltrain.checkpoint.manifest import (
     TEMPORARY_NAME,
     Entry,
     Manifest,
+    fresh_name,
     read_manifest,
     shard_name,
-    step_of,
     with_entry,
 )
 from rltrain.distributed import SINGLE, DistributedContext
@@ -56,9 +61,11 @@ class Checkpointer:
     kept checkpoint with its SHA-256 and size, names the ``last`` one and the ``best`` one
     (``best-<env_steps>.pt``, written when an evaluation beats the best so far, with
     ``best.pt`` linked to it). ``last.pt`` is a hard link to the newest checkpoint, for
-    convenience; :meth:`resolve` reads the manifest. A crash at any moment leaves the previous
-    checkpoints and manifest intact, and a file whose checksum does not match is reported and
-    skipped in favour of the newest good one.
+    convenience; :meth:`resolve` reads the manifest. A file the manifest lists is never written
+    over: a step saved again is written as a new revision (``checkpoint-<env_steps>.v2.pt``),
+    the manifest switched to it, then the old file deleted. A crash at any moment leaves the
+    previous checkpoints and manifest intact, and a file whose checksum does not match is
+    reported and skipped in favour of the newest good one.
 
     The manifest is untrusted input (:mod:`rltrain.checkpoint.manifest`): only rltrain's own
     file names in this folder are ever read or deleted, and nothing is deleted while the
@@ -103,8 +110,16 @@ class Checkpointer:
         return env_steps // self.interval > previous_env_steps // self.interval
 
     def path(self, env_steps: int) -> Path:
-        """Where the checkpoint taken at ``env_steps`` is written."""
+        """Where the checkpoint taken at ``env_steps`` is written the first time (a step saved
+        again gets a new revision's name: :meth:`fresh_path`)."""
         return self.directory / f"checkpoint-{env_steps}.pt"
+
+    def fresh_path(self, kind: str, env_steps: int) -> Path:
+        """Where a new ``kind`` (``"checkpoint"``, ``"best"``) file for ``env_steps`` goes: a
+        name the manifest does not list, chosen by rank 0 for every rank (their shards follow
+        it), so that no save ever writes over a listed file."""
+        return self.distributed.on_main(lambda: self.directory / fresh_name(
+            kind, env_steps, self.manifest().names()))
 
     def save(self, state: dict[str, Any], *, env_steps: int,
              shard: dict[str, Any] | None = None) -> SavedCheckpoint:
@@ -112,7 +127,7 @@ class Checkpointer:
         ``shard``: this rank's own parts, in a run of several processes (every rank calls)."""
         start = time.perf_counter()
         self._prepare()
-        path = self.path(env_steps)
+        path = self.fresh_path("checkpoint", env_steps)
         state, shards = self._write_shards(state, shard, path)
 
         def write() -> SavedCheckpoint:
@@ -139,7 +154,7 @@ class Checkpointer:
         :meth:`save`."""
         start = time.perf_counter()
         self._prepare()
-        path = self.directory / f"best-{env_steps}.pt"
+        path = self.fresh_path("best", env_steps)
         state, shards = self._write_shards(state, shard, path)
 
         def write() -> SavedCheckpoint:
@@ -227,51 +242,41 @@ class Checkpointer:
     def resolve(self, which: str) -> Path:
         """The newest intact checkpoint for ``which`` (``"last"`` or ``"best"``).
 
-        A listed file that is missing or fails its checksum is reported with a warning and the
-        next newest is tried; without a usable manifest the ``checkpoint-*.pt`` (or
-        ``best-*.pt``) files are tried, most env steps first.
+        When the one the manifest names is missing, fails its checksum or lacks a shard, the
+        newest intact one is used instead, with a warning naming both (for ``best``: the
+        newest intact checkpoint; without a usable manifest the files in the folder are tried,
+        most env steps first). Raises ``FileNotFoundError`` saying what the folder holds and
+        what to do when no checkpoint is intact (:func:`~rltrain.checkpoint.files.resolve_intact`).
         """
-        manifest = self.manifest()
-        pattern = BEST_NAME if which == "best" else CHECKPOINT_NAME
-        if which == "best":
-            candidates = [manifest.best] if manifest.best is not None else []
-        else:
-            candidates = list(reversed(manifest.checkpoints))  # newest written first
-        candidates += [Entry(n, step_of(n)) for n in sorted(
-            (n for n in manifest.recovered if pattern.fullmatch(n)), key=step_of, reverse=True)]
-        for entry in candidates:
-            path = self.directory / entry.file
-            problem = check_entry(path, entry)
-            if problem is None:
-                return path
-            warnings.warn(f"Skipping checkpoint {path}: {problem}. Trying an older one.",
-                          stacklevel=2)
-        raise FileNotFoundError(
-            f"No intact {which} checkpoint in {self.directory}. Checkpoints are written to "
-            "<run_dir>/checkpoints/ while training (last: checkpoint-<env_steps>.pt, best: "
-            "best-<env_steps>.pt).")
+        return resolve_intact(self.directory, self.manifest(), which)
 
     @staticmethod
     def load(path: str | Path) -> dict[str, Any]:
         """Read a checkpoint with ``torch.load(weights_only=True)``: tensors and plain data only.
 
         When the file is listed in its folder's manifest, its checksum is verified first.
-        Anything else than a readable checkpoint is a ``ValueError`` naming the file.
+        ``last.pt`` and ``best.pt`` read the file :meth:`resolve` picks (the newest intact one,
+        with a warning, when the one the manifest names is broken). Anything else than a
+        readable checkpoint is a ``ValueError`` naming the file.
         """
-        path = Path(path)
+        path, checked = Path(path), False
         folder = Checkpointer(path.parent)
         manifest = folder.manifest() if (path.parent / MANIFEST).exists() else Manifest()
-        if path.name in ("last.pt", "best.pt"):
-            # The links can lag a save behind after a crash: read what the manifest names.
-            named = manifest.last if path.name == "last.pt" else (
-                manifest.best.file if manifest.best is not None else None)
-            if named and (path.parent / named).is_file():
-                path = path.parent / named
+        if path.name in ("last.pt", "best.pt") and (manifest.checkpoints or manifest.best
+                                                    or manifest.recovered):
+            # The links can lag a save behind after a crash: read what the manifest names,
+            # or the newest intact checkpoint when that one is broken (with a warning).
+            try:
+                path = resolve_intact(path.parent, manifest, path.name.removesuffix(".pt"))
+                checked = True
+            except FileNotFoundError:
+                if not path.is_file():
+                    raise
         if not path.is_file():
             raise FileNotFoundError(
                 f"No checkpoint at {path}. Checkpoints are written to <run_dir>/checkpoints/ "
                 "(last.pt, best.pt, checkpoint-<env_steps>.pt).")
-        entries = manifest.entries(path.name)
+        entries = [] if checked else manifest.entries(path.name)
         if entries:
             problems = [check_entry(path, entry) for entry in entries]
             problem = None if None in problems else problems[0]

@@ -144,9 +144,9 @@ def resolve_checkpoint(ckpt_path: str | Path, run_dir: str | Path | None,
         try:
             return Checkpointer(directory).resolve(str(ckpt_path))
         except FileNotFoundError as error:
-            raise FileNotFoundError(
-                f"No checkpoint: {error} Pass the run_dir of the run, or the path of a "
-                "checkpoint file.") from error
+            advice = ("" if "nothing to resume" in str(error) else
+                      " Pass the run_dir of the run, or the path of a checkpoint file.")
+            raise FileNotFoundError(f"No checkpoint: {error}{advice}") from error
     path = Path(ckpt_path)
     if not path.is_file():
         raise FileNotFoundError(

@@ -7,7 +7,10 @@ rltrain's names but no marker is not a run: it is refused rather than overwritte
 ``overwrite`` removes only the files rltrain writes, never the rest of a folder. A marked folder
 with neither a checkpoint nor a ``summary.json`` (a run that failed or was killed before its
 first save) holds no run either: nothing in it can be resumed, so a new run takes it, removing
-the files the failed one left (rltrain's only).
+the files the failed one left (rltrain's only). What a save that did not finish left (a rank's
+shard without the checkpoint it belongs to, a temporary file) is not a checkpoint: a new run
+takes such a folder too, saying what it removes. A run whose checkpoints are all broken is
+refused with the advice to replace it (``overwrite``), never to resume it.
 """
 
 from __future__ import annotations
@@ -19,11 +22,13 @@ import os
 import re
 import socket
 import time
+import warnings
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from rltrain.checkpoint import MANIFEST, atomic_write_text
+from rltrain.checkpoint import MANIFEST, Checkpointer, ManifestError, atomic_write_text
+from rltrain.checkpoint.files import find_intact, unfinished_saves, what_is_left
 from rltrain.checkpoint.manifest import (
     BEST_NAME,
     CHECKPOINT_NAME,
@@ -31,6 +36,7 @@ from rltrain.checkpoint.manifest import (
     SHARD_NAME,
     TEMPORARY_NAME,
 )
+from rltrain.trainer.outputs import stopped_on_refused_loss
 
 #: Written in every run directory when its first run starts: what makes a folder a run.
 MARKER = ".rltrain-run.json"
@@ -105,6 +111,7 @@ def open_run(run_dir: Path, *, checkpoint_dir: Path, resuming: bool,
             stack.enter_context(_locked(folder))
         if not resuming and not overwrite:  # again under the lock: another run may have
             _refuse_existing_run(run_dir, checkpoint_dir)  # started meanwhile
+            _say_unfinished(run_dir, checkpoint_dir)
         if not resuming:  # what a run left, or one that failed before its first save
             remove_run_files(run_dir, checkpoint_dir)
         for folder in folders:
@@ -116,15 +123,53 @@ def open_run(run_dir: Path, *, checkpoint_dir: Path, resuming: bool,
 
 def _refuse_existing_run(run_dir: Path, checkpoint_dir: Path) -> None:
     """Refuse a run directory holding a run: a checkpoint, or a finished run's summary. A
-    directory of a run that failed before its first save holds neither: nothing to resume."""
+    directory of a run that failed before its first complete save holds neither: nothing to
+    resume. The refusal says to resume the run only when one of its checkpoints is intact."""
     existing = RunDirectory.inspect(run_dir)
-    if existing.holds_summary or saved_checkpoints(checkpoint_dir):
-        held = [*existing.ours] if existing.marked or existing.legacy_run else []
-        held += [] if _inside(checkpoint_dir, run_dir) else [str(checkpoint_dir)]
+    if not saved_checkpoints(checkpoint_dir) and (not existing.holds_summary
+                                                  or stopped_on_refused_loss(run_dir)):
+        return  # nothing to resume: a run that failed (or a refused loss stopped) unsaved
+    held = [*existing.ours] if existing.marked or existing.legacy_run else []
+    held += [] if _inside(checkpoint_dir, run_dir) else [str(checkpoint_dir)]
+    problem = _why_not_resumable(checkpoint_dir)
+    if problem is None:
         raise FileExistsError(
             f"{run_dir} already holds a run ({', '.join(held)}). Resume it with "
             f"ckpt_path='last' (rltrain fit --resume {run_dir}), replace it with "
             "overwrite=True (--overwrite), or choose another run directory.")
+    raise FileExistsError(
+        f"{run_dir} already holds a run ({', '.join(held)}) that cannot be resumed: its "
+        f"checkpoint folder {checkpoint_dir} {problem}. There is nothing to resume: replace the "
+        "run with overwrite=True (add --overwrite to this command; it removes rltrain's files "
+        "from the run directory, no other file), or choose another run directory.")
+
+
+def _why_not_resumable(checkpoint_dir: Path) -> str | None:
+    """Why no checkpoint in ``checkpoint_dir`` can be resumed (None when one can, or when its
+    manifest is refused: resuming then says why)."""
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # an unreadable manifest: resuming warns of it
+            manifest = Checkpointer(checkpoint_dir).manifest()
+    except ManifestError:
+        return None
+    path, skipped = find_intact(checkpoint_dir, manifest, "last")
+    if path is not None:
+        return None
+    return what_is_left(checkpoint_dir, skipped) or "holds no checkpoint"
+
+
+def _say_unfinished(run_dir: Path, checkpoint_dir: Path) -> None:
+    """Warn that a new run takes ``run_dir`` although its checkpoint folder holds what a save
+    that did not finish left (removed with the failed run's other files)."""
+    parts = unfinished_saves(checkpoint_dir)
+    if parts and not saved_checkpoints(checkpoint_dir):
+        warnings.warn(
+            f"{run_dir} holds no complete checkpoint, only what a save that did not finish "
+            f"left in {checkpoint_dir} ({', '.join(parts[:4])}"
+            f"{f' and {len(parts) - 4} more' if len(parts) > 4 else ''}): the run it belongs "
+            "to stopped before its first checkpoint and cannot be resumed. Starting a new run "
+            "there; the files the failed run left are removed (rltrain's only).", stacklevel=4)
 
 
 def checkpoint_files(directory: Path) -> list[Path]:
@@ -136,10 +181,12 @@ def checkpoint_files(directory: Path) -> list[Path]:
 
 def saved_checkpoints(directory: Path) -> list[Path]:
     """The checkpoints in a checkpoint folder (``checkpoint-*.pt``, ``best-*.pt`` and the
-    ``last``/``best`` links): what a run can be resumed from; not its manifest or temporary
-    files."""
-    return [path for path in checkpoint_files(directory) if path.name != MANIFEST
-            and not TEMPORARY_NAME.fullmatch(path.name)]
+    ``last``/``best`` links): what a run can be resumed from; not its manifest, temporary
+    files or shards (a shard is part of its checkpoint; without it, what a save that did not
+    finish left)."""
+    return [path for path in checkpoint_files(directory)
+            if path.name in LINKS or CHECKPOINT_NAME.fullmatch(path.name)
+            or BEST_NAME.fullmatch(path.name)]
 
 
 def remove_run_files(run_dir: Path, checkpoint_dir: Path) -> None:
