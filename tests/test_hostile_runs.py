@@ -200,16 +200,6 @@ PLANTED_FROM_PARENT = [namespace_imports, namespace_agent, namespace_env_id,
                        namespace_env_target, namespace_wrapper, package_init]
 
 
-@pytest.mark.parametrize("change", PLANTED_FROM_PARENT, ids=lambda f: f.__name__)
-def test_code_planted_in_a_run_never_runs_from_the_folder_holding_runs(
-        planted: Planted, change: Callable[[dict[str, Any]], None]) -> None:
-    planted.code()
-    planted.config(change)
-    before = snapshot(planted.work, planted.run)
-    results = readers(planted, "runs/victim", planted.work)
-    assert_refused_cleanly(planted, results, before, must="code in a run directory is never run")
-
-
 def inside_package(config: dict[str, Any]) -> None:
     config["agent"] = {"_target_": "evilpkg.sub.Agent"}
 
@@ -222,15 +212,24 @@ def inside_env_id(config: dict[str, Any]) -> None:
     config["env"]["id"] = "evil:Foo-v0"
 
 
-@pytest.mark.parametrize("change", [inside_package, inside_imports, inside_env_id],
-                         ids=lambda f: f.__name__)
-def test_code_planted_in_a_run_never_runs_from_inside_the_run(
-        planted: Planted, change: Callable[[dict[str, Any]], None]) -> None:
+PLANTED = ([(change, "from the folder holding runs/") for change in PLANTED_FROM_PARENT]
+           + [(change, "from inside the run")
+              for change in (inside_package, inside_imports, inside_env_id)])
+
+
+@pytest.mark.parametrize(("change", "where"), PLANTED,
+                         ids=[f"{change.__name__}, {where}" for change, where in PLANTED])
+def test_code_planted_in_a_run_never_runs(planted: Planted,
+                                          change: Callable[[dict[str, Any]], None],
+                                          where: str) -> None:
     planted.code()
     planted.config(change)
     before = snapshot(planted.work, planted.run)
-    results = readers(planted, ".", planted.run)
-    results.pop("plot")  # its output would land inside the run
+    inside = where == "from inside the run"
+    results = readers(planted, "." if inside else "runs/victim",
+                      planted.run if inside else planted.work)
+    if inside:
+        results.pop("plot")  # its output would land inside the run
     assert_refused_cleanly(planted, results, before, must="code in a run directory is never run")
 
 
