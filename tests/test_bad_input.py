@@ -608,14 +608,32 @@ CASES = [
          lambda d: trainer(d, strategy=on_policy()).fit(
              EnvSpec("CartPole-v1", wrappers=(_with_mission,)), ppo()), SpaceError,
          r"PPO cannot encode the observation key 'mission': Mission\(\) \(it encodes a Dict's "
-         r"Box, Discrete and MultiBinary parts\)\. Drop it: minigrid\.wrappers\.ImgObsWrapper"
-         r"\(env\) keeps MiniGrid's image alone; or gymnasium\.wrappers\.FilterObservation\(env, "
-         r"\['state'\]\) keeps the keys PPO encodes\.$", absent=("FlattenObservation",)),
-    Case("discrete observations for PPO",
-         lambda d: trainer(d, strategy=on_policy()).fit("FrozenLake-v1", ppo()), SpaceError,
-         r"PPO takes Box observations \(vectors or images\) or a Dict of them; got "
-         r"Discrete\(16\)\. One-hot encode or flatten them: "
-         r"gymnasium\.wrappers\.FlattenObservation\(env\)"),
+         r"Box, Discrete, MultiDiscrete and MultiBinary parts\)\. Drop it: minigrid\.wrappers\."
+         r"ImgObsWrapper\(env\) keeps MiniGrid's image alone \(from the command line 'env\."
+         r"wrappers=\[\{_target_: minigrid\.wrappers\.ImgObsWrapper\}\]'\); or gymnasium\."
+         r"wrappers\.FilterObservation\(env, \['state'\]\) keeps the keys PPO encodes \(from "
+         r"the command line 'env\.wrappers=\[\{_target_: gymnasium\.wrappers\."
+         r"FilterObservation, filter_keys: \[state\]\}\]'\)\.$",
+         absent=("FlattenObservation",)),
+    Case("Tuple observations (Blackjack's) for PPO",
+         lambda d: trainer(d, strategy=on_policy()).fit(
+             EnvSpec("Blackjack-v1", kwargs={"max_episode_steps": 50}), ppo()), SpaceError,
+         r"PPO takes Box, Discrete, MultiDiscrete and MultiBinary observations, or a Dict of "
+         r"them; got Tuple\(Discrete\(32\), Discrete\(11\), Discrete\(2\)\)\. Flatten it "
+         r"into a one-hot or numeric vector with gymnasium\.wrappers\.FlattenObservation\(env\)"
+         r", from the command line 'env\.wrappers=\[\{_target_: gymnasium\.wrappers\."
+         r"FlattenObservation\}\]' \(its envs cannot be pickled, so a resumed run is not "
+         r"exact\)\.$"),
+    Case("agent.encoder=cnn on vector observations",
+         lambda d: trainer(d).fit("CartPole-v1", DQN(DQNConfig(encoder="cnn"))), SpaceError,
+         r"DQN's encoder=cnn reads 3-D Box observations \(images, grids of channels\); got "
+         r"Box\(.*\(4,\), float32\), which has none\. Leave the encoder to the space "
+         r"\(agent\.encoder=auto, the default\)\.$"),
+    Case("agent.encoder it does not know, in a config",
+         lambda d: compose([], ["agent.name=dqn", "agent.encoder=conv"]), ConfigError,
+         r"agent: DQNConfig: encoder must be 'auto' \(a CNN for images, as Stable-Baselines3 "
+         r"decides them\), 'mlp' \(flatten every observation\) or 'cnn' \(a CNN for every 3-D "
+         r"Box\); got 'conv'\.$"),
     Case("PPO clip_range <= 0", lambda d: PPOConfig(clip_range=0.0), ValueError,
          r"PPOConfig: clip_range must be > 0; got 0\.0"),
     Case("PPO gae_lambda > 1", lambda d: PPOConfig(gae_lambda=1.5), ValueError,

@@ -325,9 +325,10 @@ def test_continuous_actions_raise_space_error_naming_discrete_and_sac() -> None:
     assert isinstance(info.value, ValueError)
 
 
-def test_discrete_observations_raise_space_error_naming_box() -> None:
-    with pytest.raises(SpaceError, match=r"Box observations .*FlattenObservation"):
-        DQN().check_spaces(gym.spaces.Discrete(16), gym.spaces.Discrete(4))
+def test_observations_no_encoder_takes_raise_space_error_naming_the_wrapper() -> None:
+    DQN().check_spaces(gym.spaces.Discrete(16), gym.spaces.Discrete(4))  # taken: one-hot
+    with pytest.raises(SpaceError, match=r"Box, Discrete, .* observations.*FlattenObservation"):
+        DQN().check_spaces(gym.spaces.Text(5), gym.spaces.Discrete(4))
 
 
 def test_built_agent_rejects_other_sized_spaces() -> None:

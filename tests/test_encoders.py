@@ -130,22 +130,26 @@ def test_the_same_image_hwc_or_chw_gives_the_same_features() -> None:
 
 
 @pytest.mark.parametrize("shape, last", [((7, 7, 20), True), ((8, 84, 84), False),
-                                          ((84, 84, 4), True), ((1, 64, 64), False)])
+                                          ((84, 84, 4), True), ((1, 64, 64), False),
+                                          ((4, 4, 16), True), ((3, 5, 5), False)])
 def test_the_channel_axis_is_guessed_from_the_shape(shape: tuple[int, ...], last: bool) -> None:
-    encoder = make_encoder(gym.spaces.Box(0, 255, shape, np.uint8))
+    """With encoder='cnn' (a 3-D Box that is not an image by SB3's rule): the two equal sides
+    are the grid (gymnasium-2048's 4x4x16 board is channel-last, not 4 channels of 4x16)."""
+    encoder = make_encoder(gym.spaces.Box(0, 255, shape, np.uint8), encoder="cnn")
     assert isinstance(encoder, ImageEncoder) and encoder.channels_last is last
 
 
 def test_a_bounded_float_image_is_scaled_by_its_bounds_and_an_unbounded_one_not() -> None:
-    bounded = make_encoder(gym.spaces.Box(-1.0, 3.0, (3, 5, 5), np.float32))
+    bounded = make_encoder(gym.spaces.Box(-1.0, 3.0, (3, 5, 5), np.float32), encoder="cnn")
     assert isinstance(bounded, ImageEncoder)
     assert (float(bounded.low), float(bounded.span)) == (-1.0, 4.0)
     low = np.zeros((5, 5, 2), np.float32)
     high = np.stack([np.full((5, 5), 2.0), np.full((5, 5), 10.0)], axis=-1).astype(np.float32)
-    per_channel = make_encoder(gym.spaces.Box(low, high))
+    per_channel = make_encoder(gym.spaces.Box(low, high), encoder="cnn")
     assert isinstance(per_channel, ImageEncoder) and per_channel.span.shape == (2, 5, 5)
     assert per_channel.span[:, 0, 0].tolist() == [2.0, 10.0]  # channels first, as the pixels
-    unbounded = make_encoder(gym.spaces.Box(-np.inf, np.inf, (5, 5, 3), np.float32))
+    unbounded = make_encoder(gym.spaces.Box(-np.inf, np.inf, (5, 5, 3), np.float32),
+                             encoder="cnn")
     assert isinstance(unbounded, ImageEncoder)
     assert (float(unbounded.low), float(unbounded.span)) == (0.0, 1.0)
     raw = make_encoder(HWC, normalize_images=False)
@@ -199,6 +203,10 @@ def test_a_dict_key_that_cannot_be_encoded_is_named_with_the_wrapper_that_drops_
     assert "DQN cannot encode the observation key 'mission'" in message
     assert "minigrid.wrappers.ImgObsWrapper(env)" in message
     assert "gymnasium.wrappers.FilterObservation(env, ['direction', 'image'])" in message
+    # and their command-line forms
+    assert "'env.wrappers=[{_target_: minigrid.wrappers.ImgObsWrapper}]'" in message
+    assert ("'env.wrappers=[{_target_: gymnasium.wrappers.FilterObservation, filter_keys: "
+            "[direction, image]}]'") in message
     assert "FlattenObservation" not in message  # it cannot flatten the mission
     text = gym.spaces.Dict({"image": HWC, "note": gym.spaces.Text(8)})
     with pytest.raises(SpaceError, match=r"key 'note'.*FilterObservation\(env, \['image'\]\)"
@@ -217,11 +225,20 @@ def test_minigrids_own_observation_is_refused_before_training_with_the_fix(
 
 
 @pytest.mark.parametrize("agent", [DQN, PPO, SAC])
-def test_discrete_observations_stay_refused_with_the_one_hot_advice(agent: type) -> None:
+def test_a_space_no_encoder_takes_is_refused_with_the_command_line_fix(agent: type) -> None:
     action = gym.spaces.Box(-1, 1, (1,), np.float32) if agent is SAC else gym.spaces.Discrete(2)
-    with pytest.raises(SpaceError, match=r"takes Box observations \(vectors or images\) or a "
-                                         r"Dict of them; got Discrete\(16\)\. One-hot encode"):
-        agent().check_spaces(gym.spaces.Discrete(16), action)
+    name = agent.__name__
+    with pytest.raises(SpaceError, match=(
+            rf"^{name} takes Box, Discrete, MultiDiscrete and MultiBinary observations, or a "
+            r"Dict of them; got Text\(.*\)\. Flatten it .*gymnasium\.wrappers\."
+            r"FlattenObservation\(env\), from the command line 'env\.wrappers=\[\{_target_: "
+            r"gymnasium\.wrappers\.FlattenObservation\}\]'")):
+        agent().check_spaces(gym.spaces.Text(8), action)
+    graph = gym.spaces.Graph(gym.spaces.Box(0, 1, (2,)), None)  # cannot be flattened
+    with pytest.raises(SpaceError, match=r"got Graph.*gymnasium\.ObservationWrapper of your "
+                                         r"own, from the command line 'env\.wrappers=\[\{"
+                                         r"_target_: my_wrappers\.ToBox\}\]'"):
+        agent().check_spaces(graph, action)
 
 
 def test_ppo_normalises_vectors_only() -> None:

@@ -25,6 +25,7 @@ from rltrain.agents.base import LearningAgent, Policy, SpaceError
 from rltrain.agents.config_checks import check_typed_fields
 from rltrain.agents.encoders import check_observation_space, make_encoder
 from rltrain.agents.networks import QNetwork, soft_update
+from rltrain.agents.observation_spaces import encoder_check
 from rltrain.buffers.observations import layout, leading_tensor
 from rltrain.buffers.replay import ReplayBatch
 from rltrain.errors import require
@@ -59,6 +60,9 @@ class DQNConfig:
         normalize_images: Scale image pixels to [0, 1] in the CNN encoder (``uint8`` by 255;
             SB3's ``normalize_images``); False feeds them as they are (MiniGrid's object,
             colour and state indices). Default True.
+        encoder: How 3-D ``Box`` observations are encoded: ``"auto"`` (a CNN for images,
+            decided as Stable-Baselines3 does; other grids flattened), ``"mlp"`` (flattened)
+            or ``"cnn"`` (a CNN). Default ``"auto"`` (docs/encoders.md).
     """
 
     hidden_sizes: list[int] = field(default_factory=lambda: [256, 256])
@@ -73,9 +77,11 @@ class DQNConfig:
     exploration_steps: int = 8_000
     huber_delta: float = 1.0
     normalize_images: bool = True
+    encoder: str = "auto"
 
     def __post_init__(self) -> None:
         checks = [
+            encoder_check(self.encoder),
             (self.lr > 0, f"lr must be > 0; got {self.lr}."),
             (0.0 <= self.gamma <= 1.0, f"gamma must be in [0, 1]; got {self.gamma}."),
             (self.target_update_interval >= 1,
@@ -137,9 +143,10 @@ class DQNPolicy(Policy):
 
 
 class DQN(LearningAgent):
-    """Deep Q-learning for discrete actions; vector, image or ``Dict`` observations through
-    the encoder chosen from the observation space (:func:`~rltrain.agents.encoders.make_encoder`:
-    a CNN for images, stored as ``uint8``).
+    """Deep Q-learning for discrete actions; vector, image, ``Discrete``, ``MultiDiscrete`` or
+    ``Dict`` observations through the encoder chosen from the observation space
+    (:func:`~rltrain.agents.encoders.make_encoder`: a CNN for images, stored as ``uint8``; a
+    one-hot of ``Discrete`` indices, stored as indices).
 
     Args:
         config: Hyperparameters. Default: :class:`DQNConfig` ().
@@ -161,7 +168,7 @@ class DQN(LearningAgent):
                 "Use an agent for continuous actions (SAC) or discretize the actions with a "
                 "wrapper."
             )
-        check_observation_space(type(self).__name__, observation_space)
+        check_observation_space(type(self).__name__, observation_space, self.config.encoder)
         if self.built and (self.num_actions != action_space.n
                            or self.observation_layout != layout(observation_space)):
             raise SpaceError(
@@ -176,7 +183,8 @@ class DQN(LearningAgent):
         self.num_actions = int(action_space.n)
         self.observation_layout = layout(observation_space)
         self.built_for = str(observation_space)
-        encoder = make_encoder(observation_space, normalize_images=self.config.normalize_images)
+        encoder = make_encoder(observation_space, normalize_images=self.config.normalize_images,
+                               encoder=self.config.encoder)
         self.q_network = QNetwork(encoder, self.num_actions,
                                   self.config.hidden_sizes, dueling=self.config.dueling)
         self.target_network = copy.deepcopy(self.q_network).requires_grad_(False)

@@ -33,15 +33,10 @@ from typing_extensions import override
 from rltrain.agents.base import LearningAgent, Policy, SpaceError
 from rltrain.agents.config_checks import check_typed_fields
 from rltrain.agents.distributions import ActionDistribution, ActionHead
-from rltrain.agents.encoders import (
-    Encoder,
-    check_observation_space,
-    is_flat,
-    make_encoder,
-    orthogonal,
-)
+from rltrain.agents.encoders import Encoder, check_observation_space, make_encoder, orthogonal
 from rltrain.agents.networks import MLP, check_parameters_fit, linear_parameters
 from rltrain.agents.normalize import RunningMeanStd
+from rltrain.agents.observation_spaces import check_normalizable, encoder_check
 from rltrain.agents.returns import gae
 from rltrain.buffers.observations import map_obs
 from rltrain.buffers.rollout import RolloutBatch, RolloutBuffer
@@ -99,6 +94,8 @@ class PPOConfig:
         clip_rewards: Clip scaled rewards to ``±`` this. Default 10.
         normalize_images: Scale image pixels to [0, 1] in the CNN encoder (``uint8`` by 255;
             SB3's ``normalize_images``); False feeds them as they are. Default True.
+        encoder: ``"auto"`` (a CNN for images, as SB3 decides them), ``"mlp"`` or ``"cnn"``
+            (for every 3-D ``Box``). Default ``"auto"`` (docs/encoders.md).
     """
 
     lr: float = 3e-4
@@ -123,9 +120,11 @@ class PPOConfig:
     clip_observations: float = 10.0
     clip_rewards: float = 10.0
     normalize_images: bool = True
+    encoder: str = "auto"
 
     def __post_init__(self) -> None:
         require("PPOConfig", [
+            encoder_check(self.encoder),
             (self.lr > 0, f"lr must be > 0; got {self.lr}."),
             (self.adam_eps > 0, f"adam_eps must be > 0; got {self.adam_eps}."),
             (0.0 <= self.gamma <= 1.0, f"gamma must be in [0, 1]; got {self.gamma}."),
@@ -250,8 +249,8 @@ class PPOPolicy(Policy):
 
 
 class PPO(LearningAgent):
-    """PPO for vector, image or ``Dict`` observations and ``Discrete``, ``MultiDiscrete``,
-    ``MultiBinary`` or ``Box`` actions, trained by the on-policy strategy.
+    """PPO for vector, image, ``Discrete``, ``MultiDiscrete`` or ``Dict`` observations and
+    ``Discrete``, ``MultiDiscrete``, ``MultiBinary`` or ``Box`` actions (on-policy).
 
     Args:
         config: Hyperparameters. Default: :class:`PPOConfig` ().
@@ -269,12 +268,9 @@ class PPO(LearningAgent):
 
     @override
     def check_spaces(self, observation_space: gym.Space[Any], action_space: gym.Space[Any]) -> None:
-        check_observation_space(type(self).__name__, observation_space)
-        if self.config.normalize_observations and not is_flat(observation_space):
-            raise SpaceError(
-                f"{type(self).__name__}'s normalize_observations takes vector observations; got "
-                f"{observation_space}. Leave it off: the image encoder scales pixels to [0, 1] "
-                "itself.")
+        check_observation_space(type(self).__name__, observation_space, self.config.encoder)
+        if self.config.normalize_observations:
+            check_normalizable(type(self).__name__, observation_space, self.config.encoder)
         if not isinstance(action_space, (gym.spaces.Discrete, gym.spaces.MultiDiscrete,
                                          gym.spaces.MultiBinary, gym.spaces.Box)):
             raise SpaceError(f"{type(self).__name__} needs a Discrete, MultiDiscrete, "
@@ -289,7 +285,8 @@ class PPO(LearningAgent):
     @override
     def build(self, observation_space: gym.Space[Any], action_space: gym.Space[Any]) -> None:
         c = self.config
-        encoder = make_encoder(observation_space, normalize_images=c.normalize_images)
+        encoder = make_encoder(observation_space, normalize_images=c.normalize_images,
+                               encoder=c.encoder)
         self.net = ActorCritic(encoder, ActionHead(action_space, c.log_std_init), c)
         if c.normalize_observations:
             self.obs_rms = RunningMeanStd((encoder.out_features,))

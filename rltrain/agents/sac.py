@@ -32,6 +32,7 @@ from rltrain.agents.base import LearningAgent, Policy, SpaceError, require_bound
 from rltrain.agents.config_checks import check_typed_fields
 from rltrain.agents.encoders import Encoder, check_observation_space, make_encoder
 from rltrain.agents.networks import SquashedGaussianActor, TwinQ, soft_update
+from rltrain.agents.observation_spaces import encoder_check
 from rltrain.buffers.replay import ReplayBatch
 from rltrain.errors import require
 from rltrain.events.events import flatten_hparams
@@ -58,6 +59,9 @@ class SACConfig:
         target_update_interval: Gradient steps between target updates. Default 1.
         normalize_images: Scale image pixels to [0, 1] in the CNN encoders (``uint8`` by 255;
             SB3's ``normalize_images``); False feeds them as they are. Default True.
+        encoder: How 3-D ``Box`` observations are encoded: ``"auto"`` (a CNN for images,
+            decided as Stable-Baselines3 does; other grids flattened), ``"mlp"`` (flattened)
+            or ``"cnn"`` (a CNN). Default ``"auto"`` (docs/encoders.md).
     """
 
     hidden_sizes: list[int] = field(default_factory=lambda: [256, 256])
@@ -70,9 +74,11 @@ class SACConfig:
     policy_delay: int = 1
     target_update_interval: int = 1
     normalize_images: bool = True
+    encoder: str = "auto"
 
     def __post_init__(self) -> None:
         require("SACConfig", [
+            encoder_check(self.encoder),
             (self.lr > 0, f"lr must be > 0; got {self.lr}."),
             (0.0 <= self.gamma <= 1.0, f"gamma must be in [0, 1]; got {self.gamma}."),
             (0.0 < self.tau <= 1.0, f"tau must be in (0, 1]; got {self.tau}."),
@@ -102,7 +108,8 @@ class SACPolicy(Policy):
 
 
 class SAC(LearningAgent):
-    """SAC for vector, image or ``Dict`` observations and bounded ``Box`` actions.
+    """SAC for vector, image, ``Discrete``, ``MultiDiscrete`` or ``Dict`` observations and
+    bounded ``Box`` actions.
 
     Args:
         config: Hyperparameters. Default: :class:`SACConfig` ().
@@ -132,7 +139,7 @@ class SAC(LearningAgent):
                 f"{action_space}. Use DQN or PPO for discrete actions.")
         require_bounded(type(self).__name__, action_space,
                         "squashes its actions into the action space's bounds")
-        check_observation_space(type(self).__name__, observation_space)
+        check_observation_space(type(self).__name__, observation_space, self.config.encoder)
 
     @override
     def build(self, observation_space: gym.Space[Any], action_space: gym.Space[Any]) -> None:
@@ -152,7 +159,8 @@ class SAC(LearningAgent):
 
     def encoder(self, observation_space: gym.Space[Any]) -> Encoder:
         """A new observation encoder (one for the actor, one for the critics)."""
-        return make_encoder(observation_space, normalize_images=self.config.normalize_images)
+        return make_encoder(observation_space, normalize_images=self.config.normalize_images,
+                            encoder=self.config.encoder)
 
     @override
     def hparams(self) -> dict[str, float | int | str | bool]:

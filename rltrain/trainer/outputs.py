@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from rltrain.agents.base import LearningAgent
+from rltrain.agents.encoders import encoder_lines
 from rltrain.callbacks import EarlyStopping
 from rltrain.checkpoint import Checkpointer, atomic_write_text
 from rltrain.events.processor import Subscriber
@@ -30,11 +31,14 @@ from rltrain.types import Summary
 
 
 def write_model_summary(trainer: TrainerSettings, agent: LearningAgent, run_dir: Path) -> None:
-    """``model_summary.txt`` in ``run_dir`` (and on the console when it is on)."""
-    table = format_summary(summarize(agent))
+    """``model_summary.txt`` in ``run_dir`` (and on the console when it is on): which encoder
+    each part of the observation got (:func:`~rltrain.agents.encoders.encoder_lines`), then
+    the table of the agent's networks."""
+    table = "\n".join([*encoder_lines(agent), format_summary(summarize(agent))])
     atomic_write_text(run_dir / "model_summary.txt", table + "\n")
     if trainer.enable_console:
         print(f"{type(agent).__name__}\n{table}", flush=True)
+
 
 def logger_renderers(trainer: TrainerSettings, run_dir: Path) -> list[Subscriber]:
     """The renderers of ``trainer.logger``, in its order (none for ``logger=False``). A saved

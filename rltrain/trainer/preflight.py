@@ -31,10 +31,17 @@ def default_run_dir(agent_name: str, env_name: str) -> Path:
                            f"{file_name(env_name)}")
 
 
+#: Settings added after checkpoints were written without them: absent from a checkpoint's
+#: hparams, they are not compared (its networks are, when loaded). ``agent/encoder``: a
+#: vector or image run from before it resumes with ``auto``; a float or non-image 3-D ``Box``
+#: run, whose networks were CNNs, with ``agent.encoder=cnn``.
+ADDED_SETTINGS = frozenset({"agent/encoder"})
+
+
 def check_resume_settings(checkpoint: Path, state: dict[str, Any],
                           hparams: dict[str, Any]) -> None:
     """Refuse to resume from ``checkpoint`` (holding ``state``) when the strategy's, agent's or
-    optimisation settings changed."""
+    optimisation settings changed (but for :data:`ADDED_SETTINGS` it predates)."""
     if state.get("weights_only"):
         raise ValueError(
             f"{checkpoint} holds an agent's weights only (Trainer.save_checkpoint), not a "
@@ -44,7 +51,8 @@ def check_resume_settings(checkpoint: Path, state: dict[str, Any],
     if not isinstance(saved, dict):
         raise ValueError(f"{checkpoint} has no valid settings ('hparams'); it was not written "
                          "by rltrain, or it was altered.")
-    changed = sorted(k for k in set(saved) | set(hparams) if saved.get(k) != hparams.get(k))
+    changed = sorted(k for k in set(saved) | set(hparams) if saved.get(k) != hparams.get(k)
+                     and not (k in ADDED_SETTINGS and k not in saved))
     if changed:
         details = "; ".join(f"{k}: {saved.get(k)!r} in the checkpoint, {hparams.get(k)!r} now"
                             for k in changed)

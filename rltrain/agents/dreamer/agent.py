@@ -20,8 +20,8 @@ from rltrain.agents.base import LearningAgent, Policy, SpaceError, require_bound
 from rltrain.agents.config_checks import check_typed_fields
 from rltrain.agents.dreamer.behavior import Actor, ReturnScale, imagine
 from rltrain.agents.dreamer.world_model import ELU, State, WorldModel, rows, symexp, symlog
-from rltrain.agents.encoders import flattenable
 from rltrain.agents.networks import mlp, soft_update
+from rltrain.agents.observation_spaces import cli, flattenable
 from rltrain.agents.returns import lambda_returns
 from rltrain.buffers import Buffer, SequenceBatch, SequenceReplayBuffer
 from rltrain.errors import require
@@ -305,14 +305,20 @@ class Dreamer(LearningAgent):
 
 
 
+#: Gymnasium's flattening wrapper, by import path.
+FLATTEN = "gymnasium.wrappers.FlattenObservation"
+
+
 def vector_advice(space: gym.Space[Any]) -> str:
     """Why Dreamer refuses ``space`` (it encodes vectors: an MLP world model, no CNN) and
-    what to do, suggesting ``FlattenObservation`` only where every part can be flattened."""
+    what to do (with the command-line form of the wrapper), suggesting ``FlattenObservation``
+    only where every part can be flattened; DQN, PPO and SAC take images and indices."""
+    flatten = f"gymnasium.wrappers.FlattenObservation), {cli(FLATTEN)}"
     if isinstance(space, gym.spaces.Box):
         images = (" Images (3-D) go to DQN, PPO or SAC, whose CNN encoders take them."
                   if len(space.shape) == 3 else "")
         return (f"Dreamer needs a flat Box observation space (a vector); got Box of shape "
-                f"{space.shape}. Flatten it (gymnasium.wrappers.FlattenObservation).{images}")
+                f"{space.shape}. Flatten it ({flatten}.{images}")
     parts = space.spaces if isinstance(space, gym.spaces.Dict) else {}
     stuck = [key for key, part in parts.items() if not flattenable(part)]
     if stuck:
@@ -322,8 +328,8 @@ def vector_advice(space: gym.Space[Any]) -> str:
                 f"(gymnasium.wrappers.FilterObservation(env, {sorted(keep)!r}); for MiniGrid, "
                 "minigrid.wrappers.ImgObsWrapper), then flatten the rest "
                 "(gymnasium.wrappers.FlattenObservation).")
-    fix = ("Flatten it (gymnasium.wrappers.FlattenObservation; a Discrete becomes a one-hot "
-           "vector)" if flattenable(space)
+    indices = (" DQN, PPO and SAC take Discrete observations as they are."
+               if isinstance(space, (gym.spaces.Discrete, gym.spaces.MultiDiscrete)) else "")
+    fix = (f"Flatten it (a Discrete becomes a one-hot vector; {flatten}" if flattenable(space)
            else "Turn it into a Box vector with a gymnasium.ObservationWrapper")
-    return f"Dreamer needs a flat Box observation space (a vector); got {space}. {fix}."
-
+    return f"Dreamer needs a flat Box observation space (a vector); got {space}. {fix}.{indices}"
