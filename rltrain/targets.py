@@ -144,9 +144,10 @@ def _import(module_name: str, trust: Trust, what: str, path: str) -> Any:
                 _refuse_inside(_found(prefix, _find_spec(prefix, locations)), trust, what, path)
             module = importlib.import_module(prefix)
     except ImportError as error:
-        raise TargetError(f"{what}: cannot import {module_name!r} for {path!r} ({error}). "
-                          "Install the package, or run from the folder holding your module "
-                          "(the current directory is searched).") from error
+        source = "" if path == module_name else f" for {path!r}"
+        raise TargetError(f"{what}: cannot import {module_name!r}{source} ({error}). Install "
+                          "the package (e.g. pip install minigrid), or run from the folder "
+                          "holding your module (the current directory is searched).") from error
     return module
 
 
