@@ -57,3 +57,15 @@ def test_the_readme_install_says_the_python_pyproject_requires_and_how_to_get_a_
         fit_line)
     assert "NVIDIA GPU" in quickstart and "CUDA build" in quickstart
     assert project["tool"]["mypy"]["python_version"] == "3.11"
+
+
+def test_every_rltrain_path_the_docs_name_exists() -> None:
+    """Each ``rltrain/...`` file or folder named in README.md and docs/*.md is there."""
+    root = DOCS.parent
+    pages = [root / "README.md", *DOCS.glob("*.md")]
+    named = {(page.name, path) for page in pages
+             for path in re.findall(r"\brltrain/[A-Za-z0-9_/]+(?:\.py|/)",
+                                    page.read_text(encoding="utf-8"))}
+    assert named, "the docs name no rltrain/ path: the pattern is wrong"
+    missing = sorted((page, path) for page, path in named if not (root / path).exists())
+    assert not missing, missing
