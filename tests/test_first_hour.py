@@ -147,3 +147,44 @@ def test_plot_labels_mixed_runs_by_env_and_agent_before_their_settings() -> None
                               "ppo on CartPole-v1: agent.lr=0.0003 (1 seed)",
                               "ppo on CartPole-v1: agent.lr=0.001 (1 seed)",
                               "dqn on Acrobot-v1 (1 seed)"]
+
+
+def test_an_agent_s_settings_are_its_hyperparameters_without_writing_hparams() -> None:
+    """``LearningAgent.hparams`` defaults to the agent's config dataclass, so an agent of your
+    own that forgets to override it still has its settings compared on resume."""
+    import dataclasses
+    from typing import Any
+
+    from rltrain import DQN, DQNConfig
+    from rltrain.agents.base import LearningAgent
+
+    @dataclasses.dataclass
+    class MyConfig:
+        lr: float = 1e-3
+        layers: int = 2
+
+    class Mine(LearningAgent):
+        def __init__(self, config: MyConfig) -> None:
+            super().__init__()
+            self.config = config
+
+        def check_spaces(self, observation_space: Any, action_space: Any) -> None:
+            pass
+
+        def build(self, observation_space: Any, action_space: Any) -> None:
+            pass
+
+        def configure_optimizers(self) -> Any:
+            return {}
+
+        def training_step(self, batch: Any, optim: Any) -> Any:
+            return {}
+
+        def policy(self, device: Any) -> Any:
+            return None
+
+    assert Mine(MyConfig(lr=3e-4)).hparams() == {"agent/lr": 3e-4, "agent/layers": 2}
+    assert DQN(DQNConfig(lr=5e-4)).hparams()["agent/lr"] == 5e-4
+    unconfigured: Any = Mine(MyConfig())
+    unconfigured.config = None
+    assert unconfigured.hparams() == {}

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import weakref
 from abc import ABC, abstractmethod
 from collections.abc import Mapping
@@ -16,6 +17,7 @@ from torch import nn
 from rltrain.buffers.replay import ReplayBuffer
 from rltrain.buffers.rollout import RolloutBuffer
 from rltrain.distributed import SINGLE, DistributedContext
+from rltrain.events.events import flatten_hparams
 from rltrain.types import ObsTensors, PolicyState, PolicyStep, Progress
 
 if TYPE_CHECKING:
@@ -224,8 +226,13 @@ class LearningAgent(nn.Module, ABC):
         return type(self).update_done is not LearningAgent.update_done
 
     def hparams(self) -> dict[str, float | int | str | bool]:
-        """The agent's hyperparameters for TensorBoard, as ``{"agent/<name>": value}``.
-        Default: none."""
+        """The agent's hyperparameters, as ``{"agent/<name>": value}``: shown in TensorBoard,
+        saved in checkpoints and compared when a run is resumed (a setting that differs is
+        refused). Default: the fields of ``self.config`` when it is a dataclass, else none; an
+        agent without a config dataclass overrides it, or its settings go unchecked."""
+        config = getattr(self, "config", None)
+        if dataclasses.is_dataclass(config) and not isinstance(config, type):
+            return flatten_hparams("agent", config)
         return {}
 
     def sync_policy(self, policy: Policy) -> None:

@@ -29,7 +29,6 @@ from rltrain.agents.observation_spaces import encoder_check
 from rltrain.buffers.observations import layout, leading_tensor
 from rltrain.buffers.replay import ReplayBatch
 from rltrain.errors import require
-from rltrain.events.events import flatten_hparams
 from rltrain.optim import Optimization, adam
 from rltrain.types import MetricValue, ObsTensors, PolicyState, PolicyStep
 
@@ -188,10 +187,6 @@ class DQN(LearningAgent):
         self.q_network = QNetwork(encoder, self.num_actions,
                                   self.config.hidden_sizes, dueling=self.config.dueling)
         self.target_network = copy.deepcopy(self.q_network).requires_grad_(False)
-
-    @override
-    def hparams(self) -> dict[str, float | int | str | bool]:
-        return flatten_hparams("agent", self.config)
 
     @property
     def epsilon(self) -> float:

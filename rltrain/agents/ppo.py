@@ -42,7 +42,6 @@ from rltrain.buffers.observations import map_obs
 from rltrain.buffers.rollout import RolloutBatch, RolloutBuffer
 from rltrain.distributed import moments_mean_std
 from rltrain.errors import require
-from rltrain.events.events import flatten_hparams
 from rltrain.optim import Optimization, adam
 from rltrain.types import MetricValue, ObsTensors, PolicyState, PolicyStep
 
@@ -298,10 +297,6 @@ class PPO(LearningAgent):
             torch.as_tensor(box.low if box is not None else 0.0, dtype=torch.float32),
             torch.as_tensor(box.high if box is not None else 0.0, dtype=torch.float32),
             torch.as_tensor(getattr(action_space, "start", 0), dtype=torch.int64))
-
-    @override
-    def hparams(self) -> dict[str, float | int | str | bool]:
-        return flatten_hparams("agent", self.config)
 
     @override
     def configure_optimizers(self) -> dict[str, torch.optim.Optimizer]:

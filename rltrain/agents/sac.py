@@ -35,7 +35,6 @@ from rltrain.agents.networks import SquashedGaussianActor, TwinQ, soft_update
 from rltrain.agents.observation_spaces import encoder_check
 from rltrain.buffers.replay import ReplayBatch
 from rltrain.errors import require
-from rltrain.events.events import flatten_hparams
 from rltrain.optim import Optimization, adam
 from rltrain.types import MetricValue, ObsTensors, PolicyState, PolicyStep
 
@@ -161,10 +160,6 @@ class SAC(LearningAgent):
         """A new observation encoder (one for the actor, one for the critics)."""
         return make_encoder(observation_space, normalize_images=self.config.normalize_images,
                             encoder=self.config.encoder)
-
-    @override
-    def hparams(self) -> dict[str, float | int | str | bool]:
-        return flatten_hparams("agent", self.config)
 
     @override
     def configure_optimizers(self) -> dict[str, torch.optim.Optimizer]:

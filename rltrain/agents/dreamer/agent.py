@@ -25,7 +25,6 @@ from rltrain.agents.observation_spaces import cli, flattenable
 from rltrain.agents.returns import lambda_returns
 from rltrain.buffers import Buffer, SequenceBatch, SequenceReplayBuffer
 from rltrain.errors import require
-from rltrain.events.events import flatten_hparams
 from rltrain.optim import Optimization, adam
 from rltrain.types import MetricValue, ObsTensors, PolicyState, PolicyStep
 
@@ -219,10 +218,6 @@ class Dreamer(LearningAgent):
                                     action_space=action_space,
                                     sequence_length=self.config.sequence_length, seed=seed,
                                     device=device)
-
-    @override
-    def hparams(self) -> dict[str, float | int | str | bool]:
-        return flatten_hparams("agent", self.config)
 
     @override
     def configure_optimizers(self) -> dict[str, torch.optim.Optimizer]:
