@@ -36,7 +36,7 @@ from rltrain.inference.policy import resolve as resolve_checkpoint
 from rltrain.optim import ended_on_refused_loss
 from rltrain.presets import choose_preset
 from rltrain.seeding import derive_seeds
-from rltrain.targets import TRUSTED, Trust
+from rltrain.targets import TRUSTED, Trust, within
 from rltrain.trainer import build
 
 #: Exit statuses: bad input found before training (a config, an environment, a checkpoint, a
@@ -377,8 +377,7 @@ def check_stored_paths(saved: DictConfig, given: DictConfig, run_dir: Path) -> N
         if not isinstance(stored, str) or OmegaConf.select(given, key) is not None:
             continue
         folder = Path(stored) if Path(stored).is_absolute() else Path.cwd() / stored
-        inside = run_dir.resolve() in [folder.resolve(), *folder.resolve().parents]
-        if not inside:
+        if not within(folder, run_dir):
             raise ConfigError(
                 f"The run's saved config sets {key}={stored}, outside the run directory "
                 f"{run_dir}. A run directory's files are untrusted: confirm that folder on the "

@@ -282,12 +282,17 @@ def _refuse_inside(module: FoundModule, trust: Trust, what: str, path: str) -> N
 
 
 def inside(place: Path, folder: Path) -> bool:
-    """Whether ``place`` is ``folder`` or lies in it, as written or with links resolved."""
-    for there, root in ((Path(os.path.abspath(place)), Path(os.path.abspath(folder))),
-                        (place.resolve(), folder.resolve())):
-        if there == root or root in there.parents:
-            return True
-    return False
+    """Whether ``place`` is ``folder`` or lies in it, as written or with links resolved (for a
+    refusal: either counts)."""
+    written, root = Path(os.path.abspath(place)), Path(os.path.abspath(folder))
+    return written == root or root in written.parents or within(place, folder)
+
+
+def within(place: Path, folder: Path) -> bool:
+    """Whether ``place`` is ``folder`` or lies in it once links are resolved (for a folder a
+    run directory's files name: where rltrain would really read or write)."""
+    there, root = place.resolve(), folder.resolve()
+    return there == root or root in there.parents
 
 
 def _check_kind(obj: Any, path: str, module: str, kind: type | None, trust: Trust,

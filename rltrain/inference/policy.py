@@ -32,7 +32,7 @@ from rltrain.config import ConfigError, literal_config, load_stored, validate
 from rltrain.envs import make_probe_env
 from rltrain.inference.export import export_program
 from rltrain.instantiate import check_stored_targets, make_agent, make_env
-from rltrain.targets import Trust
+from rltrain.targets import Trust, within
 from rltrain.types import PolicyState, Progress
 
 #: What :meth:`InferencePolicy.predict` takes: an observation or a batch, as arrays (a dict of
@@ -225,8 +225,7 @@ def resolve(path: Path, which: str) -> tuple[Path, Path]:
         # A run whose checkpoint_dir was set: used only when it lies inside the run directory
         # (what a run directory says is untrusted).
         stored = OmegaConf.select(load_stored(path / "config.yaml"), "trainer.checkpoint_dir")
-        inside = isinstance(stored, str) and path.resolve() in Path(stored).resolve().parents
-        if isinstance(stored, str) and not inside:
+        if isinstance(stored, str) and not within(Path(stored), path):
             raise FileNotFoundError(
                 f"{path} has no checkpoints/ folder; its config names {stored[:200]} as its "
                 "checkpoint folder, outside the run directory (what a run directory says is "

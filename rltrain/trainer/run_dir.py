@@ -36,6 +36,7 @@ from rltrain.checkpoint.manifest import (
     SHARD_NAME,
     TEMPORARY_NAME,
 )
+from rltrain.targets import within
 from rltrain.trainer.outputs import stopped_on_refused_loss
 
 #: Written in every run directory when its first run starts: what makes a folder a run.
@@ -97,7 +98,7 @@ def open_run(run_dir: Path, *, checkpoint_dir: Path, resuming: bool,
     there unless ``resuming`` it or told to ``overwrite`` it (then rltrain's files only are
     removed), and mark it. Nothing is created or changed before the checks that need no lock
     have passed."""
-    folders = [run_dir] + ([checkpoint_dir] if not _inside(checkpoint_dir, run_dir) else [])
+    folders = [run_dir] + ([checkpoint_dir] if not within(checkpoint_dir, run_dir) else [])
     _refuse_foreign(RunDirectory.inspect(run_dir))
     if len(folders) == 2:
         _refuse_foreign_checkpoints(checkpoint_dir)
@@ -130,7 +131,7 @@ def _refuse_existing_run(run_dir: Path, checkpoint_dir: Path) -> None:
                                                   or stopped_on_refused_loss(run_dir)):
         return  # nothing to resume: a run that failed (or a refused loss stopped) unsaved
     held = [*existing.ours] if existing.marked or existing.legacy_run else []
-    held += [] if _inside(checkpoint_dir, run_dir) else [str(checkpoint_dir)]
+    held += [] if within(checkpoint_dir, run_dir) else [str(checkpoint_dir)]
     problem = _why_not_resumable(checkpoint_dir)
     if problem is None:
         raise FileExistsError(
@@ -207,10 +208,6 @@ def _is_checkpoint_file(name: str) -> bool:
     return bool(name in (MANIFEST, *LINKS) or CHECKPOINT_NAME.fullmatch(name)
                 or BEST_NAME.fullmatch(name) or SHARD_NAME.fullmatch(name)
                 or TEMPORARY_NAME.fullmatch(name))
-
-
-def _inside(path: Path, folder: Path) -> bool:
-    return path.resolve() == folder.resolve() or folder.resolve() in path.resolve().parents
 
 
 def _refuse_foreign(folder: RunDirectory) -> None:
