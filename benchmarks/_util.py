@@ -14,7 +14,7 @@ from typing import Any
 
 import torch
 
-from rltrain.events import EvaluationEnd, Metrics, Subscriber
+from rltrain.observe import EvaluationEnd, Metrics, Subscriber
 
 RESULTS = Path(__file__).parent / "results"
 

@@ -32,10 +32,10 @@ import torch
 from benchmarks._util import median_range, table, write_results
 from rltrain import DQN, EventProcessor, Interrupter, Optimization, ReplayBuffer, Runner
 from rltrain.checkpoint import Checkpointer, Stateful, training_state
-from rltrain.config import compose
-from rltrain.envs import make_vector_env
-from rltrain.instantiate import make_agent, make_strategy
-from rltrain.seeding import GlobalRandomState, seed_everything
+from rltrain.config.instantiate import make_agent, make_strategy
+from rltrain.config.schema import compose
+from rltrain.envs.make import make_vector_env
+from rltrain.runtime.seeding import GlobalRandomState, seed_everything
 from rltrain.strategies.off_policy import OffPolicyStrategy
 from rltrain.types import Progress
 

@@ -54,8 +54,8 @@ LIBRARIES = ("rltrain", "sb3", "handwritten")
 
 
 def run_rltrain(seed: int, steps: int, learn: bool) -> dict[str, Any]:
-    from rltrain.config import compose
-    from rltrain.events import Subscriber
+    from rltrain.config.schema import compose
+    from rltrain.observe import Subscriber
     from rltrain.trainer import build
 
     class Started(Subscriber):

@@ -16,7 +16,7 @@ import tempfile
 import torch
 
 from benchmarks._util import QUIET, table, write_results
-from rltrain.config import compose
+from rltrain.config.schema import compose
 from rltrain.trainer import build
 
 

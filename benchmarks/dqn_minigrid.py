@@ -22,8 +22,8 @@ import numpy as np
 import torch
 
 from benchmarks._util import QUIET, TimedCurve, first_reaching, fmt, run_seeds, table, write_results
-from rltrain.config import compose
-from rltrain.envs import make_probe_env
+from rltrain.config.schema import compose
+from rltrain.envs.make import make_probe_env
 from rltrain.trainer import build
 
 CONFIG = "dqn_minigrid"

@@ -19,7 +19,7 @@ from typing import Any
 import torch
 
 from benchmarks._util import QUIET, median_range, table, write_results
-from rltrain.config import compose
+from rltrain.config.schema import compose
 from rltrain.trainer import build
 
 

@@ -56,8 +56,8 @@ from benchmarks._util import (
     table,
 )
 from rltrain.agents.dqn import DQNConfig
-from rltrain.config import compose
-from rltrain.seeding import derive_seeds
+from rltrain.config.schema import compose
+from rltrain.runtime.seeding import derive_seeds
 from rltrain.trainer import build
 
 #: The default threshold per preset: Acrobot-v1's reward_threshold; for MountainCar-v0 the

@@ -25,8 +25,8 @@ import torch
 from benchmarks import handwritten_dqn
 from benchmarks._util import median_range, table, write_results
 from rltrain import DQN, OffPolicyConfig, OffPolicyStrategy, Trainer
-from rltrain.events.processor import Subscriber
-from rltrain.events.renderers import (
+from rltrain.observe.processor import Subscriber
+from rltrain.observe.renderers import (
     ConsoleRenderer,
     JsonlRenderer,
     TensorBoardRenderer,

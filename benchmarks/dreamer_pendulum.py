@@ -23,7 +23,7 @@ from functools import partial
 from typing import Any
 
 from benchmarks._util import QUIET, Curve, table, write_results
-from rltrain.config import compose
+from rltrain.config.schema import compose
 from rltrain.trainer import build
 
 

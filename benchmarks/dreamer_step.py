@@ -12,8 +12,8 @@ gradient steps per second. One torch thread unless ``trainer.num_threads`` says 
 record_function ranges over the phases of ``training_step``, and a cProfile of the same steps.
 
 The allocator is set as ``fit`` sets it (``Trainer(keep_freed_memory=True)``,
-:mod:`rltrain.heap`) unless ``--glibc-defaults``; the line printed says which, and counts the
-page faults of the timed steps.
+:mod:`rltrain.runtime.heap`) unless ``--glibc-defaults``; the line printed says which, and
+counts the page faults of the timed steps.
 
 ``--save-losses FILE`` writes the losses of the first ``--loss-steps`` gradient steps from a
 fixed seed (a JSON list of dicts); ``--compare-losses FILE`` checks this code's losses against
@@ -43,12 +43,12 @@ from torch.profiler import ProfilerActivity, profile, record_function
 from benchmarks._util import median_range, write_results
 from rltrain.agents.dreamer import Dreamer
 from rltrain.buffers import SequenceReplayBuffer
-from rltrain.config import compose
-from rltrain.envs import make_vector_env
-from rltrain.heap import keep_freed_memory
-from rltrain.instantiate import make_agent
+from rltrain.config.instantiate import make_agent
+from rltrain.config.schema import compose
+from rltrain.envs.make import make_vector_env
+from rltrain.envs.runner import Runner
 from rltrain.optim import Optimization
-from rltrain.runner import Runner
+from rltrain.runtime.heap import keep_freed_memory
 from rltrain.types import Progress
 
 

@@ -102,8 +102,8 @@ def rltrain_loop(steps: int, num_envs: int) -> float:
     greedily (epsilon 0) with a 256x256 MLP: the steady rate between the run's first and last
     tenth (timed by a subscriber), so that setup and the final save are left out."""
     from benchmarks._util import QUIET
-    from rltrain.config import compose
-    from rltrain.events import Subscriber
+    from rltrain.config.schema import compose
+    from rltrain.observe import Subscriber
     from rltrain.trainer import build
 
     class Clock(Subscriber):

@@ -44,8 +44,8 @@ from benchmarks._util import (
     run_seeds,
     table,
 )
-from rltrain.config import compose
-from rltrain.events import EvaluationEnd, Metrics, Subscriber
+from rltrain.config.schema import compose
+from rltrain.observe import EvaluationEnd, Metrics, Subscriber
 from rltrain.trainer import build
 
 CONFIGS = {"cartpole": "ppo_cartpole", "lunarlander": "ppo_lunarlander",

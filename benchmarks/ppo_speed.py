@@ -36,7 +36,7 @@ import torch
 from benchmarks import handwritten_ppo
 from benchmarks._util import QUIET, median_range, table, write_results
 from benchmarks.dqn_speed import all_renderers, paired_ratios, timed
-from rltrain.config import compose
+from rltrain.config.schema import compose
 from rltrain.trainer import build
 
 HANDWRITTEN, SB3 = "hand-written loop", "Stable-Baselines3"

@@ -37,7 +37,7 @@ GROUPS: list[tuple[str, tuple[str, ...]]] = [
 
 
 #: What each library's run imports (the warm-up run imports the rest).
-IMPORTS = {"rltrain": ("rltrain.config", "rltrain.trainer"),
+IMPORTS = {"rltrain": ("rltrain.config.schema", "rltrain.trainer"),
            "sb3": ("stable_baselines3", "stable_baselines3.common.callbacks"),
            "handwritten": ("benchmarks.handwritten_dqn",)}
 

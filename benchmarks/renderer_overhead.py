@@ -23,8 +23,8 @@ import torch
 
 from benchmarks._util import median_range, write_results
 from rltrain import DQN, OffPolicyConfig, OffPolicyStrategy, Trainer
-from rltrain.events import EventProcessor, EventRecorder, Subscriber
-from rltrain.events.renderers import (
+from rltrain.observe import EventProcessor, EventRecorder, Subscriber
+from rltrain.observe.renderers import (
     ConsoleRenderer,
     JsonlRenderer,
     TensorBoardRenderer,

@@ -58,8 +58,8 @@ from benchmarks._util import (
     table,
 )
 from rltrain.agents.sac import SAC, SACConfig
-from rltrain.config import compose
-from rltrain.seeding import derive_seeds
+from rltrain.config.schema import compose
+from rltrain.runtime.seeding import derive_seeds
 from rltrain.trainer import build
 
 CONFIGS = {"pendulum": "sac_pendulum", "lunarlander": "sac_lunarlander"}

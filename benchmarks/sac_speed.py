@@ -43,7 +43,7 @@ import torch
 from benchmarks import handwritten_sac
 from benchmarks._util import QUIET, median_range, require_sb3, table, write_results
 from benchmarks.dqn_speed import all_renderers, paired_ratios
-from rltrain.config import compose
+from rltrain.config.schema import compose
 from rltrain.trainer import build
 
 SB3 = "Stable-Baselines3"
@@ -94,7 +94,7 @@ def parts(args: argparse.Namespace) -> None:
     from torch import nn
 
     from rltrain import SAC, SACConfig
-    from rltrain.agents.networks import soft_update
+    from rltrain.agents.nn.networks import soft_update
     from rltrain.buffers.replay import ReplayBatch
     from rltrain.optim import Optimization
     from rltrain.types import Progress

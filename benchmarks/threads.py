@@ -1,5 +1,5 @@
 """Torch threads against speed: the shipped presets' networks (and wider ones) at 1 and 2
-threads, to choose ``num_threads="auto"``'s rule (``rltrain/trainer_config.py``).
+threads, to choose ``num_threads="auto"``'s rule (``rltrain/config/trainer_config.py``).
 
 Each case runs a shipped preset's config for a fixed number of env steps with every output
 off and no evaluation, once per thread count and repeat, the thread counts alternating so that
@@ -17,8 +17,8 @@ import tempfile
 import time
 
 from benchmarks._util import QUIET, table, write_results
-from rltrain.config import compose
-from rltrain.model_summary import summarize
+from rltrain.config.schema import compose
+from rltrain.observe.model_summary import summarize
 from rltrain.trainer import build
 
 #: (name, preset and overrides). DQN trains 128 gradient steps per 256 env steps; PPO 20

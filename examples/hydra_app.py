@@ -17,7 +17,7 @@ from hydra.core.config_store import ConfigStore
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig
 
-from rltrain.config import RunConfig
+from rltrain.config.schema import RunConfig
 from rltrain.trainer import build
 
 ConfigStore.instance().store(name="rltrain", node=RunConfig)

@@ -13,17 +13,18 @@ from rltrain.agents import (
     SpaceError,
 )
 from rltrain.buffers import ReplayBatch, ReplayBuffer, RolloutBatch, RolloutBuffer
-from rltrain.callbacks import EarlyStopping
 from rltrain.checkpoint import Checkpointer
 from rltrain.components import EvaluationSettings, RLComponents, SummarySettings
-from rltrain.config import ConfigError, EnvConfig, compose, validate
-from rltrain.envs import EnvInit, EnvSpec, make_vector_env
-from rltrain.evaluation import Evaluator
-from rltrain.events import EventProcessor, Metrics, Subscriber
+from rltrain.config.schema import ConfigError, EnvConfig, compose, validate
+from rltrain.config.trainer_config import TrainerConfig
+from rltrain.envs.evaluator import Evaluator
+from rltrain.envs.make import EnvInit, EnvSpec, make_vector_env
+from rltrain.envs.runner import Runner
 from rltrain.inference import InferencePolicy, export_policy, load_policy
-from rltrain.interrupt import Interrupter
+from rltrain.observe import EventProcessor, Metrics, Subscriber
+from rltrain.observe.callbacks import EarlyStopping
 from rltrain.optim import Optimization
-from rltrain.runner import Runner
+from rltrain.runtime.interrupt import Interrupter
 from rltrain.strategies import (
     OffPolicyConfig,
     OffPolicyStrategy,
@@ -36,7 +37,6 @@ from rltrain.strategies import (
     rollout,
 )
 from rltrain.trainer import BuiltRun, Trainer, build
-from rltrain.trainer_config import TrainerConfig
 from rltrain.types import Progress, Summary, Transitions
 
 __all__ = [

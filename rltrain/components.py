@@ -10,9 +10,9 @@ from typing import Any, Literal
 import torch
 
 from rltrain.checkpoint.store import Checkpointer
-from rltrain.distributed import SINGLE, DistributedContext
-from rltrain.events.processor import EventProcessor
-from rltrain.interrupt import Interrupter
+from rltrain.observe.processor import EventProcessor
+from rltrain.runtime.distributed import SINGLE, DistributedContext
+from rltrain.runtime.interrupt import Interrupter
 from rltrain.types import Progress
 
 
@@ -118,14 +118,14 @@ class RLComponents:
             event's ``config``); empty when the run has none. Default empty.
         resume_state: What ``checkpoint`` holds, read once (:meth:`saved_state`) for every
             check and part of a resume, and dropped once the parts are loaded. Default None.
-        distributed: The run's processes (:mod:`rltrain.distributed`): this rank and the
+        distributed: The run's processes (:mod:`rltrain.runtime.distributed`): this rank and the
             collectives. Default: one process.
         sync_interval: Vector steps between the ranks' agreements in a run of several
             processes (stop requests, and the episodes each rank ended, for the logs). Default
             16; ignored with one process.
         env_step_timeout: Seconds each env step or reset (training and evaluation) may take;
             one that takes longer fails the run as an environment error
-            (:class:`~rltrain.envs.EnvStepTimeout`). Default None: no limit.
+            (:class:`~rltrain.envs.make.EnvStepTimeout`). Default None: no limit.
     """
 
     num_steps: int

@@ -94,7 +94,7 @@ class Summary:
         stop_reason: The reason of the stop request that ended the loop before ``num_steps``,
             and always when a refused non-finite loss stopped the run (then with the
             checkpoint it leaves); None when the run took all its steps.
-        final_metrics: Every metric at the end, keyed as in :mod:`rltrain.events.metrics`.
+        final_metrics: Every metric at the end, keyed as in :mod:`rltrain.observe.metrics`.
     """
 
     env_steps: int

@@ -76,7 +76,7 @@ torch.set_num_threads(1)
 
 from rltrain import DQN, DQNConfig, OffPolicyConfig, OffPolicyStrategy, Trainer
 from rltrain.checkpoint import Checkpointer
-from rltrain.events.processor import Subscriber
+from rltrain.observe.processor import Subscriber
 
 
 class ReportStart(Subscriber):

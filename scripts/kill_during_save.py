@@ -47,7 +47,7 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from rltrain.checkpoint import Checkpointer  # noqa: E402
-from rltrain.distributed import TORCHRUN_VARIABLES  # noqa: E402
+from rltrain.runtime.distributed import TORCHRUN_VARIABLES  # noqa: E402
 
 TORCHRUN = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2"]
 #: The killed run: evaluated and saved every 512 env steps (first save: best-512, then

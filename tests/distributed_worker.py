@@ -28,11 +28,11 @@ from rltrain import (
     SACConfig,
     Trainer,
 )
-from rltrain.agents.normalize import RunningMeanStd
+from rltrain.agents.nn.normalize import RunningMeanStd
 from rltrain.buffers import ReplayBatch
 from rltrain.buffers.rollout import RolloutBatch, RolloutBuffer
-from rltrain.distributed import SINGLE, DistributedContext, connect, moments_mean_std
 from rltrain.optim import Optimization
+from rltrain.runtime.distributed import SINGLE, DistributedContext, connect, moments_mean_std
 from rltrain.types import Progress
 
 B = 64  # the whole batch; each of the two ranks takes half
@@ -226,7 +226,7 @@ def case_cli(context: DistributedContext, out: Path) -> dict[str, Any]:
     """``rltrain fit`` commands (separated by ``--then``), this process's file writes recorded
     by an audit hook (every ``open`` for writing, ``os.rename``/``os.replace``, ``os.mkdir``,
     ``os.remove``, from Python or from the libraries it calls through Python)."""
-    from rltrain.cli import main as cli
+    from rltrain.cli.main import main as cli
 
     writes: list[str] = []
     recording = True

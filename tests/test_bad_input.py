@@ -47,14 +47,14 @@ from rltrain import (
 )
 from rltrain.agents.dreamer import Dreamer, DreamerConfig
 from rltrain.checkpoint import Checkpointer, ManifestError, atomic_save, load_agent
-from rltrain.cli import resumed_config
-from rltrain.config import ConfigError, compose, literal_config
-from rltrain.envs import EnvError, EnvSpec
+from rltrain.cli.main import resumed_config
+from rltrain.cli.plot import read_run
+from rltrain.config.schema import ConfigError, compose, literal_config
+from rltrain.config.targets import Trust
+from rltrain.envs.make import EnvError, EnvSpec
 from rltrain.errors import TrainingError
 from rltrain.inference import load_policy
 from rltrain.inference.policy import resolve as resolve_checkpoint
-from rltrain.plot import read_run
-from rltrain.targets import Trust
 from rltrain.trainer import RunDirectoryLocked, build
 
 DOCS = Path(__file__).resolve().parent.parent / "docs" / "bad_input.md"

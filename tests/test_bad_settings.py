@@ -25,11 +25,11 @@ from conftest import QUIET, NanLossDQN, dqn, trainer
 from rltrain import PPO, DQNConfig, OnPolicyStrategy, PPOConfig, Trainer
 from rltrain.agents.config_checks import field_kind
 from rltrain.agents.dreamer import Dreamer, DreamerConfig
-from rltrain.config import AGENTS, STRATEGIES
-from rltrain.distributed import TORCHRUN_VARIABLES
+from rltrain.config.schema import AGENTS, STRATEGIES
+from rltrain.config.trainer_config import TrainerConfig
 from rltrain.errors import TrainingError
+from rltrain.runtime.distributed import TORCHRUN_VARIABLES
 from rltrain.strategies.on_policy import OnPolicyConfig, _divisor_near
-from rltrain.trainer_config import TrainerConfig
 from rltrain.types import Progress
 
 TESTS = Path(__file__).resolve().parent
@@ -161,7 +161,7 @@ def test_a_refused_loss_after_a_checkpoint_names_it_and_how_to_resume(tmp_path: 
 
 def test_a_refused_loss_fails_the_command_and_a_new_run_takes_its_directory(
         tmp_path: Path) -> None:
-    """Needs rltrain/cli.py to exit 3 on a refused loss, and rltrain/trainer/run_dir.py to
+    """Needs rltrain/cli/main.py to exit 3 on a refused loss, and rltrain/trainer/run_dir.py to
     let a new run take a directory whose run a refused loss stopped before its first save
     (see the report of this change)."""
     run_dir = tmp_path / "run"
@@ -202,7 +202,7 @@ def shape_shifter() -> gym.Env[np.ndarray, int]:
 
 
 def test_an_observation_of_another_shape_mid_run_names_both_shapes(tmp_path: Path) -> None:
-    """Needs the shape check of rltrain/envs.py's sub-envs (see the report of this change)."""
+    """Needs the shape check of rltrain/envs/make.py's sub-envs (see the report of this change)."""
     with pytest.raises(TrainingError) as caught:
         trainer(tmp_path, 100).fit(shape_shifter, dqn())
     assert ("in sub-env 0: sub-env 0 returned from step() an observation of shape (5,), but "
@@ -352,7 +352,7 @@ def two_sigints(process: subprocess.Popen[str], tmp_path: Path) -> str:
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="SIGALRM-interrupted steps")
 @pytest.mark.parametrize("saved", [False, True], ids=["no checkpoint yet", "a checkpoint"])
 def test_a_second_ctrl_c_says_what_is_really_kept(tmp_path: Path, saved: bool) -> None:
-    """Needs rltrain/cli.py to print the message fit gives the KeyboardInterrupt (see the
+    """Needs rltrain/cli/main.py to print the message fit gives the KeyboardInterrupt (see the
     report of this change)."""
     process, _ = start_hanging_fit(
         tmp_path, *(["trainer.checkpoint_interval=100"] if saved else []))

@@ -34,8 +34,8 @@ from conftest import QUIET, dqn, small
 from rltrain import Trainer
 from rltrain.checkpoint import Checkpointer, atomic_save
 from rltrain.checkpoint.manifest import read_manifest
-from rltrain.distributed import TORCHRUN_VARIABLES
-from rltrain.events import EventRecorder, Start
+from rltrain.observe import EventRecorder, Start
+from rltrain.runtime.distributed import TORCHRUN_VARIABLES
 
 ROOT = Path(__file__).resolve().parent.parent
 TORCHRUN = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2"]
@@ -219,7 +219,7 @@ def test_a_broken_last_or_best_falls_back_to_the_newest_intact_checkpoint_with_a
 
 def test_a_run_whose_checkpoints_are_all_broken_is_refused_with_the_advice_to_overwrite(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    from rltrain.cli import main
+    from rltrain.cli.main import main
 
     run_dir = tmp_path / "run"
     tiny = [f"trainer.run_dir={run_dir}", "trainer.num_steps=300", "trainer.logger=false",

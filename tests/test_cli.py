@@ -15,7 +15,7 @@ from omegaconf import OmegaConf
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 from tensorboard.plugins.hparams import plugin_data_pb2
 
-from rltrain.cli import main
+from rltrain.cli.main import main
 
 STEPS = 1500  # warm-up 1,000, two training rounds, and the final evaluation (20 episodes)
 CONFIG = Path(__file__).parents[1] / "configs" / "dqn_cartpole.yaml"

@@ -15,7 +15,7 @@ from omegaconf import OmegaConf
 
 from rltrain import DQN, DQNConfig, OffPolicyConfig, OffPolicyStrategy, Trainer
 from rltrain.agents.dreamer import DreamerConfig
-from rltrain.config import (
+from rltrain.config.schema import (
     AGENTS,
     ConfigError,
     compose,

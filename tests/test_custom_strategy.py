@@ -15,7 +15,7 @@ from conftest import QUIET, assert_same_tensors, env_snapshot, straight_and_resu
 from typing_extensions import override
 
 from rltrain import DQN, Checkpointer, DQNConfig, Metrics, Subscriber, Trainer
-from rltrain.events import (
+from rltrain.observe import (
     Checkpoint,
     End,
     EnvStep,

@@ -24,7 +24,7 @@ from conftest import assert_same_tensors, env_snapshot
 from rltrain import DQN, DQNConfig, Trainer, load_policy
 from rltrain.checkpoint import Checkpointer
 from rltrain.checkpoint.manifest import read_manifest
-from rltrain.distributed import TORCHRUN_VARIABLES, DistributedContext, connect
+from rltrain.runtime.distributed import TORCHRUN_VARIABLES, DistributedContext, connect
 
 WORKER = Path(__file__).parent / "distributed_worker.py"
 TORCHRUN = [sys.executable, "-m", "torch.distributed.run"]

@@ -34,7 +34,7 @@ from pathlib import Path
 
 import pytest
 
-from rltrain.cli import main
+from rltrain.cli.main import main
 
 ROOT = Path(__file__).resolve().parent.parent
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
@@ -152,7 +152,7 @@ def command_lines() -> list[tuple[str, str]]:
 def test_the_cheap_command_lines_run(where: str, line: str, tmp_path: Path,
                                      monkeypatch: pytest.MonkeyPatch,
                                      capsys: pytest.CaptureFixture[str]) -> None:
-    """In this process (rltrain.cli.main), which is what the ``rltrain`` script calls."""
+    """In this process (rltrain.cli.main.main), which is what the ``rltrain`` script calls."""
     monkeypatch.chdir(tmp_path)
     status = main(shlex.split(line)[1:])
     assert status == 0, f"{where}: `{line}` exited {status}:\n{capsys.readouterr().err}"

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from rltrain.checkpoint import Checkpointer
-from rltrain.cli import SHIPPED_CONFIGS, main
+from rltrain.cli.main import SHIPPED_CONFIGS, main
 
 DOCS = Path(__file__).resolve().parent.parent / "docs"
 

@@ -18,9 +18,9 @@ from rltrain.agents.dreamer.world_model import State
 from rltrain.agents.returns import lambda_returns
 from rltrain.buffers import SequenceReplayBuffer
 from rltrain.checkpoint import Checkpointer
-from rltrain.envs import make_vector_env
+from rltrain.envs.make import make_vector_env
+from rltrain.envs.runner import Runner
 from rltrain.optim import Optimization
-from rltrain.runner import Runner
 from rltrain.types import Progress
 
 PENDULUM = "Pendulum-v1"

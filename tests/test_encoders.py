@@ -29,7 +29,7 @@ from rltrain import (
     Trainer,
 )
 from rltrain.agents.base import SpaceError
-from rltrain.agents.encoders import (
+from rltrain.agents.nn.encoders import (
     DictEncoder,
     FlatEncoder,
     ImageEncoder,
@@ -37,10 +37,10 @@ from rltrain.agents.encoders import (
     check_observation_space,
     make_encoder,
 )
-from rltrain.agents.networks import QNetwork
+from rltrain.agents.nn.networks import QNetwork
 from rltrain.buffers import ReplayBuffer, RolloutBuffer
 from rltrain.checkpoint import Checkpointer
-from rltrain.envs import EnvSpec
+from rltrain.envs.make import EnvSpec
 from rltrain.types import Progress, Transitions
 
 SIDE = 6  # the pixel envs' images: 6x6x3, the small CNN
@@ -392,8 +392,8 @@ def test_sac_trains_on_image_observations(tmp_path: Path) -> None:
 def test_the_minigrid_preset_builds_dqn_over_the_unscaled_small_cnn(tmp_path: Path) -> None:
     """The shipped preset (its learning: benchmarks/dqn_minigrid.py, docs/benchmarks.md)."""
     pytest.importorskip("minigrid")
-    from rltrain.config import compose
-    from rltrain.envs import make_probe_env
+    from rltrain.config.schema import compose
+    from rltrain.envs.make import make_probe_env
     from rltrain.trainer import build
 
     built = build(compose(["dqn_minigrid"], [f"trainer.run_dir={tmp_path}"]))

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from gymnasium.vector import AsyncVectorEnv, AutoresetMode, SyncVectorEnv
 
-from rltrain.envs import EnvSpec, check_env_id, env_factory, env_name, make_vector_env
+from rltrain.envs.make import EnvSpec, check_env_id, env_factory, env_name, make_vector_env
 
 
 def times_ten(reward: float) -> float:

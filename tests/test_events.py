@@ -14,7 +14,7 @@ import torch
 from conftest import QUIET
 
 from rltrain import DQN, DQNConfig, OffPolicyConfig, OffPolicyStrategy, Trainer
-from rltrain.events import (
+from rltrain.observe import (
     Checkpoint,
     End,
     EnvStep,

@@ -25,10 +25,10 @@ from conftest import NanLossDQN, assert_same_tensors, dqn, small, trainer
 
 from rltrain import DQN, DQNConfig, Subscriber
 from rltrain.checkpoint import Checkpointer
-from rltrain.envs import SubEnvError
+from rltrain.envs.make import SubEnvError
 from rltrain.errors import TrainingError
-from rltrain.events import EnvStep, EpisodeEnd, EventRecorder, Metrics, Start, TrainStep
-from rltrain.seeding import EVAL_SEED_OFFSET
+from rltrain.observe import EnvStep, EpisodeEnd, EventRecorder, Metrics, Start, TrainStep
+from rltrain.runtime.seeding import EVAL_SEED_OFFSET
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from rltrain.cli import main, parse_args
-from rltrain.presets import choose_preset
+from rltrain.cli.main import main, parse_args
+from rltrain.config.presets import choose_preset
 
 
 def error_line(capsys: pytest.CaptureFixture[str], *argv: str) -> str:
@@ -90,9 +90,9 @@ def test_without_a_file_a_preset_is_taken_only_where_it_was_tuned(
 def test_an_env_without_a_time_limit_gets_one_from_the_command_line() -> None:
     from gymnasium.envs.classic_control.cartpole import CartPoleEnv
 
-    from rltrain.config import compose
-    from rltrain.env_checks import warn_no_time_limit
-    from rltrain.instantiate import make_env
+    from rltrain.config.instantiate import make_env
+    from rltrain.config.schema import compose
+    from rltrain.envs.checks import warn_no_time_limit
 
     with pytest.warns(UserWarning, match=r"Give it one: env\.max_episode_steps=N on the "
                                          r"command line"):
@@ -108,7 +108,7 @@ def test_an_env_without_a_time_limit_gets_one_from_the_command_line() -> None:
 
 
 WITHOUT_PYGAME = ("import sys; sys.modules['pygame'] = None  # as where it is not installed\n"
-                  "from rltrain.cli import main; sys.exit(main(sys.argv[1:]))")
+                  "from rltrain.cli.main import main; sys.exit(main(sys.argv[1:]))")
 
 
 def test_videos_of_an_env_that_cannot_render_are_refused_before_anything_is_written(
@@ -132,7 +132,7 @@ def test_videos_of_an_env_that_cannot_render_are_refused_before_anything_is_writ
 def test_plot_labels_mixed_runs_by_env_and_agent_before_their_settings() -> None:
     import numpy as np
 
-    from rltrain.plot import RunCurve, labels
+    from rltrain.cli.plot import RunCurve, labels
 
     def group(**config: object) -> list[RunCurve]:
         return [RunCurve(Path("run"), np.zeros(1), np.zeros(1), np.zeros(1), config)]

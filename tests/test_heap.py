@@ -1,4 +1,4 @@
-"""glibc's heap keeps freed tensor memory once ``fit`` has run (:mod:`rltrain.heap`).
+"""glibc's heap keeps freed tensor memory once ``fit`` has run (:mod:`rltrain.runtime.heap`).
 
 Each check runs in its own process (the settings hold for the rest of a process) and counts the
 process's real minor page faults while it allocates and frees two tensors, 20 times, each round's
@@ -56,7 +56,7 @@ def run(code: str, env: dict[str, str] | None = None, cwd: Path | None = None) -
 def test_freed_memory_is_reused_instead_of_faulted_in_again() -> None:
     default, = run("print(faults())")
     message, tuned = run("""
-        from rltrain.heap import keep_freed_memory
+        from rltrain.runtime.heap import keep_freed_memory
         print(keep_freed_memory())
         print(faults())
     """)
@@ -67,7 +67,7 @@ def test_freed_memory_is_reused_instead_of_faulted_in_again() -> None:
 
 def test_the_environments_own_allocator_settings_are_left_alone() -> None:
     message, faults = run("""
-        from rltrain.heap import keep_freed_memory
+        from rltrain.runtime.heap import keep_freed_memory
         print(keep_freed_memory())
         print(faults())
     """, env={"MALLOC_TOP_PAD_": "4096"})

@@ -21,11 +21,11 @@ import torch
 from conftest import QUIET
 
 from rltrain import DQN, DQNConfig, Trainer
-from rltrain.envs import EnvError, EnvStepTimeout
+from rltrain.config.trainer_config import TrainerConfig
+from rltrain.envs.make import EnvError, EnvStepTimeout
 from rltrain.errors import TrainingError
-from rltrain.trainer_config import TrainerConfig
+from rltrain.runtime.watchdog import STOP_GRACE, STUCK_MARGIN
 from rltrain.types import Progress
-from rltrain.watchdog import STOP_GRACE, STUCK_MARGIN
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"),
                                 reason="reads /proc; SIGALRM and worker ends are Linux's")

@@ -17,10 +17,10 @@ import yaml
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 from tensorboard.plugins.hparams import plugin_data_pb2
 
-import rltrain.loggers
+import rltrain.observe.loggers
 from rltrain import DQN, DQNConfig, OffPolicyConfig, OffPolicyStrategy, Trainer
-from rltrain.config import ConfigError, compose
-from rltrain.loggers import describe_logger, logger_items
+from rltrain.config.schema import ConfigError, compose
+from rltrain.observe.loggers import describe_logger, logger_items
 from rltrain.trainer.build import build
 
 ENV = "CartPole-v1"
@@ -84,7 +84,7 @@ def test_loggers_chosen_by_a_config_override_are_saved_by_name(tmp_path: Path) -
 
 def test_the_command_line_chooses_loggers(tmp_path: Path,
                                           capsys: pytest.CaptureFixture[str]) -> None:
-    from rltrain.cli import main
+    from rltrain.cli.main import main
 
     assert main(["fit", *TINY, f"trainer.run_dir={tmp_path}", "trainer.logger=csv"]) == 0
     assert (tmp_path / "metrics.csv").is_file()
@@ -121,7 +121,7 @@ def test_a_wrong_logger_list_is_refused_naming_it(logger: list[str], message: st
 @pytest.mark.parametrize("name", ["wandb", "mlflow"])
 def test_a_logger_whose_package_is_missing_is_refused_naming_it(
         name: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(rltrain.loggers, "find_spec", lambda package: None)
+    monkeypatch.setattr(rltrain.observe.loggers, "find_spec", lambda package: None)
     expected = f"logger '{name}' needs the {name} package, which is not installed: pip install"
     with pytest.raises(ConfigError, match=re.escape(expected)):
         compose([], [f"trainer.logger=[tensorboard,{name}]"])
@@ -150,7 +150,7 @@ def test_wandb_by_name_gets_the_config_and_metrics_by_env_step(
         return runs[-1]
 
     monkeypatch.setitem(sys.modules, "wandb", types.SimpleNamespace(init=init))
-    monkeypatch.setattr(rltrain.loggers, "find_spec", lambda package: object())
+    monkeypatch.setattr(rltrain.observe.loggers, "find_spec", lambda package: object())
     fit(tmp_path, ["wandb"])
     (run,) = runs
     assert run.config["agent.lr"] == pytest.approx(DQNConfig().lr) and "agent/lr" not in run.config
@@ -170,7 +170,7 @@ def test_mlflow_by_name_logs_params_and_metrics_by_env_step_in_the_run_directory
         log_metrics=lambda metrics, step: calls["metrics"].append((step, metrics)),
         end_run=lambda status: calls.update(status=status))
     monkeypatch.setitem(sys.modules, "mlflow", fake)
-    monkeypatch.setattr(rltrain.loggers, "find_spec", lambda package: object())
+    monkeypatch.setattr(rltrain.observe.loggers, "find_spec", lambda package: object())
     monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
     monkeypatch.delenv("MLFLOW_EXPERIMENT_NAME", raising=False)
     fit(tmp_path, ["tensorboard", "mlflow"])
@@ -182,11 +182,11 @@ def test_mlflow_by_name_logs_params_and_metrics_by_env_step_in_the_run_directory
 
 
 def test_an_object_logger_is_saved_by_class_and_not_made_again(tmp_path: Path) -> None:
-    logger = rltrain.loggers.CSVLogger(tmp_path / "mine.csv")
+    logger = rltrain.observe.loggers.CSVLogger(tmp_path / "mine.csv")
     fit(tmp_path / "run", [logger, "tensorboard"])
     saved = yaml.safe_load((tmp_path / "run" / "config.yaml").read_text())
     first, second = saved["trainer"]["logger"]
-    assert "CSVLogger object (rltrain.loggers) given in Python" in first["unrecorded"]
+    assert "CSVLogger object (rltrain.observe.loggers) given in Python" in first["unrecorded"]
     assert second == "tensorboard"
     assert csv_rows(tmp_path / "mine.csv")
     config = compose([], [*TINY, f"trainer.run_dir={tmp_path / 'again'}"])
@@ -197,7 +197,7 @@ def test_an_object_logger_is_saved_by_class_and_not_made_again(tmp_path: Path) -
 
 
 def test_one_object_logger_keeps_tensorboard_beside_it(tmp_path: Path) -> None:
-    logger = rltrain.loggers.CSVLogger(tmp_path / "mine.csv")
+    logger = rltrain.observe.loggers.CSVLogger(tmp_path / "mine.csv")
     fit(tmp_path / "run", logger)
     assert csv_rows(tmp_path / "mine.csv") and list((tmp_path / "run").glob("events.out.*"))
 

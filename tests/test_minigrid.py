@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from rltrain.config import load_stored
+from rltrain.config.schema import load_stored
 from tests.test_cli import rltrain
 
 pytest.importorskip("minigrid")

@@ -7,7 +7,7 @@ import pytest
 import torch
 from torch import nn
 
-from rltrain.agents.networks import MLP, mlp
+from rltrain.agents.nn.networks import MLP, mlp
 
 
 @pytest.mark.parametrize("activation", [nn.ReLU, nn.ELU, nn.Tanh])

@@ -33,7 +33,7 @@ from rltrain import (
 )
 from rltrain.agents.base import SpaceError
 from rltrain.agents.dqn import DQN
-from rltrain.agents.encoders import (
+from rltrain.agents.nn.encoders import (
     FlatEncoder,
     ImageEncoder,
     MultiOneHotEncoder,
@@ -43,8 +43,8 @@ from rltrain.agents.encoders import (
 )
 from rltrain.buffers import ReplayBuffer
 from rltrain.checkpoint import Checkpointer
-from rltrain.cli import main
-from rltrain.envs import EnvSpec
+from rltrain.cli.main import main
+from rltrain.envs.make import EnvSpec
 from rltrain.inference import load_policy
 from rltrain.trainer.preflight import check_resume_settings
 from rltrain.types import Progress

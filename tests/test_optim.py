@@ -395,7 +395,7 @@ def test_an_unknown_dtype_is_refused() -> None:
 
 def device_checked(on_nan_loss: str = "stop", fused: bool = True
                    ) -> tuple[Optimization, nn.Linear, Any]:
-    from rltrain.interrupt import Interrupter
+    from rltrain.runtime.interrupt import Interrupter
 
     torch.manual_seed(0)
     model = nn.Linear(3, 1)

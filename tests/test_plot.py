@@ -14,8 +14,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from rltrain.config import compose
-from rltrain.plot import RunCurve, aggregate, group_runs, learning_curves, read_run
+from rltrain.cli.plot import RunCurve, aggregate, group_runs, learning_curves, read_run
+from rltrain.config.schema import compose
 from rltrain.trainer import build
 
 STEPS, INTERVAL = 600, 200
@@ -101,7 +101,7 @@ def test_draws_a_png_and_an_svg_of_the_requested_size(
     pytest.importorskip("matplotlib", reason="the plot extra is not installed")
     from PIL import Image
 
-    from rltrain.plot import draw
+    from rltrain.cli.plot import draw
 
     groups = learning_curves(list(runs.values()))
     png = draw(groups, tmp_path / "curves.png", size=(640, 400))

@@ -34,11 +34,11 @@ from rltrain import (
     build,
     compose,
 )
-from rltrain.agents.normalize import RunningMeanStd
+from rltrain.agents.nn.normalize import RunningMeanStd
 from rltrain.agents.ppo import explained_variance
 from rltrain.checkpoint import Checkpointer
-from rltrain.envs import EnvSpec, make_vector_env
-from rltrain.events import EnvStep, EvaluationEnd, EventRecorder, TrainStep
+from rltrain.envs.make import EnvSpec, make_vector_env
+from rltrain.observe import EnvStep, EvaluationEnd, EventRecorder, TrainStep
 from rltrain.optim import Optimization
 from rltrain.types import Progress
 
@@ -699,7 +699,7 @@ def rltrain(*args: str | Path, cwd: Path) -> subprocess.CompletedProcess[str]:
 
 def test_the_command_line_fits_and_evaluates_ppo(tmp_path: Path,
                                                  capsys: pytest.CaptureFixture[str]) -> None:
-    from rltrain.cli import main
+    from rltrain.cli.main import main
 
     fitted = rltrain("fit", "ppo_cartpole", "trainer.num_steps=512", "trainer.run_dir=run",
                      "trainer.eval_interval=1000", "trainer.eval_episodes=5",
@@ -736,7 +736,7 @@ def one_error_line(status: int, stderr: str) -> str:
 def test_a_config_naming_an_agent_and_a_strategy_it_cannot_train_with_exits_2(
         tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch,
         agent: str, strategy: str, named: str) -> None:
-    from rltrain.cli import main
+    from rltrain.cli.main import main
 
     monkeypatch.chdir(tmp_path)
     mine = tmp_path / "mine.yaml"
@@ -749,7 +749,7 @@ def test_a_config_naming_an_agent_and_a_strategy_it_cannot_train_with_exits_2(
 def test_agent_name_ppo_alone_starts_from_the_shipped_ppo_config(
         tmp_path: Path, capsys: pytest.CaptureFixture[str],
         monkeypatch: pytest.MonkeyPatch) -> None:
-    from rltrain.cli import main
+    from rltrain.cli.main import main
 
     monkeypatch.chdir(tmp_path)
     assert main(["fit", "agent.name=ppo", "agent.lr=5e-4", "--print-config"]) == 0

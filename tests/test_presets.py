@@ -9,7 +9,7 @@ from pathlib import Path
 import gymnasium as gym
 import pytest
 
-from rltrain.config import AGENTS, SHIPPED_CONFIGS, STRATEGIES, compose, shipped_configs
+from rltrain.config.schema import AGENTS, SHIPPED_CONFIGS, STRATEGIES, compose, shipped_configs
 from rltrain.trainer import build
 
 QUIET = ["trainer.logger=false", "trainer.enable_progress_bar=false",

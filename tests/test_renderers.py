@@ -16,8 +16,8 @@ from tensorboard.backend.event_processing.event_accumulator import EventAccumula
 from tensorboard.plugins.hparams import plugin_data_pb2
 
 from rltrain import DQN, DQNConfig, OffPolicyConfig, OffPolicyStrategy, Trainer
-from rltrain.events import EnvStep, EvaluationStart, EventProcessor, Metrics, Start, Subscriber
-from rltrain.events.renderers import ConsoleRenderer, JsonlRenderer, TqdmRenderer
+from rltrain.observe import EnvStep, EvaluationStart, EventProcessor, Metrics, Start, Subscriber
+from rltrain.observe.renderers import ConsoleRenderer, JsonlRenderer, TqdmRenderer
 from rltrain.strategies import RLResult
 
 ENV = "CartPole-v1"

@@ -13,7 +13,7 @@ from conftest import QUIET, assert_same_tensors, env_snapshot, straight_and_resu
 
 from rltrain import DQN, DQNConfig, OffPolicyConfig, OffPolicyStrategy, Trainer
 from rltrain.checkpoint import Checkpointer, atomic_save
-from rltrain.events import Checkpoint, EvaluationEnd, EventRecorder
+from rltrain.observe import Checkpoint, EvaluationEnd, EventRecorder
 
 ENV = "CartPole-v1"
 N = 2_400
@@ -247,7 +247,7 @@ def test_a_run_resumed_from_best_starts_a_new_timeline_for_last(tmp_path: Path) 
                                  "rltrain fit --resume FILE"])
 def test_a_resume_reads_its_checkpoint_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                             how: str) -> None:
-    from rltrain.cli import main
+    from rltrain.cli.main import main
 
     run_dir = tmp_path / "run"
     if how.startswith("rltrain"):

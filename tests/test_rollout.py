@@ -13,7 +13,7 @@ import torch
 
 from rltrain import PPO, PPOConfig, RolloutBuffer, Runner, Transitions
 from rltrain.agents.returns import gae
-from rltrain.envs import make_vector_env
+from rltrain.envs.make import make_vector_env
 from rltrain.types import Progress
 
 # ---------------------------------------------------------------------------------------------

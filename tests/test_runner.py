@@ -10,8 +10,8 @@ import pytest
 import torch
 
 from rltrain.agents.base import Policy
-from rltrain.envs import EnvSpec, make_vector_env
-from rltrain.runner import Runner
+from rltrain.envs.make import EnvSpec, make_vector_env
+from rltrain.envs.runner import Runner
 from rltrain.types import PolicyState, PolicyStep, Progress
 
 CPU = torch.device("cpu")

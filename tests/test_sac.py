@@ -33,9 +33,9 @@ from rltrain import (
     SpaceError,
     Trainer,
 )
-from rltrain.agents.networks import SquashedGaussianActor, TwinQ
+from rltrain.agents.nn.networks import SquashedGaussianActor, TwinQ
 from rltrain.buffers import ReplayBatch
-from rltrain.events import EventRecorder, TrainStep
+from rltrain.observe import EventRecorder, TrainStep
 from rltrain.optim import Optimization
 from rltrain.types import Progress
 

@@ -9,8 +9,8 @@ import pytest
 import torch
 
 from rltrain.buffers import SequenceReplayBuffer
-from rltrain.envs import make_vector_env
-from rltrain.runner import Runner
+from rltrain.envs.make import make_vector_env
+from rltrain.envs.runner import Runner
 from rltrain.types import Progress, Transitions
 
 BOX = gym.spaces.Box(-np.inf, np.inf, shape=(1,), dtype=np.float32)

@@ -16,7 +16,7 @@ from conftest import QUIET
 
 from rltrain import DQN, DQNConfig, OffPolicyConfig, OffPolicyStrategy, Trainer
 from rltrain.checkpoint import Checkpointer
-from rltrain.interrupt import Interrupter, stop_on_signals
+from rltrain.runtime.interrupt import Interrupter, stop_on_signals
 
 
 def start_fit(run_dir: Path) -> subprocess.Popen[str]:

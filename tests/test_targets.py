@@ -14,11 +14,11 @@ import pytest
 from omegaconf import OmegaConf
 
 from rltrain import DQN, Trainer
-from rltrain.cli import main
-from rltrain.config import ConfigError, compose, load_stored
-from rltrain.envs import env_name
-from rltrain.instantiate import make_env
-from rltrain.presets import choose_preset
+from rltrain.cli.main import main
+from rltrain.config.instantiate import make_env
+from rltrain.config.presets import choose_preset
+from rltrain.config.schema import ConfigError, compose, load_stored
+from rltrain.envs.make import env_name
 from rltrain.strategies.off_policy import OffPolicyConfig, OffPolicyStrategy
 from rltrain.trainer.preflight import default_run_dir
 from tests.test_cli import rltrain

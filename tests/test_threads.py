@@ -15,9 +15,9 @@ import torch
 from conftest import QUIET, small
 
 from rltrain import DQN, DQNConfig, Subscriber, Trainer
-from rltrain.config import RunConfig, compose
-from rltrain.events import EnvStep, Metrics
-from rltrain.trainer_config import AUTO_ONE_THREAD_BELOW, TrainerConfig
+from rltrain.config.schema import RunConfig, compose
+from rltrain.config.trainer_config import AUTO_ONE_THREAD_BELOW, TrainerConfig
+from rltrain.observe import EnvStep, Metrics
 
 
 class ThreadProbe(Subscriber):

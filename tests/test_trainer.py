@@ -16,7 +16,7 @@ from conftest import QUIET
 from rltrain import DQN, DQNConfig, OffPolicyConfig, OffPolicyStrategy, Trainer
 from rltrain.agents import DQNPolicy
 from rltrain.checkpoint import Checkpointer, load_agent
-from rltrain.events import (
+from rltrain.observe import (
     EnvStep,
     EvaluationEnd,
     EvaluationStart,
@@ -26,7 +26,7 @@ from rltrain.events import (
     Start,
     Subscriber,
 )
-from rltrain.events.renderers import ConsoleRenderer
+from rltrain.observe.renderers import ConsoleRenderer
 
 ENV = "CartPole-v1"
 

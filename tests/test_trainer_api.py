@@ -22,9 +22,9 @@ from torch.utils.tensorboard import SummaryWriter
 from rltrain import DQN, DQNConfig, OffPolicyConfig, OffPolicyStrategy, Subscriber, Trainer
 from rltrain.buffers.replay import ReplayBatch
 from rltrain.checkpoint import Checkpointer
-from rltrain.config import TrainerConfig
-from rltrain.events import EnvStep, Metrics
-from rltrain.events.renderers import TqdmRenderer
+from rltrain.config.schema import TrainerConfig
+from rltrain.observe import EnvStep, Metrics
+from rltrain.observe.renderers import TqdmRenderer
 from rltrain.optim import Optimization
 from rltrain.types import MetricValue
 

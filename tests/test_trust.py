@@ -19,8 +19,8 @@ from conftest import QUIET
 
 from rltrain import DQN, DQNConfig, OffPolicyConfig, OffPolicyStrategy, Trainer
 from rltrain.checkpoint import MANIFEST, Checkpointer, ManifestError
-from rltrain.config import load_stored
-from rltrain.envs import make_vector_env
+from rltrain.config.schema import load_stored
+from rltrain.envs.make import make_vector_env
 from rltrain.trainer import MARKER
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -20,16 +20,16 @@ from conftest import QUIET, dqn, small
 from typing_extensions import override
 
 from rltrain import DQN, Metrics, Subscriber, Trainer
-from rltrain.env_checks import check_env, time_limit
-from rltrain.envs import EnvError, EnvSpec
-from rltrain.events import (
+from rltrain.envs.checks import check_env, time_limit
+from rltrain.envs.make import EnvError, EnvSpec
+from rltrain.observe import (
     EvaluationEnd,
     EvaluationStart,
     EvaluationStep,
     EventRecorder,
     Start,
 )
-from rltrain.events.renderers import ConsoleRenderer, TqdmRenderer
+from rltrain.observe.renderers import ConsoleRenderer, TqdmRenderer
 from rltrain.strategies import RLResult
 
 

@@ -20,7 +20,7 @@ pytest.importorskip("imageio_ffmpeg", reason="the video extra is not installed")
 import imageio.v2 as imageio
 
 from rltrain import DQN, Trainer, TrainerConfig
-from rltrain.evaluation import Evaluator
+from rltrain.envs.evaluator import Evaluator
 
 
 def frames(path: Path) -> int:
@@ -72,7 +72,7 @@ def test_each_recorded_episode_is_its_own_file_with_every_frame(tmp_path: Path) 
     evaluator = Evaluator("CartPole-v1", episodes=6, seed=0, device=torch.device("cpu"),
                           num_envs=2, max_episode_steps=17, video_dir=tmp_path / "videos")
     try:
-        from rltrain.events.processor import EventProcessor
+        from rltrain.observe.processor import EventProcessor
 
         result = evaluator.run(agent.policy(torch.device("cpu")), env_steps=7,
                                events=EventProcessor())

@@ -16,8 +16,8 @@ from torch import nn
 
 from rltrain.buffers.replay import ReplayBuffer
 from rltrain.buffers.rollout import RolloutBuffer
-from rltrain.distributed import SINGLE, DistributedContext
-from rltrain.events.events import flatten_hparams
+from rltrain.observe.events import flatten_hparams
+from rltrain.runtime.distributed import SINGLE, DistributedContext
 from rltrain.types import ObsTensors, PolicyState, PolicyStep, Progress
 
 if TYPE_CHECKING:
@@ -98,8 +98,8 @@ class LearningAgent(nn.Module, ABC):
         self.num_steps = 0
         self.device = torch.device("cpu")
         self.dtype = torch.float32
-        #: The run's processes (:mod:`rltrain.distributed`), set by the run: what a statistic
-        #: over a batch spread across ranks uses (PPO's advantage normalisation). Default:
+        #: The run's processes (:mod:`rltrain.runtime.distributed`), set by the run: what a
+        #: statistic over a batch spread across ranks uses (PPO's advantage normalisation). Default:
         #: one process.
         self.distributed: DistributedContext = SINGLE
         self.built = False

@@ -3,7 +3,8 @@ own range checks: a ``float`` setting (``float | None`` too) is a finite number,
 and NaN never reach a loss or a distribution; a ``bool`` one is True or False, so ``2`` is
 not taken as true. Declared once, called at the end of each config's ``__post_init__``
 (:class:`~rltrain.DQNConfig`, :class:`~rltrain.PPOConfig`, :class:`~rltrain.SACConfig`,
-``DreamerConfig``, the strategies' configs and :class:`~rltrain.trainer_config.TrainerConfig`);
+``DreamerConfig``, the strategies' configs and
+:class:`~rltrain.config.trainer_config.TrainerConfig`);
 a test walks every registered config so none is missed.
 """
 

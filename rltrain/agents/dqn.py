@@ -23,9 +23,9 @@ from typing_extensions import override
 
 from rltrain.agents.base import LearningAgent, Policy, SpaceError
 from rltrain.agents.config_checks import check_typed_fields
-from rltrain.agents.encoders import check_observation_space, make_encoder
-from rltrain.agents.networks import QNetwork, soft_update
-from rltrain.agents.observation_spaces import encoder_check
+from rltrain.agents.nn.encoders import check_observation_space, make_encoder
+from rltrain.agents.nn.networks import QNetwork, soft_update
+from rltrain.agents.nn.observation_spaces import encoder_check
 from rltrain.buffers.observations import layout, leading_tensor
 from rltrain.buffers.replay import ReplayBatch
 from rltrain.errors import require
@@ -144,7 +144,7 @@ class DQNPolicy(Policy):
 class DQN(LearningAgent):
     """Deep Q-learning for discrete actions; vector, image, ``Discrete``, ``MultiDiscrete`` or
     ``Dict`` observations through the encoder chosen from the observation space
-    (:func:`~rltrain.agents.encoders.make_encoder`: a CNN for images, stored as ``uint8``; a
+    (:func:`~rltrain.agents.nn.encoders.make_encoder`: a CNN for images, stored as ``uint8``; a
     one-hot of ``Discrete`` indices, stored as indices).
 
     Args:

@@ -11,9 +11,9 @@ head, 1 value head), Adam with eps 1e-5, linear learning-rate (and optional clip
 shuffled minibatches covering the rollout each epoch, optional value clipping, a global
 gradient-norm clip, and for ``Box`` actions a state-independent log-std, the unclipped action
 stored and the clipped one sent. Observation normalisation and reward scaling live in the
-agent's state (:mod:`rltrain.agents.normalize`), so every checkpoint evaluates as trained.
+agent's state (:mod:`rltrain.agents.nn.normalize`), so every checkpoint evaluates as trained.
 The rollout, minibatches and epochs are the on-policy strategy's. Observations go through the
-encoder of their space (:mod:`rltrain.agents.encoders`), one for π and V (CleanRL's Atari PPO).
+encoder of their space (:mod:`rltrain.agents.nn.encoders`), one for π and V (CleanRL's Atari PPO).
 """
 
 from __future__ import annotations
@@ -32,17 +32,17 @@ from typing_extensions import override
 
 from rltrain.agents.base import LearningAgent, Policy, SpaceError
 from rltrain.agents.config_checks import check_typed_fields
-from rltrain.agents.distributions import ActionDistribution, ActionHead
-from rltrain.agents.encoders import Encoder, check_observation_space, make_encoder, orthogonal
-from rltrain.agents.networks import MLP, check_parameters_fit, linear_parameters
-from rltrain.agents.normalize import RunningMeanStd
-from rltrain.agents.observation_spaces import check_normalizable, encoder_check
+from rltrain.agents.nn.distributions import ActionDistribution, ActionHead
+from rltrain.agents.nn.encoders import Encoder, check_observation_space, make_encoder, orthogonal
+from rltrain.agents.nn.networks import MLP, check_parameters_fit, linear_parameters
+from rltrain.agents.nn.normalize import RunningMeanStd
+from rltrain.agents.nn.observation_spaces import check_normalizable, encoder_check
 from rltrain.agents.returns import gae
 from rltrain.buffers.observations import map_obs
 from rltrain.buffers.rollout import RolloutBatch, RolloutBuffer
-from rltrain.distributed import moments_mean_std
 from rltrain.errors import require
 from rltrain.optim import Optimization, adam
+from rltrain.runtime.distributed import moments_mean_std
 from rltrain.types import MetricValue, ObsTensors, PolicyState, PolicyStep
 
 ACTIVATIONS: dict[str, type[nn.Module]] = {"tanh": nn.Tanh, "relu": nn.ReLU}

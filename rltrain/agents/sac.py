@@ -12,7 +12,7 @@ Per gradient step, on a replayed batch ``(s, a, r, s', terminated)``:
 A truncated episode bootstraps from its true final observation: only ``terminated`` stops
 the target. Actions are stored in the env's units; the critics see them rescaled to [-1, 1].
 Observations go through encoders chosen from the observation space (a CNN for images:
-:mod:`rltrain.agents.encoders`), one for the actor and one shared by the twin critics (SB3's
+:mod:`rltrain.agents.nn.encoders`), one for the actor and one shared by the twin critics (SB3's
 ``share_features_extractor=False``), each trained by its own loss.
 """
 
@@ -30,9 +30,9 @@ from typing_extensions import override
 
 from rltrain.agents.base import LearningAgent, Policy, SpaceError, require_bounded
 from rltrain.agents.config_checks import check_typed_fields
-from rltrain.agents.encoders import Encoder, check_observation_space, make_encoder
-from rltrain.agents.networks import SquashedGaussianActor, TwinQ, soft_update
-from rltrain.agents.observation_spaces import encoder_check
+from rltrain.agents.nn.encoders import Encoder, check_observation_space, make_encoder
+from rltrain.agents.nn.networks import SquashedGaussianActor, TwinQ, soft_update
+from rltrain.agents.nn.observation_spaces import encoder_check
 from rltrain.buffers.replay import ReplayBatch
 from rltrain.errors import require
 from rltrain.optim import Optimization, adam

@@ -10,7 +10,7 @@ import torch
 
 from rltrain.buffers.observations import map_obs, mismatch, obs_nbytes, row_nbytes, torch_zeros
 from rltrain.buffers.replay import check_fits
-from rltrain.distributed import DistributedContext
+from rltrain.runtime.distributed import DistributedContext
 from rltrain.types import ObsTensors, Transitions
 
 #: What an on-policy policy must return beside its actions (``PolicyStep.info``).

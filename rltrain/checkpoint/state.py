@@ -14,7 +14,7 @@ import torch
 from rltrain.checkpoint.manifest import CHECKPOINT_FORMAT
 from rltrain.checkpoint.spaces import spaces_state
 from rltrain.checkpoint.store import Checkpointer
-from rltrain.envs import EnvInit, make_probe_env
+from rltrain.envs.make import EnvInit, make_probe_env
 
 if TYPE_CHECKING:
     from rltrain.agents.base import LearningAgent

@@ -33,7 +33,7 @@ from rltrain.checkpoint.manifest import (
     shard_name,
     with_entry,
 )
-from rltrain.distributed import SINGLE, DistributedContext
+from rltrain.runtime.distributed import SINGLE, DistributedContext
 
 
 @dataclass(frozen=True)

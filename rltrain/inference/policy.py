@@ -28,11 +28,11 @@ from rltrain.agents.base import LearningAgent, Policy
 from rltrain.buffers.observations import layout
 from rltrain.checkpoint import Checkpointer
 from rltrain.checkpoint.spaces import space_from_state
-from rltrain.config import ConfigError, literal_config, load_stored, validate
-from rltrain.envs import make_probe_env
+from rltrain.config.instantiate import check_stored_targets, make_agent, make_env
+from rltrain.config.schema import ConfigError, literal_config, load_stored, validate
+from rltrain.config.targets import Trust, within
+from rltrain.envs.make import make_probe_env
 from rltrain.inference.export import export_program
-from rltrain.instantiate import check_stored_targets, make_agent, make_env
-from rltrain.targets import Trust, within
 from rltrain.types import PolicyState, Progress
 
 #: What :meth:`InferencePolicy.predict` takes: an observation or a batch, as arrays (a dict of

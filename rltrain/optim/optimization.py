@@ -11,9 +11,9 @@ from typing import TYPE_CHECKING, Any, Literal, Protocol
 import torch
 
 from rltrain.components import RLComponents
-from rltrain.distributed import SINGLE, DistributedContext
-from rltrain.interrupt import Interrupter
 from rltrain.optim.fused import clip_grad_norm, fused_adam_step
+from rltrain.runtime.distributed import SINGLE, DistributedContext
+from rltrain.runtime.interrupt import Interrupter
 from rltrain.types import Progress
 
 if TYPE_CHECKING:
@@ -78,7 +78,7 @@ class Optimization:
             host sync. Default None: on for fused optimizers off the CPU (where a read costs a
             sync; on the CPU it costs nothing). Optimizers that are not fused are always
             checked on the host.
-        distributed: The run's processes (:mod:`rltrain.distributed`). With several, each
+        distributed: The run's processes (:mod:`rltrain.runtime.distributed`). With several, each
             optimizer step first averages the gradients over the ranks (one all-reduce of
             one flat buffer, after the last accumulated backward pass and before clipping),
             so every rank applies the same update; a non-finite loss on any rank travels in

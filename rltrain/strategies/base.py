@@ -13,10 +13,10 @@ import gymnasium as gym
 from rltrain.agents.base import LearningAgent, Policy
 from rltrain.checkpoint import restore_progress
 from rltrain.components import RLComponents
-from rltrain.envs import EnvInit
-from rltrain.events.events import End, Interrupted, Start, flatten_config, flatten_hparams
+from rltrain.envs.make import EnvInit
+from rltrain.observe.events import End, Interrupted, Start, flatten_config, flatten_hparams
 from rltrain.optim import ended_on_refused_loss
-from rltrain.strategies.failure import what_is_left
+from rltrain.strategies.run.failure import what_is_left
 from rltrain.types import Summary
 
 
@@ -34,15 +34,16 @@ class RLStrategy(ABC):
     :meth:`train` is a fixed template, so no strategy can forget the run's events: it resets the
     metrics, emits Start, runs ``train_loop``, emits Interrupted when a stop was requested, builds
     the summary and emits End. A ``train_loop`` steps environments (with a
-    :class:`~rltrain.runner.Runner`), stores experience, calls the agent through
+    :class:`~rltrain.envs.runner.Runner`), stores experience, calls the agent through
     :class:`~rltrain.optim.Optimization`, emits EnvStep/EpisodeEnd/TrainStep events, and returns
     as soon as ``components.interrupter.should_stop()``.
     """
 
     @property
     def seed(self) -> int:
-        """The run's seed, from which every other derives (:func:`~rltrain.seeding.derive_seeds`):
-        the ``seed`` field of ``self.config``; 0 for a strategy whose config has none."""
+        """The run's seed, from which every other derives
+        (:func:`~rltrain.runtime.seeding.derive_seeds`): the ``seed`` field of
+        ``self.config``; 0 for a strategy whose config has none."""
         config = getattr(self, "config", None)
         fields = dataclasses.fields(config) if dataclasses.is_dataclass(config) else ()
         return int(config.seed) if any(f.name == "seed" for f in fields) else 0  # type: ignore[union-attr]

@@ -12,11 +12,11 @@ from typing_extensions import override
 from rltrain.agents.base import LearningAgent, Policy
 from rltrain.agents.config_checks import check_typed_fields
 from rltrain.components import RLComponents
-from rltrain.envs import EnvInit, Vectorization
+from rltrain.envs.make import EnvInit, Vectorization
 from rltrain.errors import require
-from rltrain.seeding import EVAL_SEED_OFFSET, derive_seeds
+from rltrain.runtime.seeding import EVAL_SEED_OFFSET, derive_seeds
 from rltrain.strategies.base import RLStrategy
-from rltrain.strategies.run import Run, check_resumed_envs, replay
+from rltrain.strategies.run.engine import Run, check_resumed_envs, replay
 
 __all__ = ["EVAL_SEED_OFFSET", "OffPolicyConfig", "OffPolicyStrategy"]
 

@@ -13,10 +13,10 @@ from rltrain.agents.base import LearningAgent, Policy
 from rltrain.agents.config_checks import check_typed_fields
 from rltrain.buffers.rollout import RolloutBatch, RolloutBuffer
 from rltrain.components import RLComponents
-from rltrain.envs import EnvInit, Vectorization
+from rltrain.envs.make import EnvInit, Vectorization
 from rltrain.errors import require
 from rltrain.strategies.base import RLStrategy
-from rltrain.strategies.run import Run, check_resumed_envs, rollout
+from rltrain.strategies.run.engine import Run, check_resumed_envs, rollout
 
 
 @dataclass

@@ -11,11 +11,11 @@ from omegaconf import DictConfig
 
 from rltrain.agents.base import LearningAgent
 from rltrain.checkpoint import LoadedCheckpoint
-from rltrain.config import validate
-from rltrain.envs import EnvInit
-from rltrain.instantiate import make_agent, make_env
+from rltrain.config.instantiate import make_agent, make_env
+from rltrain.config.schema import validate
+from rltrain.config.targets import TRUSTED, Trust
+from rltrain.envs.make import EnvInit
 from rltrain.strategies.base import RLResult
-from rltrain.targets import TRUSTED, Trust
 from rltrain.trainer.trainer import Trainer
 
 

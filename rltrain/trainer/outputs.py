@@ -10,21 +10,21 @@ from pathlib import Path
 from typing import Any
 
 from rltrain.agents.base import LearningAgent
-from rltrain.agents.encoders import encoder_lines
-from rltrain.callbacks import EarlyStopping
+from rltrain.agents.nn.encoders import encoder_lines
 from rltrain.checkpoint import Checkpointer, atomic_write_text
-from rltrain.events.processor import Subscriber
-from rltrain.events.renderers import (
+from rltrain.observe.callbacks import EarlyStopping
+from rltrain.observe.loggers import is_unrecorded, logger_items, named_logger
+from rltrain.observe.model_summary import format_summary, summarize
+from rltrain.observe.processor import Subscriber
+from rltrain.observe.renderers import (
     ConsoleRenderer,
     JsonlRenderer,
     LoggerRenderer,
     TensorBoardRenderer,
     TqdmRenderer,
 )
-from rltrain.events.renderers.jsonl import json_safe
-from rltrain.events.renderers.tensorboard import is_summary_writer
-from rltrain.loggers import is_unrecorded, logger_items, named_logger
-from rltrain.model_summary import format_summary, summarize
+from rltrain.observe.renderers.jsonl import json_safe
+from rltrain.observe.renderers.tensorboard import is_summary_writer
 from rltrain.optim import ended_on_refused_loss
 from rltrain.trainer.settings import TrainerSettings
 from rltrain.types import Summary
@@ -32,7 +32,7 @@ from rltrain.types import Summary
 
 def write_model_summary(trainer: TrainerSettings, agent: LearningAgent, run_dir: Path) -> None:
     """``model_summary.txt`` in ``run_dir`` (and on the console when it is on): which encoder
-    each part of the observation got (:func:`~rltrain.agents.encoders.encoder_lines`), then
+    each part of the observation got (:func:`~rltrain.agents.nn.encoders.encoder_lines`), then
     the table of the agent's networks."""
     table = "\n".join([*encoder_lines(agent), format_summary(summarize(agent))])
     atomic_write_text(run_dir / "model_summary.txt", table + "\n")

@@ -14,15 +14,15 @@ import torch
 from rltrain.agents.base import LearningAgent
 from rltrain.checkpoint import Checkpointer
 from rltrain.components import RLComponents
-from rltrain.config import STRATEGIES
-from rltrain.distributed import SINGLE, DistributedContext, rank_device
-from rltrain.env_checks import check_env
-from rltrain.envs import EnvInit, env_name, file_name, make_probe_env
-from rltrain.events.events import EvaluationEnd
-from rltrain.seeding import derive_seeds, seed_everything
+from rltrain.config.schema import STRATEGIES
+from rltrain.envs.checks import check_env
+from rltrain.envs.make import EnvInit, env_name, file_name, make_probe_env
+from rltrain.envs.video import check_rendering
+from rltrain.observe.events import EvaluationEnd
+from rltrain.runtime.distributed import SINGLE, DistributedContext, rank_device
+from rltrain.runtime.seeding import derive_seeds, seed_everything
 from rltrain.strategies.base import RLStrategy
 from rltrain.trainer.settings import TrainerSettings
-from rltrain.video import check_rendering
 
 
 def default_run_dir(agent_name: str, env_name: str) -> Path:
@@ -64,7 +64,7 @@ def check_resume_settings(checkpoint: Path, state: dict[str, Any],
 
 def setup_agent(env: EnvInit, agent: LearningAgent, components: RLComponents,
                 seed: int) -> tuple[gym.Space[Any], gym.Space[Any]]:
-    """Make one environment, check it (:func:`~rltrain.env_checks.check_env`) and build
+    """Make one environment, check it (:func:`~rltrain.envs.checks.check_env`) and build
     ``agent`` for its spaces on the run's device and dtype, with the run's counters, before
     any training starts. The networks are initialised from the global generators seeded with
     ``seed`` (the strategy's) once the probe is checked, so a seed gives the same initial

@@ -36,7 +36,7 @@ from rltrain.checkpoint.manifest import (
     SHARD_NAME,
     TEMPORARY_NAME,
 )
-from rltrain.targets import within
+from rltrain.config.targets import within
 from rltrain.trainer.outputs import stopped_on_refused_loss
 
 #: Written in every run directory when its first run starts: what makes a folder a run.

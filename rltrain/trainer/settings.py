@@ -1,4 +1,4 @@
-"""A Trainer's settings: :class:`~rltrain.trainer_config.TrainerConfig`'s fields (declared
+"""A Trainer's settings: :class:`~rltrain.config.trainer_config.TrainerConfig`'s fields (declared
 there, once) and the objects a config file cannot hold, all checked before any run directory
 exists."""
 
@@ -12,14 +12,14 @@ from typing import TYPE_CHECKING, Any, Union
 import torch
 from omegaconf import DictConfig
 
-from rltrain.events.processor import Subscriber
-from rltrain.events.renderers import MetricsLogger
-from rltrain.events.renderers.tensorboard import is_summary_writer
-from rltrain.interrupt import Interrupter
-from rltrain.loggers import is_unrecorded, logger_items
+from rltrain.config.trainer_config import TrainerConfig
+from rltrain.observe.loggers import is_unrecorded, logger_items
+from rltrain.observe.processor import Subscriber
+from rltrain.observe.renderers import MetricsLogger
+from rltrain.observe.renderers.tensorboard import is_summary_writer
 from rltrain.optim import check_autocast
+from rltrain.runtime.interrupt import Interrupter
 from rltrain.strategies.base import RLStrategy
-from rltrain.trainer_config import TrainerConfig
 
 if TYPE_CHECKING:
     from torch.utils.tensorboard import SummaryWriter
@@ -34,7 +34,7 @@ Logger = Union[bool, str, Path, "SummaryWriter", MetricsLogger,
 @dataclass(kw_only=True, eq=False, repr=False)
 class TrainerSettings(TrainerConfig):
     """The settings of a :class:`~rltrain.Trainer` (its base class): every field of
-    :class:`~rltrain.trainer_config.TrainerConfig` (see it for each one's meaning, unit and
+    :class:`~rltrain.config.trainer_config.TrainerConfig` (see it for each one's meaning, unit and
     default), and these objects. Each is checked when the Trainer is made and kept as the
     attribute of the same name.
 
@@ -78,7 +78,7 @@ class TrainerSettings(TrainerConfig):
 
     def check_logger(self) -> None:
         """Refuse a ``logger`` that is none of :data:`Logger`'s forms (names and the packages
-        they need are checked by :func:`~rltrain.loggers.logger_items`)."""
+        they need are checked by :func:`~rltrain.observe.loggers.logger_items`)."""
         if not (isinstance(self.logger, (bool, str, Path, list, tuple, MetricsLogger))
                 or is_summary_writer(self.logger)):
             raise TypeError(

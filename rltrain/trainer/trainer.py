@@ -19,16 +19,18 @@ from rltrain.checkpoint import (
     training_state,
 )
 from rltrain.components import RLComponents
-from rltrain.config import save_config, validate
-from rltrain.distributed import SINGLE, DistributedContext, connect
-from rltrain.envs import EnvInit, env_name
-from rltrain.evaluation import Evaluator
-from rltrain.events.processor import EventProcessor
-from rltrain.heap import keep_freed_memory
-from rltrain.instantiate import make_strategy
-from rltrain.interrupt import stop_on_signals
+from rltrain.config.instantiate import make_strategy
+from rltrain.config.schema import save_config, validate
+from rltrain.config.targets import TRUSTED, Trust
+from rltrain.config.trainer_config import TrainerConfig
+from rltrain.envs.evaluator import Evaluator
+from rltrain.envs.make import EnvInit, env_name
+from rltrain.envs.video import check_rendering
+from rltrain.observe.processor import EventProcessor
+from rltrain.runtime.distributed import SINGLE, DistributedContext, connect
+from rltrain.runtime.heap import keep_freed_memory
+from rltrain.runtime.interrupt import stop_on_signals
 from rltrain.strategies.base import RLResult, RLStrategy
-from rltrain.targets import TRUSTED, Trust
 from rltrain.trainer.description import run_config, trainer_settings
 from rltrain.trainer.outputs import (
     kept_after_abort,
@@ -49,8 +51,6 @@ from rltrain.trainer.preflight import (
 )
 from rltrain.trainer.run_dir import open_run
 from rltrain.trainer.settings import TrainerSettings
-from rltrain.trainer_config import TrainerConfig
-from rltrain.video import check_rendering
 
 
 def trainable_parameters(agent: LearningAgent) -> int:
@@ -68,7 +68,8 @@ class Trainer(TrainerSettings):
         trainer.fit("CartPole-v1", agent)
         trainer.evaluate("CartPole-v1", agent, ckpt_path="best", episodes=20)
 
-    Or from one config (see :mod:`rltrain.config`): ``build(compose(["dqn_cartpole"])).fit()``.
+    Or from one config (see :mod:`rltrain.config.schema`):
+    ``build(compose(["dqn_cartpole"])).fit()``.
 
     The run directory receives ``config.yaml`` (the whole run's config), ``model_summary.txt``,
     TensorBoard event files, ``metrics.jsonl``, ``summary.json`` and ``checkpoints/``
@@ -76,7 +77,7 @@ class Trainer(TrainerSettings):
     ``dtype``, ``logger``, ``trainer`` (this object) and the live ``progress`` counters.
 
     Args: every setting, as keyword arguments (Lightning's names where they apply): the plain
-    ones of :class:`~rltrain.trainer_config.TrainerConfig` (also a config's ``trainer:``
+    ones of :class:`~rltrain.config.trainer_config.TrainerConfig` (also a config's ``trainer:``
     section) and the objects of :class:`~rltrain.trainer.settings.TrainerSettings`.
     """
 
@@ -84,7 +85,7 @@ class Trainer(TrainerSettings):
     _fitted: tuple[LearningAgent, EnvInit, RLStrategy, RLComponents] | None = None
     #: The run directory of the last ``fit`` (None before).
     last_run_dir: Path | None = None
-    #: This process among the last ``fit``'s processes (:mod:`rltrain.distributed`); a
+    #: This process among the last ``fit``'s processes (:mod:`rltrain.runtime.distributed`); a
     #: single process before any ``fit`` and outside ``torchrun``.
     distributed: DistributedContext = SINGLE
 
@@ -204,7 +205,7 @@ class Trainer(TrainerSettings):
         it is. ``episodes`` defaults to ``eval_episodes``. With the default ``seed`` the episodes
         start where the training run's evaluations started, so the last checkpoint reproduces
         the run's final evaluation return. ``video_dir``: record the episodes of evaluation
-        sub-env 0 there (:mod:`rltrain.video`; ``pip install 'rltrain[video]'``).
+        sub-env 0 there (:mod:`rltrain.envs.video`; ``pip install 'rltrain[video]'``).
         """
         if ckpt_path is not None:
             run_dir = self.run_dir or self.last_run_dir
@@ -262,7 +263,7 @@ class Trainer(TrainerSettings):
 
     def settings(self) -> dict[str, Any]:
         """This trainer's settings as the ``trainer`` section of a run config
-        (:class:`~rltrain.config.TrainerConfig`'s fields). ``overwrite`` is always saved as
+        (:class:`~rltrain.config.schema.TrainerConfig`'s fields). ``overwrite`` is always saved as
         False: a saved config never replaces a run."""
         return trainer_settings(self)
 

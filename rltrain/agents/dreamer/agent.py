@@ -20,8 +20,8 @@ from rltrain.agents.base import LearningAgent, Policy, SpaceError, require_bound
 from rltrain.agents.config_checks import check_typed_fields
 from rltrain.agents.dreamer.behavior import Actor, ReturnScale, imagine
 from rltrain.agents.dreamer.world_model import ELU, State, WorldModel, rows, symexp, symlog
-from rltrain.agents.networks import mlp, soft_update
-from rltrain.agents.observation_spaces import cli, flattenable
+from rltrain.agents.nn.networks import mlp, soft_update
+from rltrain.agents.nn.observation_spaces import cli, flattenable
 from rltrain.agents.returns import lambda_returns
 from rltrain.buffers import Buffer, SequenceBatch, SequenceReplayBuffer
 from rltrain.errors import require

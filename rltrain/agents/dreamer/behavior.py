@@ -20,9 +20,9 @@ from torch.distributions import Distribution, Independent, Normal, OneHotCategor
 from torch.distributions.transformed_distribution import TransformedDistribution
 from torch.distributions.transforms import TanhTransform
 
-from rltrain.agents.distributions import rejected_parameters
 from rltrain.agents.dreamer.world_model import ELU, RSSM, State
-from rltrain.agents.networks import mlp
+from rltrain.agents.nn.distributions import rejected_parameters
+from rltrain.agents.nn.networks import mlp
 
 #: What to change when Dreamer's networks diverged (their outputs are no longer finite).
 DIVERGED = ("Lower the learning rates (agent.model_lr, agent.actor_lr, agent.critic_lr), or "

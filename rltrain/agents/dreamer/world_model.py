@@ -20,7 +20,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from rltrain.agents.networks import check_parameters_fit, mlp
+from rltrain.agents.nn.networks import check_parameters_fit, mlp
 
 
 def symlog(x: torch.Tensor) -> torch.Tensor:

@@ -1,0 +1,1 @@
+"""The ``rltrain`` command (:mod:`.main`) and its ``plot`` subcommand (:mod:`.plot`)."""

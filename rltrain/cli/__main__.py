@@ -1,0 +1,5 @@
+"""``python -m rltrain.cli``: the ``rltrain`` command."""
+
+from rltrain.cli.main import main
+
+raise SystemExit(main())

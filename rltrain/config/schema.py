@@ -1,0 +1,526 @@
+"""Structured configs: one typed, validated omegaconf config for a whole run.
+
+A run's config has four sections, each a dataclass with defaults that work:
+
+    trainer:   TrainerConfig   (the Trainer's arguments: steps, devices, logging, checkpoints)
+    env:       EnvConfig       (a Gymnasium id and its keyword arguments)
+    strategy:  name + the strategy's config   (off_policy: OffPolicyConfig)
+    agent:     name + the agent's config      (dqn: DQNConfig)
+
+``name`` picks the registered class (:data:`AGENTS`, :data:`STRATEGIES`); the rest of the
+section is type-checked against that class's config. An unknown key or a value of the wrong type
+is a :class:`ConfigError` naming the key and suggesting the closest valid one.
+
+    cfg = compose(["configs/dqn_cartpole.yaml"], ["trainer.num_steps=20000", "agent.lr=1e-3"])
+    run = build(cfg)          # rltrain.trainer.build: trainer, agent and env
+    run.fit()
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import re
+import typing
+import warnings
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+from omegaconf import DictConfig, ListConfig, OmegaConf, grammar_parser
+from omegaconf.errors import ConfigKeyError, GrammarParseError, OmegaConfBaseException
+from omegaconf.grammar.gen.OmegaConfGrammarParser import OmegaConfGrammarParser as Parser
+
+from rltrain.agents.dqn import DQN, DQNConfig
+from rltrain.agents.dreamer import Dreamer, DreamerConfig
+from rltrain.agents.ppo import PPO, PPOConfig
+from rltrain.agents.sac import SAC, SACConfig
+from rltrain.checkpoint import atomic_write_text
+from rltrain.config.trainer_config import TrainerConfig as TrainerConfig
+from rltrain.envs.make import check_env_id
+from rltrain.strategies.off_policy import OffPolicyConfig, OffPolicyStrategy
+from rltrain.strategies.on_policy import OnPolicyConfig, OnPolicyStrategy
+
+#: Where the shipped YAML configs live (``configs/`` in the repository links here).
+SHIPPED_CONFIGS = Path(__file__).parent.parent / "configs"
+
+
+class ConfigError(ValueError):
+    """A config key or value is wrong; the message names the key and what would be right."""
+
+
+@dataclass
+class EnvConfig:
+    """The ``env:`` section.
+
+    Attributes:
+        id: A registered Gymnasium id, or Gymnasium's ``"module:EnvId"``. Default
+            ``"CartPole-v1"``; ignored (set to null) when ``_target_`` is given.
+        kwargs: Keyword arguments for ``gymnasium.make`` or ``_target_`` (e.g.
+            ``{max_episode_steps: 200}``).
+        imports: Modules imported first: packages that register their ids (``[minigrid]``).
+        wrappers: Applied in order, each ``{_target_: import.path.Wrapper, **kwargs}``
+            (``[{_target_: minigrid.wrappers.ImgObsWrapper}]``).
+        _target_: Instead of ``id``: the import path of an env class, or of a function
+            returning an env, called with ``kwargs`` (``my_envs.Corridor``; a module in the
+            current directory is found). Default null.
+        max_episode_steps: A time limit in env steps (Gymnasium's ``TimeLimit``, applied
+            before ``wrappers``) for an env that has none or a longer one. Default null: the
+            env's own.
+        unrecorded: Set by rltrain when the run's env was a Python callable with no import
+            path: why the env cannot be rebuilt from this config. Default null.
+    """
+
+    id: str | None = "CartPole-v1"
+    kwargs: dict[str, Any] = field(default_factory=dict)
+    imports: list[str] = field(default_factory=list)
+    wrappers: list[Any] = field(default_factory=list)
+    _target_: str | None = None
+    max_episode_steps: int | None = None
+    unrecorded: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.max_episode_steps is not None and self.max_episode_steps < 1:
+            raise ValueError(f"max_episode_steps must be >= 1 env step, or null for the "
+                             f"env's own limit; got {self.max_episode_steps}.")
+        for index, wrapper in enumerate(self.wrappers):
+            if not isinstance(wrapper, Mapping) or not isinstance(wrapper.get("_target_"), str):
+                raise ValueError(
+                    f"wrappers[{index}] is {wrapper!r}; each wrapper is a mapping with the "
+                    "import path of its class and its keyword arguments, e.g. {_target_: "
+                    "gymnasium.wrappers.TimeLimit, max_episode_steps: 200}.")
+        if self.id is None and self._target_ is None and self.unrecorded is None:
+            raise ValueError("give the environment an id (a Gymnasium id) or a _target_ "
+                             "(the import path of an env class or function).")
+
+
+@dataclass(frozen=True)
+class Registered:
+    """A class the config can name: an agent or a strategy built as ``cls(config)``.
+
+    Attributes:
+        name: The ``name:`` value in its section (``"dqn"``).
+        cls: The agent or strategy class.
+        config: Its config dataclass.
+        section: The section's schema: ``config`` plus the ``name`` field.
+        summary: One line for ``rltrain list``.
+    """
+
+    name: str
+    cls: type
+    config: type
+    section: type
+    summary: str
+
+
+def registered(name: str, cls: type, config: type, summary: str) -> Registered:
+    """A :class:`Registered` entry for ``cls`` (built as ``cls(config(...))``), its section
+    schema made from ``config`` plus ``name``. Add it to :data:`AGENTS` or :data:`STRATEGIES`
+    to make your own agent or strategy configurable:
+
+        AGENTS["my_agent"] = registered("my_agent", MyAgent, MyAgentConfig, "what it does")
+    """
+    section = dataclasses.make_dataclass(
+        f"{config.__name__}Section", [("name", str, field(default=name))], bases=(config,),
+        namespace={"__module__": __name__,
+                   "__doc__": f"{config.__name__} with the ``name`` that selects it."})
+    return Registered(name, cls, config, section, summary)
+
+
+#: Agents by the ``agent.name`` that selects them.
+AGENTS: dict[str, Registered] = {
+    "dqn": registered("dqn", DQN, DQNConfig,
+                      "Deep Q-Network (double Q, dueling option); discrete actions"),
+    "dreamer": registered("dreamer", Dreamer, DreamerConfig,
+                          "world model + actor-critic in imagination; vector observations"),
+    "ppo": registered("ppo", PPO, PPOConfig,
+                      "proximal policy optimization; discrete or continuous actions"),
+    "sac": registered("sac", SAC, SACConfig,
+                      "soft actor-critic (twin Q, learned temperature); continuous actions"),
+}
+
+#: Strategies by the ``strategy.name`` that selects them.
+STRATEGIES: dict[str, Registered] = {
+    "off_policy": registered("off_policy", OffPolicyStrategy, OffPolicyConfig,
+                            "collect into a replay buffer, train every few env steps"),
+    "on_policy": registered("on_policy", OnPolicyStrategy, OnPolicyConfig,
+                           "collect a rollout with the current policy, then epochs over it"),
+}
+
+
+@dataclass
+class RunConfig:
+    """The schema of a whole run (the default agent and strategy; :func:`schema` swaps in the
+    sections of the ones a config names)."""
+
+    trainer: TrainerConfig = field(default_factory=TrainerConfig)
+    env: EnvConfig = field(default_factory=EnvConfig)
+    strategy: Any = field(default_factory=STRATEGIES["off_policy"].section)
+    agent: Any = field(default_factory=AGENTS["dqn"].section)
+
+
+def schema(agent: str | None = "dqn", strategy: str | None = "off_policy") -> DictConfig:
+    """The typed, default config for ``agent`` trained by ``strategy``; None leaves that
+    section untyped (a section naming its class by ``_target_``, checked when it is made)."""
+    config = OmegaConf.structured(RunConfig(
+        strategy={} if strategy is None else lookup(STRATEGIES, strategy, "strategy").section(),
+        agent={} if agent is None else lookup(AGENTS, agent, "agent").section()))
+    assert isinstance(config, DictConfig)
+    return config
+
+
+def compose(files: Sequence[str | Path] = (), overrides: Sequence[str] = ()) -> DictConfig:
+    """Merge YAML ``files`` (later ones win) and ``key=value`` ``overrides`` onto the defaults,
+    type-checked. A file name without a folder or suffix (``dqn_cartpole``) is a shipped config.
+    A shipped preset whose ``env.id`` a later file or override changes gets a warning: its
+    settings were tuned for its own env.
+    """
+    layers = [load_yaml(path) for path in files]
+    config = validate(OmegaConf.merge(*layers, parse_overrides(overrides)) if layers or overrides
+                      else OmegaConf.create())
+    for path, layer in zip(files, layers, strict=True):
+        tuned = OmegaConf.select(layer, "env.id")
+        if _is_shipped(path) and tuned is not None and config.env.id != tuned:
+            warnings.warn(retuned_message(Path(path).stem, str(tuned), config), stacklevel=2)
+    return config
+
+
+def _is_shipped(path: str | Path) -> bool:
+    found = Path(path)
+    if not found.exists() and found.parent == Path(".") and not found.suffix:
+        found = SHIPPED_CONFIGS / f"{found}.yaml"
+    return found.resolve().parent == SHIPPED_CONFIGS.resolve()
+
+
+def presets_for(env_id: str | None, agent: str | None = None) -> list[str]:
+    """The shipped configs tuned for ``env_id`` (and ``agent``, when given)."""
+    return [name for name in shipped_configs()
+            if OmegaConf.select(load_yaml(name), "env.id") == env_id
+            and agent in (None, OmegaConf.select(load_yaml(name), "agent.name"))]
+
+
+def retuned_message(preset: str, tuned: str, config: DictConfig) -> str:
+    """The warning for a shipped ``preset`` tuned for ``tuned`` but run on another env."""
+    env = config.env.id or config.env._target_
+    agent = OmegaConf.select(config, "agent.name")
+    matching = presets_for(config.env.id, agent) if config.env.id is not None else []
+    advice = (f"start from {' or '.join(matching)} instead" if matching else
+              "no shipped preset is tuned for it, so tune the strategy.* and agent.* "
+              "settings (RL-Zoo's hyperparameters are a good start)")
+    return (f"{preset} is tuned for {tuned}, and env.id is now {env}: its settings may not "
+            f"suit {env}; {advice}.")
+
+
+def validate(config: Mapping[str, Any] | DictConfig | ListConfig) -> DictConfig:
+    """``config`` merged onto the schema of the agent and strategy it names, type-checked, and
+    checked by each section's dataclass (its ``__post_init__``). Raises :class:`ConfigError`."""
+    try:
+        return _validate(config)
+    except OmegaConfBaseException as error:  # a malformed ${...} interpolation, mostly
+        raise ConfigError(_omegaconf_message(error)) from None
+
+
+def _omegaconf_message(error: OmegaConfBaseException) -> str:
+    message = str(error.msg if getattr(error, "msg", None) else error).splitlines()[0]
+    key = getattr(error, "full_key", None)
+    hint = (" Interpolations are written ${section.key} or ${oc.env:NAME}; write \\${ for a "
+            "literal ${." if "${" in message or "interpolation" in message.lower()
+            or "viable alternative" in message else "")
+    return f"{key or 'config'}: {message}.{hint}"
+
+
+def _validate(config: Mapping[str, Any] | DictConfig | ListConfig) -> DictConfig:
+    if isinstance(config, ListConfig):
+        raise ConfigError("A run config is a mapping of sections (trainer, env, strategy, "
+                          "agent), not a list.")
+    raw = OmegaConf.create(to_container_raw(config) if isinstance(config, DictConfig)
+                           else dict(config))  # a copy: the caller's config is not changed
+    agent, strategy = _named(raw, "agent"), _named(raw, "strategy")
+    if strategy == "":  # the agent's own kind (off_policy for one named by import path)
+        kinds = getattr(AGENTS[agent].cls, "strategy_kinds", ()) if agent in AGENTS else ()
+        strategy = kinds[0] if kinds else "off_policy"
+    base = schema(agent, strategy)
+    _check_sections(raw)
+    try:
+        merged = OmegaConf.merge(base, _integral_floats(base, raw))
+    except ConfigKeyError as error:
+        raise ConfigError(_unknown_key_message(base, error)) from None
+    except OmegaConfBaseException as error:
+        raise ConfigError(_list_hint(error) or _omegaconf_message(error)) from None
+    assert isinstance(merged, DictConfig)
+    if merged.env._target_ is not None:
+        merged.env.id = None
+    for section in ("trainer", "env", "strategy", "agent"):
+        try:
+            OmegaConf.to_object(merged[section])  # runs the dataclass's own checks
+        except OmegaConfBaseException as error:  # before ValueError: some are ValueErrors
+            raise ConfigError(_omegaconf_message(error)) from None
+        except ValueError as error:
+            said = str(error)
+            raise ConfigError(said if said.startswith(f"{section}: ") else f"{section}: {said}"
+                              ) from None
+    env_id = merged.env.id
+    if env_id is not None and ":" not in env_id and not merged.env.imports:
+        try:  # an id in an imported module is checked once the module is imported
+            check_env_id(str(env_id))
+        except ValueError as error:
+            raise ConfigError(f"env.id: {error}") from None
+    return merged
+
+
+#: The key a section's value alone most likely meant (``env=CartPole-v1``: ``env.id``).
+SECTION_KEYS = {"env": "id", "agent": "name", "strategy": "name", "trainer": "num_steps"}
+
+
+def _check_sections(raw: DictConfig) -> None:
+    """Refuse a section given a value instead of keys, naming the key it likely meant."""
+    for section, key in SECTION_KEYS.items():
+        node = raw.get(section) if not OmegaConf.is_missing(raw, section) else None
+        if node is not None and not isinstance(node, DictConfig):
+            raise ConfigError(f"{section} is a section of settings, not a value; got "
+                              f"{section}={node!r}. Write {section}.{key}={node} (each setting "
+                              f"is {section}.KEY=VALUE; rltrain fit --print-config shows them).")
+
+
+def _list_hint(error: OmegaConfBaseException) -> str:
+    """For a list setting given a plain value (``agent.hidden_sizes=64,64``), the message that
+    gives its YAML list; "" for another error."""
+    key, value = getattr(error, "full_key", None), getattr(error, "value", None)
+    if "ListConfig, list or tuple" not in str(error) or key is None:
+        return ""
+    return (f"{key} is a list; got {value!r}. Write it in brackets: {key}=[{value}] (on a "
+            "shell, quote it if it has spaces).")
+
+
+def _named(raw: DictConfig, section: str) -> str | None:
+    """The registered name a section selects; None for a section naming its class by
+    ``_target_`` (or recorded as not rebuildable; a ``name`` beside it, from a preset, is
+    dropped); ``""`` for a strategy left to the agent."""
+    node = OmegaConf.select(raw, section)
+    if isinstance(node, DictConfig) and ("_target_" in node or "unrecorded" in node):
+        if "name" in node:  # a _target_ over a preset's registered name: the class given wins
+            del node["name"]
+        return None
+    default = "dqn" if section == "agent" else ""
+    return str(OmegaConf.select(raw, f"{section}.name", default=default))
+
+
+def _integral_floats(base: DictConfig, raw: DictConfig) -> DictConfig:
+    """``raw`` with integral floats (``1e4``, as YAML and overrides read it) turned into ints
+    where the schema's field is an int."""
+    for section in ("trainer", "env", "strategy", "agent"):
+        node, schema_node = raw.get(section), base.get(section)
+        if not isinstance(node, DictConfig) or not isinstance(schema_node, DictConfig):
+            continue
+        kind = OmegaConf.get_type(schema_node)
+        hints = typing.get_type_hints(kind) if dataclasses.is_dataclass(kind) else {}
+        for key, value in node.items():
+            hint = hints.get(str(key))
+            if (isinstance(value, float) and value.is_integer()
+                    and hint in (int, int | None)):
+                node[key] = int(value)
+            if (hint in (bool, bool | None) and not isinstance(value, bool)
+                    and not (value is None and hint is not bool)
+                    and not OmegaConf.is_interpolation(node, str(key))):
+                name = f"{section}.{key!s}"
+                raise ConfigError(f"{name} must be true or false; got {value!r}. Write "
+                                  f"{name}=true or {name}=false.")
+    return raw
+
+
+def parse_overrides(overrides: Iterable[str]) -> DictConfig:
+    """``["agent.lr=1e-3", "trainer.num_steps=20000"]`` as a config (values parsed as YAML)."""
+    items = list(overrides)
+    for item in items:
+        key, sep, _ = item.partition("=")
+        if not sep or not key or key.startswith(("+", "~", "-")):
+            raise ConfigError(
+                f"Cannot read the override {item!r}: write key=value with a dotted key, e.g. "
+                "agent.lr=1e-3 or trainer.num_steps=20000.")
+    try:
+        return OmegaConf.from_dotlist(items)
+    except OmegaConfBaseException as error:
+        raise ConfigError(f"Cannot read the overrides {items}: {_omegaconf_message(error)}"
+                          ) from None
+
+
+def load_yaml(path: str | Path) -> DictConfig:
+    """A YAML config file as an (unvalidated) config; a bare name finds a shipped config."""
+    path = Path(path)
+    if not path.exists() and path.parent == Path(".") and not path.suffix:
+        path = SHIPPED_CONFIGS / f"{path}.yaml"
+    if not path.is_file():
+        shipped = ", ".join(shipped_configs())
+        hint = (" An override needs a value: key=value, e.g. agent.lr=1e-3."
+                if path.suffix not in (".yaml", ".yml") else "")
+        named = str(path.stem).lower()
+        if named in AGENTS:
+            hint = (f" To train {AGENTS[named].cls.__name__}, write agent.name={named} (it "
+                    "starts from that agent's preset for the env).")
+        raise FileNotFoundError(f"No config file at {path}.{hint} Shipped configs: {shipped}.")
+    try:
+        loaded = OmegaConf.load(path)
+    except yaml.YAMLError as error:
+        where = getattr(error, "problem_mark", None)
+        line = f" (line {where.line + 1}, column {where.column + 1})" if where else ""
+        problem = getattr(error, "problem", None) or str(error).splitlines()[0]
+        if "python/" in str(error):
+            problem = ("it uses a Python object tag (!!python/...); configs hold plain values "
+                       "only, and no tag is ever turned into an object")
+        raise ConfigError(f"{path} is not a valid YAML config{line}: {problem}.") from None
+    except OmegaConfBaseException as error:
+        raise ConfigError(f"{path}: {_omegaconf_message(error)}") from None
+    except UnicodeDecodeError as error:
+        raise ConfigError(f"{path} is not a text file ({error}).") from None
+    if not isinstance(loaded, DictConfig):
+        raise ConfigError(f"{path} holds a YAML {'list' if loaded is not None else 'nothing'};"
+                          " a config is a mapping of sections.")
+    return loaded
+
+
+def load_stored(path: str | Path) -> DictConfig:
+    """A config a run stored (``RUN_DIR/config.yaml``), its ``${...}`` taken literally: a file
+    on disk never resolves interpolations (``${oc.env:...}`` would copy environment variables
+    into the run's paths and logs); only the user's own files and overrides do."""
+    return literal_config(read_stored(path))
+
+
+#: The largest stored config read (rltrain writes a few KB).
+MAX_STORED_CONFIG_BYTES = 1 << 20
+
+
+def read_stored(path: str | Path) -> dict[str, Any]:
+    """A stored config as plain data, nothing resolved; refused when larger than
+    :data:`MAX_STORED_CONFIG_BYTES` or holding YAML aliases (which rltrain never writes, and
+    which can expand a small file into more data than memory holds)."""
+    path = Path(path)
+    size = path.stat().st_size if path.is_file() else 0
+    if size > MAX_STORED_CONFIG_BYTES:
+        raise ConfigError(f"{path} is {size:,} bytes; a stored config is at most "
+                          f"{MAX_STORED_CONFIG_BYTES:,} (rltrain writes a few KB). It was not "
+                          "written by rltrain, or it was altered.")
+    if path.is_file() and _has_alias(path):
+        raise ConfigError(f"{path} uses YAML aliases (*name), which rltrain never writes; it "
+                          "was altered or not written by rltrain.")
+    return to_container_raw(load_yaml(path))
+
+
+def _has_alias(path: Path) -> bool:
+    try:
+        tokens = yaml.scan(path.read_text(encoding="utf-8"), Loader=yaml.SafeLoader)
+        return any(isinstance(token, yaml.AliasToken) for token in tokens)
+    except (yaml.YAMLError, UnicodeDecodeError):
+        return False  # load_yaml says what is wrong
+
+
+def literal_config(data: Mapping[str, Any]) -> DictConfig:
+    """A config from stored plain data (a checkpoint's ``"config"``), ``${`` escaped."""
+    config = OmegaConf.create(_escape(dict(data)))
+    assert isinstance(config, DictConfig)
+    return config
+
+
+def to_container_raw(config: DictConfig) -> dict[str, Any]:
+    """``config`` as plain data, interpolations unresolved."""
+    container = OmegaConf.to_container(config, resolve=False)
+    assert isinstance(container, dict)
+    return {str(k): v for k, v in container.items()}
+
+
+def _escape(value: Any) -> Any:
+    if isinstance(value, str):
+        return _literal_string(value)
+    if isinstance(value, Mapping):
+        return {str(k): _escape(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_escape(v) for v in value]
+    return value
+
+
+#: ``${`` and the backslashes before it: OmegaConf reads ``\\`` before ``${`` as one
+#: backslash and ``\${`` as a literal ``${``.
+_INTERPOLATION_START = re.compile(r"(\\*)\$\{")
+
+
+def _literal_string(value: str) -> str:
+    r"""``value`` written so that OmegaConf reads it back as exactly ``value``: each ``${``
+    escaped, and each backslash before one doubled (a plain ``\${`` escape would turn a stored
+    ``\${...}`` into a live interpolation). Checked with OmegaConf's own grammar: a string
+    that would still hold an interpolation is refused, never resolved."""
+    if "${" not in value:
+        return value
+    escaped = _INTERPOLATION_START.sub(lambda m: m.group(1) * 2 + "\\${", value)
+    if _holds_interpolation(escaped):
+        raise ConfigError(f"A stored config holds the string {value[:80]!r}, which cannot be "
+                          "taken literally; it was altered or not written by rltrain.")
+    return escaped
+
+
+def _holds_interpolation(value: str) -> bool:
+    """Whether OmegaConf's grammar parses ``value`` with an interpolation in it."""
+    try:
+        tree = grammar_parser.parse(value, parser_rule="configValue")
+    except GrammarParseError:
+        return True
+    stack: list[Any] = [tree]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, (Parser.InterpolationNodeContext,
+                             Parser.InterpolationResolverContext)):
+            return True
+        stack.extend(getattr(node, "children", None) or ())
+    return False
+
+
+def shipped_configs() -> list[str]:
+    """The names of the YAML configs that ship with rltrain (``dqn_cartpole``, ...)."""
+    return sorted(p.stem for p in SHIPPED_CONFIGS.glob("*.yaml"))
+
+
+def save_config(config: DictConfig | Mapping[str, Any], path: str | Path) -> None:
+    """Write ``config`` as YAML (atomically: a crash leaves the old file or the new one)."""
+    atomic_write_text(Path(path), OmegaConf.to_yaml(config))
+
+
+def load_config(path: str | Path) -> DictConfig:
+    """A saved ``config.yaml``, validated."""
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"No run configuration at {path}; is this an rltrain run "
+                                "directory?")
+    return validate(load_stored(path))
+
+
+def to_container(config: DictConfig | Mapping[str, Any]) -> dict[str, Any]:
+    """``config`` as plain dicts, lists and scalars (for checkpoints and JSON)."""
+    if isinstance(config, DictConfig):
+        container = OmegaConf.to_container(config, resolve=True)
+        assert isinstance(container, dict)
+        return {str(k): v for k, v in container.items()}
+    return {str(k): (to_container(v) if isinstance(v, Mapping) else v)
+            for k, v in config.items()}
+
+
+def lookup(registry: Mapping[str, Registered], name: str, kind: str) -> Registered:
+    entry = registry.get(name)
+    if entry is None:
+        lowered = {key.lower(): key for key in registry}
+        close = [lowered[n] for n in difflib.get_close_matches(
+            str(name).lower().replace("-", "_"), list(lowered), n=1, cutoff=0.5)]
+        hint = f" Did you mean {close[0]!r}?" if close else ""
+        raise ConfigError(f"{kind}.name: unknown {kind} {name!r}.{hint} Registered: "
+                          f"{sorted(registry)} (rltrain list shows them).")
+    return entry
+
+
+def _unknown_key_message(base: DictConfig, error: ConfigKeyError) -> str:
+    full_key = str(error.full_key or error.key)
+    parent, _, key = full_key.rpartition(".")
+    node = OmegaConf.select(base, parent) if parent else base
+    valid = [str(k) for k in node.keys()] if isinstance(node, DictConfig) else []
+    close = difflib.get_close_matches(key, valid, n=1, cutoff=0.5)
+    hint = f" Did you mean {(parent + '.' if parent else '') + close[0]!r}?" if close else ""
+    where = f"under {parent!r}" if parent else "at the top level"
+    return f"Unknown config key {full_key!r}.{hint} Valid keys {where}: {', '.join(valid)}."

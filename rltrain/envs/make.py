@@ -1,0 +1,420 @@
+"""Environment creation: Gymnasium ids or callables, vectorized, seeded and checked."""
+
+from __future__ import annotations
+
+import ctypes
+import difflib
+import functools
+import os
+import re
+import signal
+import sys
+import threading
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from multiprocessing.connection import wait as wait_for_pipes
+from typing import Any, Literal, Union
+
+import gymnasium as gym
+import numpy as np
+from gymnasium.vector import AsyncVectorEnv, AutoresetMode, SyncVectorEnv, VectorEnv
+from gymnasium.vector.async_vector_env import AsyncState
+
+from rltrain.config.targets import MODULE_NAME, TRUSTED, Trust, import_modules, locate
+from rltrain.runtime.watchdog import EnvCallHung, call_within, end_processes
+
+Vectorization = Literal["sync", "async"]
+
+
+@dataclass(frozen=True)
+class EnvSpec:
+    """An environment by Gymnasium id or by import path, with keyword arguments and wrappers.
+
+    Instances are callables that make one environment, and pickle (for ``AsyncVectorEnv``) as
+    long as the wrappers do (classes, ``functools.partial`` of classes and
+    :class:`~rltrain.config.targets.Target` do; lambdas do not).
+
+    Attributes:
+        id: A registered Gymnasium id, e.g. ``"CartPole-v1"``, or Gymnasium's
+            ``"module:EnvId"`` (the module is imported first; it registers the id).
+        kwargs: Keyword arguments for ``gymnasium.make`` (or for ``target``). Default none.
+        wrappers: Applied in order to the made environment, e.g.
+            ``(gymnasium.wrappers.NormalizeReward,)``. Default none.
+        imports: Modules imported before the env is made (packages that register their ids,
+            e.g. ``("minigrid",)``). Default none.
+        target: Instead of ``id``: the import path of an env class or of a function returning
+            an env (``"my_envs.Corridor"``), called with ``kwargs``. Default None.
+    """
+
+    id: str | None = None
+    kwargs: Mapping[str, Any] = field(default_factory=dict)
+    wrappers: Sequence[Callable[[gym.Env[Any, Any]], gym.Env[Any, Any]]] = ()
+    imports: Sequence[str] = ()
+    target: str | None = None
+
+    def __post_init__(self) -> None:
+        if (self.id is None) == (self.target is None):
+            raise ValueError("An EnvSpec names its environment by id or by target (an import "
+                             f"path), exactly one; got id={self.id!r}, target={self.target!r}.")
+        import_modules(self.imports)
+        if self.id is not None:
+            check_env_id(self.id)
+
+    def __call__(self) -> gym.Env[Any, Any]:
+        import_modules(self.imports)
+        env: gym.Env[Any, Any]
+        if self.target is not None:
+            env = locate(self.target)(**dict(self.kwargs))
+        else:
+            assert self.id is not None
+            env = gym.make(self.id, **dict(self.kwargs))
+        for wrapper in self.wrappers:
+            env = wrapper(env)
+        return env
+
+
+#: What a strategy accepts as an environment: an id, an :class:`EnvSpec`, or a callable making one.
+EnvInit = Union[str, EnvSpec, Callable[[], gym.Env[Any, Any]]]
+
+
+def check_env_id(env_id: str, trust: Trust = TRUSTED) -> None:
+    """Raise ``ValueError`` naming the closest registered ids when ``env_id`` is not registered;
+    a ``"module:EnvId"`` id imports its module first, as ``gymnasium.make`` does."""
+    module, sep, name = env_id.rpartition(":")
+    if sep and MODULE_NAME.fullmatch(module):
+        import_modules([module], trust, what="env.id")
+        env_id = name
+    if env_id in gym.registry:
+        return
+    close = difflib.get_close_matches(env_id, list(gym.registry), n=3, cutoff=0.5)
+    hint = f" Did you mean {', '.join(repr(c) for c in close)}?" if close else ""
+    raise ValueError(
+        f"Unknown Gymnasium environment id {env_id!r}.{hint} Registered ids are listed by "
+        "`python -c 'import gymnasium; gymnasium.pprint_registry()'`; an environment from another "
+        "package needs that package imported (or pass a callable that makes the env)."
+    )
+
+
+def env_factory(env: EnvInit) -> Callable[[], gym.Env[Any, Any]]:
+    """A callable that makes one environment from an id, an :class:`EnvSpec` or a callable."""
+    if isinstance(env, str):
+        return EnvSpec(env)
+    if callable(env):
+        return env
+    raise TypeError(
+        f"An environment must be a Gymnasium id, an EnvSpec or a callable returning a "
+        f"gymnasium.Env; got {type(env).__name__}."
+    )
+
+
+class EnvError(ValueError):
+    """An environment could not be made, or is not a Gymnasium environment."""
+
+
+class SubEnvError(RuntimeError):
+    """A sub-environment of a vector env raised; ``index`` names it.
+
+    Rebuilt from itself by ``AsyncVectorEnv`` (which re-raises a worker's error as
+    ``type(error)(error)``), so the index survives the trip from the worker process.
+    """
+
+    def __init__(self, message: str | BaseException, index: int | None = None) -> None:
+        if isinstance(message, SubEnvError):
+            index, message = message.index, str(message)
+        super().__init__(str(message))
+        self.index: int | None = index
+
+
+class EnvStepTimeout(SubEnvError):
+    """A sub-environment's step or reset did not return within ``env_step_timeout``, or within
+    :data:`~rltrain.runtime.watchdog.STOP_GRACE` seconds of a stop signal; ``index`` names the
+    (first) sub-env that did not, when known."""
+
+
+def step_timeout_error(hung: EnvCallHung, call: str, num_envs: int,
+                       env: str | None = None) -> EnvStepTimeout:
+    """The error to raise for ``hung``, a ``call`` (``"step"`` or ``"reset"``) of a vector env
+    of ``num_envs`` sub-envs (of the environment named ``env``) past its deadline."""
+    sub_envs = hung.sub_envs or _sub_envs_in(hung)
+    if not sub_envs and num_envs == 1:
+        sub_envs = [0]
+    who = (f"sub-env {sub_envs[0]}" if len(sub_envs) == 1 else
+           f"sub-envs {', '.join(map(str, sub_envs))}" if sub_envs else "a sub-env")
+    late = f" (it returned after {hung.took:.3g} s)" if hung.took is not None else ""
+    fix = ("It hangs or is too slow: fix the environment, or raise trainer.env_step_timeout "
+           "(None: no limit)." if hung.why.startswith("env_step_timeout") else
+           "It hangs: fix the environment (trainer.env_step_timeout=<seconds> fails a hung "
+           "step without a signal).")
+    return EnvStepTimeout(f"{who}{f' of {env!r}' if env else ''} did not return from {call}() "
+                          f"within {hung.why}{late}. {fix}", sub_envs[0] if sub_envs else None)
+
+
+def _sub_envs_in(hung: EnvCallHung) -> list[int]:
+    """The sub-env whose call ``hung`` interrupted, from its traceback (a sync vector env)."""
+    found: list[int] = []
+    traceback = hung.__traceback__
+    while traceback is not None:
+        owner = traceback.tb_frame.f_locals.get("self")
+        if isinstance(owner, _SubEnv):
+            found = [owner.index]
+        traceback = traceback.tb_next
+    return found
+
+
+def make_probe_env(env: EnvInit) -> gym.Env[Any, Any]:
+    """One environment, made to check its spaces before training. A failure to make it is an
+    :class:`EnvError` naming the environment and what to fix."""
+    factory = env_factory(env)
+    kwargs = dict(env.kwargs) if isinstance(env, EnvSpec) else {}
+    what = f"{env_name(env)!r}" + (f" with kwargs {kwargs}" if kwargs else "")
+    try:
+        made = factory()
+    except (ImportError, gym.error.DependencyNotInstalled) as error:
+        raise EnvError(f"Cannot make the environment {what}: a package it needs is missing "
+                       f"({error}). Install it, e.g. pip install 'gymnasium[box2d]' for Box2D "
+                       "environments.") from error
+    except TypeError as error:
+        reason = str(error).split(" was raised from the environment creator")[0]
+        raise EnvError(f"Cannot make the environment {what}: {reason}. Check its keyword "
+                       "arguments (env.kwargs) against the environment's constructor.") from error
+    except Exception as error:
+        raise EnvError(f"Cannot make the environment {what}: {type(error).__name__}: "
+                       f"{error}.") from error
+    if not isinstance(made, gym.Env):
+        raise EnvError(f"The environment callable {what} returned a {type(made).__name__}, "
+                       "not a gymnasium.Env.")
+    return made
+
+
+class _SubEnv(gym.Wrapper[Any, Any, Any, Any]):
+    """Sub-env ``index`` of a vector env: its own spaces seeded from the run's seed (not from
+    OS entropy), and its failures raised as :class:`SubEnvError` naming it."""
+
+    def __init__(self, env: gym.Env[Any, Any], index: int, seed: int) -> None:
+        super().__init__(env)
+        self.index = index
+        env.action_space.seed(seed)
+        env.observation_space.seed(seed)
+
+    def step(self, action: Any) -> Any:
+        try:
+            result = self.env.step(action)
+        except Exception as error:
+            raise self._failure("step", error) from error
+        self._check_shape("step", result[0])
+        return result
+
+    def reset(self, **kwargs: Any) -> Any:
+        try:
+            result = self.env.reset(**kwargs)
+        except Exception as error:
+            raise self._failure("reset", error) from error
+        self._check_shape("reset", result[0])
+        return result
+
+    def _check_shape(self, call: str, observation: Any) -> None:
+        """Refuse an observation of another shape than the space's (checked at the start of
+        the run; an env may change it later), naming both shapes, before the vector env's
+        concatenation fails on it with neither."""
+        problem = shape_mismatch(self.observation_space, observation)
+        if problem is not None:
+            raise SubEnvError(
+                f"sub-env {self.index} returned from {call}() {problem}. Return observations "
+                "of the declared shape, or declare the shape they have.", self.index)
+
+    def _failure(self, call: str, error: Exception) -> SubEnvError:
+        return SubEnvError(f"sub-env {self.index} raised {type(error).__name__} in {call}(): "
+                           f"{error}", self.index)
+
+
+def shape_mismatch(space: gym.Space[Any], observation: Any, what: str = "an observation"
+                   ) -> str | None:
+    """How ``observation`` differs in shape from ``space`` (a ``Box``, or a ``Dict`` of them,
+    key by key), in words; None when it does not (other spaces are not checked)."""
+    if isinstance(space, gym.spaces.Box):
+        shape = getattr(observation, "shape", None)
+        if shape is None:
+            shape = np.shape(observation)
+        if tuple(shape) != space.shape:
+            return f"{what} of shape {tuple(shape)}, but its observation space {space} has " \
+                   f"shape {space.shape}"
+    elif isinstance(space, gym.spaces.Dict) and isinstance(observation, Mapping):
+        for key, subspace in space.spaces.items():
+            if key in observation:
+                problem = shape_mismatch(subspace, observation[key], f"{what}[{key!r}]")
+                if problem is not None:
+                    return problem
+    return None
+
+
+def _make_sub_env(factory: Callable[[], gym.Env[Any, Any]], index: int,
+                  seed: int) -> gym.Env[Any, Any]:
+    return _SubEnv(factory(), index, seed)
+
+
+def _make_worker_env(factory: Callable[[], gym.Env[Any, Any]], index: int, seed: int, *,
+                     parent: int, die_with_parent: bool) -> gym.Env[Any, Any]:
+    """Sub-env ``index`` of an async vector env; made in its worker process (``parent`` is
+    the main process), the worker is first set apart from the main process's signals."""
+    if os.getpid() != parent:  # AsyncVectorEnv makes sub-env 0 in the main process too
+        _become_worker(parent, die_with_parent)
+    return _SubEnv(factory(), index, seed)
+
+
+def _become_worker(parent: int, die_with_parent: bool) -> None:
+    """In an env worker process: leave Ctrl-C to the main process (which ends its workers),
+    let SIGTERM end the worker, drop the main process's alarm and signal watch (inherited
+    through ``fork``) and, on Linux, have the kernel kill the worker when the thread that
+    started it ends (the main process died, even by SIGKILL)."""
+    inherited = signal.set_wakeup_fd(-1)
+    if inherited >= 0:
+        os.close(inherited)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    for name in ("SIGTERM", "SIGALRM"):
+        if hasattr(signal, name):
+            signal.signal(getattr(signal, name), signal.SIG_DFL)
+    if die_with_parent and sys.platform.startswith("linux"):
+        try:
+            ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+        except (OSError, AttributeError):
+            return
+        if os.getppid() != parent:  # the main process died before the prctl
+            os._exit(1)
+
+
+#: Linux's ``prctl`` option: the signal a process receives when its parent thread ends.
+PR_SET_PDEATHSIG = 1
+#: Seconds :class:`WorkerVectorEnv`'s close waits for idle workers to close their envs and
+#: exit before it terminates them.
+CLOSE_TIMEOUT = 10.0
+
+
+class WorkerVectorEnv(AsyncVectorEnv):
+    """Gymnasium's ``AsyncVectorEnv`` (each sub-env in a worker process), whose workers ignore
+    Ctrl-C (the main process ends them), die with the main process (Linux), and whose
+    :meth:`close` never waits on a hung worker: idle workers are asked to close their envs
+    (:data:`CLOSE_TIMEOUT` seconds), busy ones (a step or reset pending: interrupted, timed
+    out) are terminated at once; any still alive a second after SIGTERM are killed."""
+
+    def close_extras(self, timeout: float | None = None, terminate: bool = False) -> None:
+        busy = terminate or self._state is not AsyncState.DEFAULT
+        wait_s = 0.0 if busy else CLOSE_TIMEOUT if timeout is None else timeout
+        if not busy:
+            self._ask_to_close(wait_s)
+        end_processes(self.processes, wait=wait_s)
+        for pipe in self.parent_pipes:
+            if pipe is not None:
+                pipe.close()
+
+    def _ask_to_close(self, timeout: float) -> None:
+        pipes = [pipe for pipe in self.parent_pipes if pipe is not None and not pipe.closed]
+        for pipe in pipes:
+            try:
+                pipe.send(("close", None))
+            except OSError:
+                continue
+        end = time.monotonic() + timeout
+        for pipe in pipes:
+            try:
+                if pipe.poll(max(end - time.monotonic(), 0.0)):
+                    pipe.recv()
+            except (OSError, EOFError):
+                continue
+
+
+def await_workers(envs: AsyncVectorEnv, timeout: float | None) -> list[int]:
+    """Wait until every worker of ``envs`` has answered the call sent to it, at most
+    ``timeout`` seconds (None: no limit); returns the sub-envs that have not (none: all
+    answered). An :class:`~rltrain.runtime.watchdog.EnvCallHung` raised meanwhile (a stop signal's
+    grace) names them."""
+    pending = {i: pipe for i, pipe in enumerate(envs.parent_pipes) if pipe is not None}
+    end = None if timeout is None else time.monotonic() + timeout
+    try:
+        while pending:
+            left = None if end is None else max(end - time.monotonic(), 0.0)
+            ready = wait_for_pipes(list(pending.values()), left)
+            if not ready:
+                break
+            pending = {i: pipe for i, pipe in pending.items() if pipe not in ready}
+    except EnvCallHung as hung:
+        hung.sub_envs = sorted(pending)
+        raise
+    return sorted(pending)
+
+
+def call_vector_env(envs: VectorEnv[Any, Any, Any], call: str, argument: Any,
+                    timeout: float | None) -> Any:
+    """``envs.step(argument)`` (``call="step"``) or ``envs.reset(seed=argument)``, within
+    ``timeout`` seconds (None: no limit) and the grace after a stop signal
+    (:func:`~rltrain.runtime.watchdog.call_within`); one past its deadline raises
+    :class:`~rltrain.runtime.watchdog.EnvCallHung`. An async vector env's workers are awaited on
+    their pipes, so any thread can time them out, whatever the workers do."""
+    if not isinstance(envs, AsyncVectorEnv):
+        if call == "step":
+            return call_within(timeout, envs.step, argument)
+        return call_within(timeout, envs.reset, seed=argument)
+    if call == "step":
+        envs.step_async(argument)
+    else:
+        envs.reset_async(seed=argument)
+    late = call_within(None, await_workers, envs, timeout)
+    if late:
+        raise EnvCallHung(f"env_step_timeout={timeout:g} s", sub_envs=late)
+    return envs.step_wait() if call == "step" else envs.reset_wait()
+
+
+def env_name(env: EnvInit) -> str:
+    """A short name for messages and logs: the id, or the callable's (or target's) name."""
+    if isinstance(env, str):
+        return env
+    if isinstance(env, EnvSpec):
+        return env.id if env.id is not None else str(env.target)
+    if isinstance(env, functools.partial):
+        return env_name(env.func)
+    return str(getattr(env, "__name__", type(env).__name__))
+
+
+def file_name(name: str) -> str:
+    """``name`` (an env's, an agent's) as part of a folder name: the part after a ``module:``,
+    anything but letters, digits, ``.``, ``_`` and ``-`` replaced by ``_``; a lambda's is
+    ``env``."""
+    cleaned = re.sub(r"[^A-Za-z0-9._-]+", "_", name.rpartition(":")[2]).strip("._")
+    return cleaned if cleaned and cleaned != "lambda" else "env"
+
+
+def make_vector_env(
+    env: EnvInit, *, num_envs: int, vectorization: Vectorization = "sync", seed: int,
+    first_env: Callable[[], gym.Env[Any, Any]] | None = None,
+) -> VectorEnv[Any, Any, Any]:
+    """Make ``num_envs`` copies of ``env`` as one Gymnasium vector env, with seeded action space.
+
+    The vector env autoresets in the same step (``AutoresetMode.SAME_STEP``): every step returns a
+    real transition for every sub-env, and the true last observation of an ended episode is in
+    ``info["final_obs"]``. Observations are reset with ``seed`` by the caller (the runner);
+    sub-env ``i``'s own spaces are seeded with ``seed + i``, and its exceptions are
+    :class:`SubEnvError` naming ``i``. ``first_env``: makes sub-env 0 instead of ``env`` (the
+    evaluation's recorded copy, :mod:`rltrain.envs.video`). ``"async"`` makes a
+    :class:`WorkerVectorEnv` (workers that leave signals to the main process, die with it on
+    Linux when made from its main thread, and are ended by ``close`` even when hung).
+    """
+    if num_envs < 1:
+        raise ValueError(f"num_envs must be >= 1; got {num_envs}.")
+    factory = env_factory(env)
+    makers = [first_env if i == 0 and first_env is not None else factory
+              for i in range(num_envs)]
+    envs: VectorEnv[Any, Any, Any]
+    if vectorization == "sync":
+        envs = SyncVectorEnv([functools.partial(_make_sub_env, make, i, seed + i)
+                              for i, make in enumerate(makers)],
+                             autoreset_mode=AutoresetMode.SAME_STEP)
+    elif vectorization == "async":
+        main = threading.current_thread() is threading.main_thread()
+        envs = WorkerVectorEnv([functools.partial(_make_worker_env, make, i, seed + i,
+                                                  parent=os.getpid(), die_with_parent=main)
+                                for i, make in enumerate(makers)],
+                               autoreset_mode=AutoresetMode.SAME_STEP)
+    else:
+        raise ValueError(f"vectorization must be 'sync' or 'async'; got {vectorization!r}.")
+    envs.action_space.seed(seed)
+    return envs

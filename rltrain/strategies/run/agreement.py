@@ -1,0 +1,98 @@
+"""What the ranks of a run of several processes agree on as they go: stop requests, and the
+episodes each one ended (for the logs and the episode count)."""
+
+from __future__ import annotations
+
+import torch
+
+from rltrain.observe.events import EpisodeEnd
+from rltrain.observe.processor import EventProcessor
+from rltrain.runtime.distributed import DistributedContext
+from rltrain.runtime.interrupt import Interrupter
+from rltrain.types import Progress
+
+#: Numbers an episode travels as: env steps, sub-env, return, length, terminated.
+FIELDS = 5
+#: Episodes per rank the first all-gather of an agreement carries at most (40 KB); when a
+#: rank ended more since the last agreement, a second all-gather carries the rest. The
+#: tensors are sized by the episodes there are, never by ``sync_interval`` alone.
+FIRST_EPISODES = 1024
+
+
+class Agreement:
+    """Every ``interval`` vector steps (and when the run asks: before a save, at the end),
+    one all-gather of every rank's stop request and of the episodes it ended since the last
+    agreement. Every rank then counts every rank's episodes (``progress.episodes`` stays the
+    same on every rank) and emits their EpisodeEnd events, as sub-env ``rank * num_envs + i``,
+    so rank 0's logs cover them all; and a request on any rank stops every rank, at the same
+    vector step, with the first requesting rank's reason.
+
+    Args:
+        distributed: The run's processes.
+        interrupter: This rank's stop request (a signal, a callback, another thread).
+        events: This rank's events (rank 0's reach the renderers).
+        progress: The run's counters.
+        num_envs: Sub-envs per rank.
+        interval: Vector steps between agreements (``sync_interval``).
+    """
+
+    def __init__(self, distributed: DistributedContext, interrupter: Interrupter,
+                 events: EventProcessor, progress: Progress, *, num_envs: int,
+                 interval: int) -> None:
+        self.distributed, self.interrupter = distributed, interrupter
+        self.events, self.progress = events, progress
+        self.num_envs, self.interval = num_envs, interval
+        #: True once the ranks agreed to stop.
+        self.stopped = False
+        self._unshared: list[EpisodeEnd] = []
+
+    def add(self, episodes: list[EpisodeEnd]) -> None:
+        """The episodes this rank ended in the vector step just taken; the ranks agree when
+        the step count is a multiple of ``interval``."""
+        self._unshared += episodes
+        if self.progress.vector_steps % self.interval == 0:
+            self.agree()
+
+    def agree(self) -> None:
+        """Exchange the stop requests and episodes now (every rank must call it at the same
+        point; a no-op with one process)."""
+        context = self.distributed
+        if not context.distributed:
+            return
+        episodes, self._unshared = self._unshared, []
+        first = min(self.num_envs * self.interval, FIRST_EPISODES)
+        header = [float(self.interrupter.should_stop()), float(len(episodes))]
+        rows = context.all_gather(_packed(header, episodes[:first], first)).tolist()
+        counts = [int(values[1]) for values in rows]
+        rest = max(counts) - first  # the same on every rank: each saw every count
+        more = (context.all_gather(_packed([], episodes[first:], rest)).tolist()
+                if rest > 0 else [[] for _ in rows])
+        for rank, (values, count) in enumerate(zip(rows, counts, strict=True)):
+            fields = (values[2:2 + FIELDS * min(count, first)]
+                      + more[rank][:FIELDS * max(count - first, 0)])
+            for j in range(0, len(fields), FIELDS):
+                steps, index, ret, length, terminated = fields[j:j + FIELDS]
+                if rank != context.rank:
+                    self.progress.episodes += 1
+                self.events.emit(EpisodeEnd(
+                    env_steps=int(steps), env_index=rank * self.num_envs + int(index),
+                    episode_return=ret, episode_length=int(length),
+                    terminated=bool(terminated)))
+        if any(values[0] for values in rows) and not self.stopped:
+            reasons = context.all_gather_object(self.interrupter.reason)
+            rank, reason = next((r, why) for r, why in enumerate(reasons) if why is not None)
+            if self.interrupter.reason is None:
+                self.interrupter.stop(f"{reason} (on rank {rank})")
+            self.stopped = True
+
+
+def _packed(header: list[float], episodes: list[EpisodeEnd], slots: int) -> torch.Tensor:
+    """``header``, then ``slots`` episodes of :data:`FIELDS` numbers each (``episodes``
+    first, zeros after): one rank's part of an all-gather, of the same size on every rank."""
+    row = torch.zeros(len(header) + FIELDS * slots, dtype=torch.float64)
+    row[:len(header)] = torch.tensor(header, dtype=torch.float64)
+    if episodes:
+        row[len(header):len(header) + FIELDS * len(episodes)] = torch.tensor(
+            [[e.env_steps, e.env_index, e.episode_return, e.episode_length, e.terminated]
+             for e in episodes], dtype=torch.float64).reshape(-1)
+    return row
