@@ -25,7 +25,7 @@ from conftest import QUIET, NanLossDQN, dqn, trainer
 from rltrain import PPO, DQNConfig, OnPolicyStrategy, PPOConfig, Trainer
 from rltrain.agents.config_checks import field_kind
 from rltrain.agents.dreamer import Dreamer, DreamerConfig
-from rltrain.config.schema import AGENTS, STRATEGIES
+from rltrain.config.registry import AGENTS, STRATEGIES
 from rltrain.config.trainer_config import TrainerConfig
 from rltrain.errors import TrainingError
 from rltrain.runtime.distributed import TORCHRUN_VARIABLES

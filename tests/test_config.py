@@ -15,12 +15,11 @@ from omegaconf import OmegaConf
 
 from rltrain import DQN, DQNConfig, OffPolicyConfig, OffPolicyStrategy, Trainer
 from rltrain.agents.dreamer import DreamerConfig
+from rltrain.config.registry import AGENTS, registered
 from rltrain.config.schema import (
-    AGENTS,
     ConfigError,
     compose,
     load_config,
-    registered,
     save_config,
     shipped_configs,
     validate,

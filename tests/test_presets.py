@@ -9,7 +9,8 @@ from pathlib import Path
 import gymnasium as gym
 import pytest
 
-from rltrain.config.schema import AGENTS, SHIPPED_CONFIGS, STRATEGIES, compose, shipped_configs
+from rltrain.config.registry import AGENTS, STRATEGIES
+from rltrain.config.schema import SHIPPED_CONFIGS, compose, shipped_configs
 from rltrain.trainer import build
 
 QUIET = ["trainer.logger=false", "trainer.enable_progress_bar=false",

@@ -2,6 +2,7 @@
 
 from rltrain.agents.base import LearningAgent, Policy, SpaceError
 from rltrain.agents.dqn import DQN, DQNConfig, DQNPolicy
+from rltrain.agents.dreamer import Dreamer, DreamerConfig
 from rltrain.agents.ppo import PPO, PPOConfig, PPOPolicy
 from rltrain.agents.sac import SAC, SACConfig, SACPolicy
 from rltrain.types import PolicyState, PolicyStep
@@ -12,6 +13,8 @@ __all__ = [
     "SAC",
     "DQNConfig",
     "DQNPolicy",
+    "Dreamer",
+    "DreamerConfig",
     "LearningAgent",
     "PPOConfig",
     "PPOPolicy",

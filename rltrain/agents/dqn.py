@@ -28,6 +28,7 @@ from rltrain.agents.nn.networks import QNetwork, soft_update
 from rltrain.agents.nn.observation_spaces import encoder_check
 from rltrain.buffers.observations import layout, leading_tensor
 from rltrain.buffers.replay import ReplayBatch
+from rltrain.config.registry import register_agent
 from rltrain.errors import require
 from rltrain.optim import Optimization, adam
 from rltrain.types import MetricValue, ObsTensors, PolicyState, PolicyStep
@@ -141,6 +142,8 @@ class DQNPolicy(Policy):
                             device=device)
 
 
+@register_agent("dqn", DQNConfig,
+                "Deep Q-Network (double Q, dueling option); discrete actions")
 class DQN(LearningAgent):
     """Deep Q-learning for discrete actions; vector, image, ``Discrete``, ``MultiDiscrete`` or
     ``Dict`` observations through the encoder chosen from the observation space

@@ -40,6 +40,7 @@ from rltrain.agents.nn.observation_spaces import check_normalizable, encoder_che
 from rltrain.agents.returns import gae
 from rltrain.buffers.observations import map_obs
 from rltrain.buffers.rollout import RolloutBatch, RolloutBuffer
+from rltrain.config.registry import register_agent
 from rltrain.errors import require
 from rltrain.optim import Optimization, adam
 from rltrain.runtime.distributed import moments_mean_std
@@ -247,6 +248,8 @@ class PPOPolicy(Policy):
                           {"log_prob": dist.log_prob(raw), "value": value, "raw_action": raw})
 
 
+@register_agent("ppo", PPOConfig,
+                "proximal policy optimization; discrete or continuous actions")
 class PPO(LearningAgent):
     """PPO for vector, image, ``Discrete``, ``MultiDiscrete`` or ``Dict`` observations and
     ``Discrete``, ``MultiDiscrete``, ``MultiBinary`` or ``Box`` actions (on-policy).

@@ -34,6 +34,7 @@ from rltrain.agents.nn.encoders import Encoder, check_observation_space, make_en
 from rltrain.agents.nn.networks import SquashedGaussianActor, TwinQ, soft_update
 from rltrain.agents.nn.observation_spaces import encoder_check
 from rltrain.buffers.replay import ReplayBatch
+from rltrain.config.registry import register_agent
 from rltrain.errors import require
 from rltrain.optim import Optimization, adam
 from rltrain.types import MetricValue, ObsTensors, PolicyState, PolicyStep
@@ -106,6 +107,8 @@ class SACPolicy(Policy):
         return PolicyStep(action, None, {})
 
 
+@register_agent("sac", SACConfig,
+                "soft actor-critic (twin Q, learned temperature); continuous actions")
 class SAC(LearningAgent):
     """SAC for vector, image, ``Discrete``, ``MultiDiscrete`` or ``Dict`` observations and
     bounded ``Box`` actions.

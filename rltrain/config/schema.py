@@ -33,15 +33,12 @@ from omegaconf import DictConfig, ListConfig, OmegaConf, grammar_parser
 from omegaconf.errors import ConfigKeyError, GrammarParseError, OmegaConfBaseException
 from omegaconf.grammar.gen.OmegaConfGrammarParser import OmegaConfGrammarParser as Parser
 
-from rltrain.agents.dqn import DQN, DQNConfig
-from rltrain.agents.dreamer import Dreamer, DreamerConfig
-from rltrain.agents.ppo import PPO, PPOConfig
-from rltrain.agents.sac import SAC, SACConfig
+import rltrain.agents
+import rltrain.strategies  # noqa: F401  (and the shipped strategies)
 from rltrain.checkpoint import atomic_write_text
+from rltrain.config.registry import AGENTS, STRATEGIES, Registered, load_plugins
 from rltrain.config.trainer_config import TrainerConfig as TrainerConfig
 from rltrain.envs.make import check_env_id
-from rltrain.strategies.off_policy import OffPolicyConfig, OffPolicyStrategy
-from rltrain.strategies.on_policy import OnPolicyConfig, OnPolicyStrategy
 
 #: Where the shipped YAML configs live (``configs/`` in the repository links here).
 SHIPPED_CONFIGS = Path(__file__).parent.parent / "configs"
@@ -94,60 +91,6 @@ class EnvConfig:
         if self.id is None and self._target_ is None and self.unrecorded is None:
             raise ValueError("give the environment an id (a Gymnasium id) or a _target_ "
                              "(the import path of an env class or function).")
-
-
-@dataclass(frozen=True)
-class Registered:
-    """A class the config can name: an agent or a strategy built as ``cls(config)``.
-
-    Attributes:
-        name: The ``name:`` value in its section (``"dqn"``).
-        cls: The agent or strategy class.
-        config: Its config dataclass.
-        section: The section's schema: ``config`` plus the ``name`` field.
-        summary: One line for ``rltrain list``.
-    """
-
-    name: str
-    cls: type
-    config: type
-    section: type
-    summary: str
-
-
-def registered(name: str, cls: type, config: type, summary: str) -> Registered:
-    """A :class:`Registered` entry for ``cls`` (built as ``cls(config(...))``), its section
-    schema made from ``config`` plus ``name``. Add it to :data:`AGENTS` or :data:`STRATEGIES`
-    to make your own agent or strategy configurable:
-
-        AGENTS["my_agent"] = registered("my_agent", MyAgent, MyAgentConfig, "what it does")
-    """
-    section = dataclasses.make_dataclass(
-        f"{config.__name__}Section", [("name", str, field(default=name))], bases=(config,),
-        namespace={"__module__": __name__,
-                   "__doc__": f"{config.__name__} with the ``name`` that selects it."})
-    return Registered(name, cls, config, section, summary)
-
-
-#: Agents by the ``agent.name`` that selects them.
-AGENTS: dict[str, Registered] = {
-    "dqn": registered("dqn", DQN, DQNConfig,
-                      "Deep Q-Network (double Q, dueling option); discrete actions"),
-    "dreamer": registered("dreamer", Dreamer, DreamerConfig,
-                          "world model + actor-critic in imagination; vector observations"),
-    "ppo": registered("ppo", PPO, PPOConfig,
-                      "proximal policy optimization; discrete or continuous actions"),
-    "sac": registered("sac", SAC, SACConfig,
-                      "soft actor-critic (twin Q, learned temperature); continuous actions"),
-}
-
-#: Strategies by the ``strategy.name`` that selects them.
-STRATEGIES: dict[str, Registered] = {
-    "off_policy": registered("off_policy", OffPolicyStrategy, OffPolicyConfig,
-                            "collect into a replay buffer, train every few env steps"),
-    "on_policy": registered("on_policy", OnPolicyStrategy, OnPolicyConfig,
-                           "collect a rollout with the current policy, then epochs over it"),
-}
 
 
 @dataclass
@@ -504,6 +447,10 @@ def to_container(config: DictConfig | Mapping[str, Any]) -> dict[str, Any]:
 
 
 def lookup(registry: Mapping[str, Registered], name: str, kind: str) -> Registered:
+    """The entry ``name`` selects (installed plugins loaded first when it is not found);
+    :class:`ConfigError` naming the closest one otherwise."""
+    if name not in registry:
+        load_plugins()
     entry = registry.get(name)
     if entry is None:
         lowered = {key.lower(): key for key in registry}
@@ -511,7 +458,9 @@ def lookup(registry: Mapping[str, Registered], name: str, kind: str) -> Register
             str(name).lower().replace("-", "_"), list(lowered), n=1, cutoff=0.5)]
         hint = f" Did you mean {close[0]!r}?" if close else ""
         raise ConfigError(f"{kind}.name: unknown {kind} {name!r}.{hint} Registered: "
-                          f"{sorted(registry)} (rltrain list shows them).")
+                          f"{sorted(registry)} (rltrain list shows them). Your own {kind} "
+                          "registers itself when its module is imported: rltrain fit --import "
+                          "MODULE.")
     return entry
 
 

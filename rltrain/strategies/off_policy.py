@@ -12,6 +12,7 @@ from typing_extensions import override
 from rltrain.agents.base import LearningAgent, Policy
 from rltrain.agents.config_checks import check_typed_fields
 from rltrain.components import RLComponents
+from rltrain.config.registry import register_strategy
 from rltrain.envs.make import EnvInit, Vectorization
 from rltrain.errors import require
 from rltrain.runtime.seeding import EVAL_SEED_OFFSET, derive_seeds
@@ -68,6 +69,8 @@ class OffPolicyConfig:
         check_typed_fields("OffPolicyConfig", self)
 
 
+@register_strategy("off_policy", OffPolicyConfig,
+                   "collect into a replay buffer, train every few env steps")
 class OffPolicyStrategy(RLStrategy):
     """Collect with the current policy, learn from replayed transitions (DQN, SAC, Dreamer).
 

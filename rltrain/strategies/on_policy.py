@@ -13,6 +13,7 @@ from rltrain.agents.base import LearningAgent, Policy
 from rltrain.agents.config_checks import check_typed_fields
 from rltrain.buffers.rollout import RolloutBatch, RolloutBuffer
 from rltrain.components import RLComponents
+from rltrain.config.registry import register_strategy
 from rltrain.envs.make import EnvInit, Vectorization
 from rltrain.errors import require
 from rltrain.strategies.base import RLStrategy
@@ -86,6 +87,8 @@ def _divisor_near(n: int, target: int) -> int:
     return min(divisors, key=lambda d: (abs(d - target), d))
 
 
+@register_strategy("on_policy", OnPolicyConfig,
+                   "collect a rollout with the current policy, then epochs over it")
 class OnPolicyStrategy(RLStrategy):
     """Collect ``n_steps`` vector steps with the current policy, then learn from them (PPO).
 

@@ -14,7 +14,7 @@ import torch
 from rltrain.agents.base import LearningAgent
 from rltrain.checkpoint import Checkpointer
 from rltrain.components import RLComponents
-from rltrain.config.schema import STRATEGIES
+from rltrain.config.registry import STRATEGIES
 from rltrain.envs.checks import check_env
 from rltrain.envs.make import EnvInit, env_name, file_name, make_probe_env
 from rltrain.envs.video import check_rendering

@@ -24,6 +24,7 @@ from rltrain.agents.nn.networks import mlp, soft_update
 from rltrain.agents.nn.observation_spaces import cli, flattenable
 from rltrain.agents.returns import lambda_returns
 from rltrain.buffers import Buffer, SequenceBatch, SequenceReplayBuffer
+from rltrain.config.registry import register_agent
 from rltrain.errors import require
 from rltrain.optim import Optimization, adam
 from rltrain.types import MetricValue, ObsTensors, PolicyState, PolicyStep
@@ -134,6 +135,8 @@ class DreamerPolicy(Policy):
         return tuple(part * keep for part in state)
 
 
+@register_agent("dreamer", DreamerConfig,
+                "world model + actor-critic in imagination; vector observations")
 class Dreamer(LearningAgent):
     """A world model and an actor-critic trained in its imagination, for vector observations
     and discrete or continuous (``Box``) actions.

@@ -1,0 +1,176 @@
+"""The ``rltrain`` command line: its subcommands, options and the hint for other tools' flags."""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+EXAMPLES = """\
+examples:
+  rltrain fit                        # DQN on CartPole-v1 until solved (configs/dqn_cartpole.yaml)
+  rltrain fit configs/dqn_cartpole.yaml trainer.num_steps=20000 agent.lr=1e-3
+  rltrain fit dqn_cartpole strategy.seed=3 trainer.run_dir=runs/cartpole-3
+  rltrain fit dqn_cartpole trainer.dtype=bfloat16 --print-config
+  rltrain fit --resume runs/cartpole-3 trainer.num_steps=80000   # continue a run exactly
+  rltrain evaluate runs/cartpole-3 --episodes 20
+  rltrain list
+  rltrain plot runs/cartpole-1 runs/cartpole-2 runs/cartpole-3 --out curves.png
+  tensorboard --logdir runs
+"""
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser of the ``rltrain`` command."""
+    formatter = argparse.RawDescriptionHelpFormatter
+    parser = argparse.ArgumentParser(
+        prog="rltrain", description="Train and evaluate reinforcement-learning agents.",
+        epilog=EXAMPLES, formatter_class=formatter)
+    parser.add_argument("--traceback", action="store_true",
+                        help="on an error, show Python's traceback instead of one line")
+    commands = parser.add_subparsers(dest="command", required=True)
+
+    fit = commands.add_parser(
+        "fit", help="train an agent from YAML configs and key=value overrides",
+        description="Train an agent. Configs merge left to right onto the defaults, then the "
+                    "key=value overrides apply (dotted keys: trainer.*, env.*, strategy.*, "
+                    "agent.*). The whole config is saved as RUN_DIR/config.yaml, in every "
+                    "checkpoint and as TensorBoard hyperparameters.",
+        epilog=EXAMPLES, formatter_class=formatter)
+    fit.add_argument("args", nargs="*", metavar="CONFIG.yaml | key=value",
+                     help="config files (a shipped one by name, e.g. dqn_cartpole; default: "
+                          "the preset tuned for the named env.id and agent, the agent's own "
+                          "defaults for an env no preset is tuned for, or the agent's default "
+                          "preset, e.g. ppo_cartpole for agent.name=ppo) and overrides such as "
+                          "agent.lr=1e-3")
+    fit.add_argument("--print-config", action="store_true",
+                     help="print the composed, validated config and exit")
+    fit.add_argument("--resume", default=None, metavar="RUN_DIR|CHECKPOINT|last|best",
+                     help="continue a run exactly: a run directory (its last checkpoint), a "
+                          "checkpoint file, or last/best of trainer.run_dir. The run's saved "
+                          "config applies; overrides may change num_steps, logging, evaluation "
+                          "and checkpoint settings")
+    fit.add_argument("--no-preset", action="store_true",
+                     help="without a config file, start from the agent's own defaults instead "
+                          "of a shipped preset")
+    fit.add_argument("--overwrite", action="store_true",
+                     help="replace the run already in trainer.run_dir (its checkpoints and logs)")
+    add_trust(fit)
+    add_import(fit)
+
+    evaluate = commands.add_parser(
+        "evaluate", help="run greedy episodes of a trained agent",
+        epilog=EXAMPLES, formatter_class=formatter)
+    evaluate.add_argument("path", type=Path, metavar="RUN_DIR|CHECKPOINT",
+                          help="a run directory (its last checkpoint) or a checkpoint file")
+    evaluate.add_argument("--episodes", type=int, default=None,
+                          help="episodes to run (default: the run's eval_episodes)")
+    evaluate.add_argument("--seed", type=int, default=None,
+                          help="reset seed (default: the run's evaluation seed, which "
+                               "reproduces the run's evaluation returns)")
+    evaluate.add_argument("overrides", nargs="*", metavar="key=value",
+                          help="settings to change, e.g. env.kwargs.render_mode=rgb_array, or "
+                               "the env of a run that could not record it "
+                               "(env._target_=my_envs.make_env)")
+    evaluate.add_argument("--checkpoint", choices=("last", "best"), default="last",
+                          help="which checkpoint of a RUN_DIR to evaluate (default: last)")
+    evaluate.add_argument("--video", type=Path, default=None, metavar="DIR",
+                          help="record the episodes of evaluation sub-env 0 as MP4 files in "
+                               "DIR (pip install 'rltrain[video]')")
+    add_trust(evaluate)
+    add_import(evaluate)
+
+    export = commands.add_parser(
+        "export", help="write a trained policy as a torch.export file that runs without rltrain",
+        epilog=EXAMPLES, formatter_class=formatter)
+    export.add_argument("path", type=Path, metavar="RUN_DIR|CHECKPOINT")
+    export.add_argument("out", type=Path, metavar="OUT.pt2")
+    export.add_argument("--checkpoint", choices=("last", "best"), default="last",
+                        help="which checkpoint of a RUN_DIR to export (default: last)")
+    add_trust(export)
+    add_import(export)
+
+    add_import(commands.add_parser("list", help="list agents, strategies and shipped configs",
+                                   epilog=EXAMPLES, formatter_class=formatter))
+    add_plot_parser(commands)
+    return parser
+
+
+def add_plot_parser(commands: Any) -> None:
+    """The ``plot`` subcommand's options (:func:`plot`)."""
+    plot_parser = commands.add_parser(
+        "plot", help="draw learning curves of run directories (mean and spread over seeds)",
+        description="Evaluation return against env steps or wall time, from each run's "
+                    "metrics.jsonl; runs whose config.yaml differ only in strategy.seed and "
+                    "trainer.run_dir are one group (mean line, spread band). Needs "
+                    "pip install 'rltrain[plot]'.")
+    plot_parser.add_argument("runs", nargs="+", type=Path, metavar="RUN_DIR",
+                             help="run directories, or folders of run directories")
+    plot_parser.add_argument("--out", type=Path, default=Path("learning_curves.png"),
+                             metavar="FILE", help="a .png, .svg or .pdf file (default: "
+                                                  "learning_curves.png)")
+    plot_parser.add_argument("--x", choices=("env_steps", "wall_time"), default="env_steps",
+                             dest="axis", help="the x axis (default: env_steps)")
+    plot_parser.add_argument("--spread", choices=("minmax", "std"), default="minmax",
+                             help="the band around the mean: min-max over seeds or ± one "
+                                  "standard deviation (default: minmax)")
+    plot_parser.add_argument("--size", default="800x500", metavar="WxH",
+                             help="image size in pixels (default: 800x500)")
+    plot_parser.add_argument("--title", default=None, help="a title above the plot")
+
+
+#: Flags of the old command line and of other tools, and the override that says the same here
+#: (docs/configs.md lists them).
+FLAG_KEYS = {
+    **dict.fromkeys(("--steps", "--num-steps", "--total-timesteps", "--n-timesteps",
+                     "--timesteps"), "trainer.num_steps=N"),
+    "--seed": "strategy.seed=S", "--env": "env.id=ID", "--env-id": "env.id=ID",
+    "--algo": "agent.name=NAME", "--agent": "agent.name=NAME", "--lr": "agent.lr=LR",
+    "--learning-rate": "agent.lr=LR", "--device": "trainer.device=D",
+    **dict.fromkeys(("--run-dir", "--log-dir", "--logdir"), "trainer.run_dir=DIR"),
+    "--num-envs": "strategy.num_envs=N", "--n-envs": "strategy.num_envs=N",
+    "--batch-size": "strategy.batch_size=N", "--eval-episodes": "trainer.eval_episodes=N",
+    "--threads": "trainer.num_threads=N", "--target-return": "trainer.return_threshold=R",
+    "--no-early-stop": "trainer.return_threshold=null",
+    "--no-tqdm": "trainer.enable_progress_bar=false",
+    "--no-console": "trainer.enable_console=false", "--no-tensorboard": "trainer.logger=false",
+    "--no-jsonl": "trainer.enable_metrics_file=false",
+}
+
+
+def add_trust(parser: argparse.ArgumentParser) -> None:
+    """The ``--trust MODULE`` option of the commands that rebuild a stored run."""
+    parser.add_argument(
+        "--trust", action="append", default=[], metavar="MODULE",
+        help="a module whose functions a run directory's stored config may name (repeatable); "
+             "without it, a stored config may name only env, wrapper, agent and strategy "
+             "classes, from outside the run directory")
+
+
+def add_import(parser: argparse.ArgumentParser) -> None:
+    """The ``--import MODULE`` option: modules imported first, where agents and strategies of
+    your own register themselves (:mod:`rltrain.config.registry`)."""
+    parser.add_argument(
+        "--import", dest="imports", action="append", default=[], metavar="MODULE",
+        help="a module to import first (repeatable; the current directory is searched): your "
+             "own agents and strategies register themselves there, e.g. --import my_agents "
+             "agent.name=my_agent")
+
+
+def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
+    """The command line, with a hint for flags other tools use (``--steps``: write
+    ``trainer.num_steps=N``); configs and overrides may come before or after the flags."""
+    parser = build_parser()
+    args, unknown = parser.parse_known_args(argv)
+    words = getattr(args, "args", getattr(args, "overrides", None))
+    if words is not None:  # configs and key=value overrides anywhere, after flags too
+        words += [word for word in unknown if not word.startswith("-")]
+        unknown = [word for word in unknown if word.startswith("-")]
+    if unknown:
+        flag = unknown[0].partition("=")[0]
+        key = FLAG_KEYS.get(flag)
+        hint = (f" Settings are key=value overrides here: write {key}." if key else
+                " Settings are key=value overrides (rltrain fit --print-config shows them).")
+        parser.error(f"unrecognized arguments: {' '.join(unknown)}.{hint}")
+    return args
