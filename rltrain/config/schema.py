@@ -182,7 +182,8 @@ def _validate(config: Mapping[str, Any] | DictConfig | ListConfig) -> DictConfig
                            else dict(config))  # a copy: the caller's config is not changed
     agent, strategy = _named(raw, "agent"), _named(raw, "strategy")
     if strategy == "":  # the agent's own kind (off_policy for one named by import path)
-        kinds = getattr(AGENTS[agent].cls, "strategy_kinds", ()) if agent in AGENTS else ()
+        kinds = (getattr(lookup(AGENTS, agent, "agent").cls, "strategy_kinds", ())
+                 if agent is not None else ())
         strategy = kinds[0] if kinds else "off_policy"
     base = schema(agent, strategy)
     _check_sections(raw)
