@@ -155,10 +155,10 @@ class RLComponents:
         if self.checkpoint is None:
             raise ValueError("This run resumes from no checkpoint (components.checkpoint).")
         if self.resume_state is None:
-            self.resume_state = Checkpointer.load(self.checkpoint)
+            self.resume_state = Checkpointer.load(self.checkpoint, self.checkpointer)
         # This rank's own parts, from its shard (refused when another world size wrote it).
         self.resume_state = Checkpointer.with_shard(self.checkpoint, self.resume_state,
-                                                    self.distributed)
+                                                    self.distributed, self.checkpointer)
         return self.resume_state
 
     def optimization_hparams(self) -> dict[str, float | int | str | bool]:

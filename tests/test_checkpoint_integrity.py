@@ -33,6 +33,7 @@ from conftest import QUIET, dqn, small
 
 from rltrain import Trainer
 from rltrain.checkpoint import Checkpointer, atomic_save
+from rltrain.checkpoint.io import LocalFiles
 from rltrain.checkpoint.manifest import read_manifest
 from rltrain.observe import EventRecorder, Start
 from rltrain.runtime.distributed import TORCHRUN_VARIABLES
@@ -102,12 +103,12 @@ def test_a_step_saved_again_goes_to_a_new_file_and_no_listed_file_is_written_ove
     fit(tmp_path, 400)
     folder = tmp_path / "checkpoints"
     first = folder / "checkpoint-400.pt"
-    assert read_manifest(folder).last == first.name
+    assert read_manifest(LocalFiles(folder)).last == first.name
     replaced: list[str] = []
     rename = os.replace
 
     def watched(source: Any, target: Any) -> None:
-        listed = read_manifest(folder).names()  # at the moment of the rename
+        listed = read_manifest(LocalFiles(folder)).names()  # at the moment of the rename
         if Path(target).parent == folder and Path(target).name in listed:
             replaced.append(Path(target).name)
         rename(source, target)
@@ -117,7 +118,7 @@ def test_a_step_saved_again_goes_to_a_new_file_and_no_listed_file_is_written_ove
     fit(tmp_path, 400, ckpt_path="last")  # and again
     monkeypatch.undo()
     assert replaced == []
-    manifest = read_manifest(folder)
+    manifest = read_manifest(LocalFiles(folder))
     assert [e.file for e in manifest.checkpoints if e.env_steps == 400] == [manifest.last]
     assert manifest.last == "checkpoint-400.pt"  # checkpoint-400.v2.pt, then a free name again
     assert not (folder / "checkpoint-400.v2.pt").exists()  # deleted once no longer listed
@@ -184,7 +185,7 @@ def test_a_broken_last_or_best_falls_back_to_the_newest_intact_checkpoint_with_a
         tmp_path: Path) -> None:
     fit(tmp_path, 600)
     folder = tmp_path / "checkpoints"
-    manifest = read_manifest(folder)
+    manifest = read_manifest(LocalFiles(folder))
     assert manifest.best is not None and manifest.last == "checkpoint-600.pt"
     best = folder / manifest.best.file
     overwrite_in_place(folder / "checkpoint-600.pt")

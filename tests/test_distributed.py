@@ -23,6 +23,7 @@ from conftest import assert_same_tensors, env_snapshot
 
 from rltrain import DQN, DQNConfig, Trainer, load_policy
 from rltrain.checkpoint import Checkpointer
+from rltrain.checkpoint.io import LocalFiles
 from rltrain.checkpoint.manifest import read_manifest
 from rltrain.runtime.distributed import TORCHRUN_VARIABLES, DistributedContext, connect
 
@@ -197,7 +198,7 @@ def test_a_multi_process_checkpoint_is_refused_by_another_world_size(
         Trainer(run_dir=out / "straight", num_steps=4000, logger=False,
                 enable_progress_bar=False, enable_console=False).fit(
             "CartPole-v1", DQN(DQNConfig(hidden_sizes=[32, 32])), ckpt_path=path)
-    assert read_manifest(out / "straight" / "checkpoints").last == "checkpoint-3000.pt"
+    assert read_manifest(LocalFiles(out / "straight" / "checkpoints")).last == "checkpoint-3000.pt"
     # Its shared parts load at any world size: evaluation reads the agent alone.
     action, _ = load_policy(path).predict(np.zeros(4, dtype=np.float32))
     assert int(action) in (0, 1)
@@ -279,7 +280,7 @@ def test_retention_deletes_a_checkpoint_with_its_shards(
     assert [n for n in names if n.startswith("checkpoint-1000")] == []
     assert [n for n in names if n.startswith("best-")] == [
         "best-3000.pt", "best-3000.rank0.pt", "best-3000.rank1.pt"]
-    manifest = read_manifest(out / "split" / "checkpoints")
+    manifest = read_manifest(LocalFiles(out / "split" / "checkpoints"))
     assert [(e.file, e.shards) for e in manifest.checkpoints] == [
         ("checkpoint-1500.pt", 2), ("checkpoint-2000.pt", 2), ("checkpoint-3000.pt", 2)]
 
@@ -331,7 +332,7 @@ def test_a_manifest_s_shard_count_is_checked_and_unlisted_shards_are_swept(
         manifest.write_text(json.dumps({"checkpoints": [{**entry, "shards": shards}],
                                         "last": "checkpoint-10.pt"}))
         with pytest.warns(UserWarning, match="unusable"):
-            assert read_manifest(folder).fallback
+            assert read_manifest(LocalFiles(folder)).fallback
 
 
 def test_an_error_rank_0_meets_before_training_is_the_same_kind_on_every_rank(

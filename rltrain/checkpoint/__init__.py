@@ -1,8 +1,11 @@
-"""Checkpoints: files written atomically with checksums (:mod:`.files`), the folder and its
-retention (:mod:`.store`), a manifest read as untrusted input (:mod:`.manifest`), and what a
-checkpoint holds (:mod:`.state`)."""
+"""Checkpoints: the policy of what is saved and kept (:mod:`.store`) over a storage seam
+(:mod:`.io`: local files written atomically with checksums, :mod:`.files`, by default), which
+checkpoint is intact (:mod:`.intact`), shards of a run of several processes (:mod:`.sharded`),
+a manifest read as untrusted input (:mod:`.manifest`), and what a checkpoint holds
+(:mod:`.state`)."""
 
 from rltrain.checkpoint.files import atomic_save, atomic_write, atomic_write_text, file_sha256
+from rltrain.checkpoint.io import CheckpointIO, LocalFiles
 from rltrain.checkpoint.manifest import CHECKPOINT_FORMAT, MANIFEST, ManifestError
 from rltrain.checkpoint.state import (
     LoadedCheckpoint,
@@ -17,8 +20,10 @@ from rltrain.checkpoint.store import Checkpointer, SavedCheckpoint
 __all__ = [
     "CHECKPOINT_FORMAT",
     "MANIFEST",
+    "CheckpointIO",
     "Checkpointer",
     "LoadedCheckpoint",
+    "LocalFiles",
     "ManifestError",
     "SavedCheckpoint",
     "Stateful",

@@ -19,8 +19,9 @@ import math
 import re
 import warnings
 from dataclasses import dataclass, field, replace
-from pathlib import Path
 from typing import Any, NoReturn
+
+from rltrain.checkpoint.io import CheckpointIO
 
 #: Version of the checkpoint layout written by :func:`~rltrain.checkpoint.training_state`.
 CHECKPOINT_FORMAT = 1
@@ -129,37 +130,35 @@ class Manifest:
         return [e for e in entries if e.file == name]
 
 
-def read_manifest(directory: Path) -> Manifest:
-    """The manifest of ``directory``: empty when there is none and no checkpoint file either;
+def read_manifest(store: CheckpointIO) -> Manifest:
+    """The manifest of ``store``: empty when there is none and no checkpoint file either;
     else, when there is none or it cannot be read (with a warning), made from the checkpoint
     files in the folder, which are then never deleted. Raises :class:`ManifestError` when it
     names anything but a checkpoint file of the folder."""
-    path = directory / MANIFEST
     try:
-        text = path.read_text(encoding="utf-8")
+        text = store.read_bytes(MANIFEST).decode("utf-8")
     except FileNotFoundError:
-        if any(CHECKPOINT_NAME.fullmatch(p.name) or BEST_NAME.fullmatch(p.name)
-               for p in directory.iterdir()):
+        if any(CHECKPOINT_NAME.fullmatch(n) or BEST_NAME.fullmatch(n) for n in store.names()):
             # A crash before the first manifest, or a deleted one: the files are kept, silently.
-            return _fallback(directory, "", warn=False)
+            return _fallback(store, "", warn=False)
         return Manifest()
     except (OSError, UnicodeDecodeError) as error:
-        return _fallback(directory, f"it cannot be read ({error})")
+        return _fallback(store, f"it cannot be read ({error})")
     try:
         data = json.loads(text)
     except (ValueError, RecursionError) as error:
-        return _fallback(directory, f"it is not valid JSON ({str(error)[:200]})")
+        return _fallback(store, f"it is not valid JSON ({str(error)[:200]})")
     try:
-        return parse_manifest(data, path)
+        return parse_manifest(data, store.where(MANIFEST))
     except _Malformed as error:
-        return _fallback(directory, str(error))
+        return _fallback(store, str(error))
 
 
 class _Malformed(Exception):
     """The manifest's JSON does not have the manifest's shape."""
 
 
-def parse_manifest(data: Any, path: Path) -> Manifest:
+def parse_manifest(data: Any, path: str) -> Manifest:
     """Check a manifest's JSON: its shape (else ``_Malformed``) and every name in it (else
     :class:`ManifestError`, naming the entry)."""
     if not isinstance(data, dict):
@@ -185,7 +184,7 @@ def parse_manifest(data: Any, path: Path) -> Manifest:
     return Manifest(checkpoints, last, best_entry, list(recovered))
 
 
-def _entry(item: Any, where: str, path: Path, pattern: re.Pattern[str]) -> Entry:
+def _entry(item: Any, where: str, path: str, pattern: re.Pattern[str]) -> Entry:
     if not isinstance(item, dict):
         raise _Malformed(f"its {where} is a JSON {type(item).__name__}, not an object")
     name = item.get("file")
@@ -216,7 +215,7 @@ def _entry(item: Any, where: str, path: Path, pattern: re.Pattern[str]) -> Entry
                  None if eval_return is None else float(eval_return), numbers["shards"] or 0)
 
 
-def _refuse(path: Path, where: str, name: Any, expected: str) -> NoReturn:
+def _refuse(path: str, where: str, name: Any, expected: str) -> NoReturn:
     raise ManifestError(
         f"{path}: its entry {where} names {name!r}, which is not {expected}; refusing to use "
         "this manifest (rltrain only reads and deletes its own files in the checkpoint folder). "
@@ -224,13 +223,13 @@ def _refuse(path: Path, where: str, name: Any, expected: str) -> NoReturn:
         "the checkpoint files in the folder.")
 
 
-def _fallback(directory: Path, why: str, *, warn: bool = True) -> Manifest:
-    found = [p.name for p in directory.iterdir() if not p.is_symlink() and p.is_file()
-             and (CHECKPOINT_NAME.fullmatch(p.name) or BEST_NAME.fullmatch(p.name))]
+def _fallback(store: CheckpointIO, why: str, *, warn: bool = True) -> Manifest:
+    found = [n for n in store.names() if (CHECKPOINT_NAME.fullmatch(n) or BEST_NAME.fullmatch(n))
+             and store.is_plain(n)]
     if not warn:
         return Manifest(recovered=sorted(found, key=step_of), fallback=True)
     warnings.warn(
-        f"{directory / MANIFEST} is unusable: {why}. Using the checkpoint files in the folder "
+        f"{store.where(MANIFEST)} is unusable: {why}. Using the checkpoint files in the folder "
         f"instead ({', '.join(sorted(found, key=step_of)) or 'none'}), unchecked; none of "
         "them will be deleted.", stacklevel=3)
     return Manifest(recovered=sorted(found, key=step_of), fallback=True)

@@ -126,5 +126,5 @@ def kept_after_abort(checkpointer: Checkpointer | None, run_dir: Path) -> str:
     if checkpointer is None or last is None:
         return ("no checkpoint was written yet, so nothing can be resumed: start the run again "
                 "(rltrain fit without --resume)")
-    return (f"the last checkpoint, {checkpointer.directory / last}, is kept: resume with "
+    return (f"the last checkpoint, {checkpointer.store.where(last)}, is kept: resume with "
             f"rltrain fit --resume {run_dir}")

@@ -119,11 +119,7 @@ def make_components(trainer: TrainerSettings, run_dir: Path,
     device = rank_device(torch.device(trainer.device), distributed)
     return RLComponents(
         num_steps=trainer.num_steps,
-        checkpointer=Checkpointer(
-            Path(trainer.checkpoint_dir or run_dir / "checkpoints"),
-            interval=trainer.checkpoint_interval,
-            keep_last=trainer.keep_last_checkpoints, keep_best=trainer.keep_best,
-            distributed=distributed),
+        checkpointer=checkpointer_of(trainer, run_dir, distributed),
         accumulate_grad_batches=trainer.accumulate_grad_batches,
         gradient_clip_val=trainer.gradient_clip_val,
         gradient_clip_algorithm=trainer.gradient_clip_algorithm,  # type: ignore[arg-type]
@@ -141,22 +137,31 @@ def make_components(trainer: TrainerSettings, run_dir: Path,
     )
 
 
+def checkpointer_of(trainer: TrainerSettings, run_dir: Path,
+                    distributed: DistributedContext = SINGLE) -> Checkpointer:
+    """The checkpointer of a run of ``trainer`` in ``run_dir``: its ``checkpoint_io``, or local
+    files in ``checkpoint_dir`` (default ``run_dir/checkpoints``)."""
+    return Checkpointer(Path(trainer.checkpoint_dir or run_dir / "checkpoints"),
+                        interval=trainer.checkpoint_interval,
+                        keep_last=trainer.keep_last_checkpoints, keep_best=trainer.keep_best,
+                        distributed=distributed, store=trainer.checkpoint_io)
+
+
 def resolve_checkpoint(ckpt_path: str | Path, run_dir: str | Path | None,
-                       checkpoint_dir: str | Path | None) -> Path:
+                       trainer: TrainerSettings) -> Path:
     """``"last"`` / ``"best"`` among the run's checkpoints, or the file given; must exist."""
     if ckpt_path in ("last", "best"):
         if run_dir is None:
             raise ValueError(f"ckpt_path={ckpt_path!r} needs a run: give the Trainer its "
                              "run_dir, or pass the path of a checkpoint file.")
-        directory = Path(checkpoint_dir or Path(run_dir) / "checkpoints")
         try:
-            return Checkpointer(directory).resolve(str(ckpt_path))
+            return checkpointer_of(trainer, Path(run_dir)).resolve(str(ckpt_path))
         except FileNotFoundError as error:
             advice = ("" if "nothing to resume" in str(error) else
                       " Pass the run_dir of the run, or the path of a checkpoint file.")
             raise FileNotFoundError(f"No checkpoint: {error}{advice}") from error
-    path = Path(ckpt_path)
-    if not path.is_file():
+    path, store = Path(ckpt_path), trainer.checkpoint_io
+    if not path.is_file() and not (store is not None and Path(store.where(path.name)) == path):
         raise FileNotFoundError(
             f"No checkpoint at {path}. Pass ckpt_path='last' or 'best' with the run_dir of "
             "the run, or the path of a checkpoint file.")

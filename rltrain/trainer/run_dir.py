@@ -28,7 +28,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from rltrain.checkpoint import MANIFEST, Checkpointer, ManifestError, atomic_write_text
-from rltrain.checkpoint.files import find_intact, unfinished_saves, what_is_left
+from rltrain.checkpoint.intact import find_intact, unfinished_saves, what_is_left
+from rltrain.checkpoint.io import LocalFiles
 from rltrain.checkpoint.manifest import (
     BEST_NAME,
     CHECKPOINT_NAME,
@@ -154,16 +155,17 @@ def _why_not_resumable(checkpoint_dir: Path) -> str | None:
             manifest = Checkpointer(checkpoint_dir).manifest()
     except ManifestError:
         return None
-    path, skipped = find_intact(checkpoint_dir, manifest, "last")
-    if path is not None:
+    store = LocalFiles(checkpoint_dir)
+    name, skipped = find_intact(store, manifest, "last")
+    if name is not None:
         return None
-    return what_is_left(checkpoint_dir, skipped) or "holds no checkpoint"
+    return what_is_left(store, skipped) or "holds no checkpoint"
 
 
 def _say_unfinished(run_dir: Path, checkpoint_dir: Path) -> None:
     """Warn that a new run takes ``run_dir`` although its checkpoint folder holds what a save
     that did not finish left (removed with the failed run's other files)."""
-    parts = unfinished_saves(checkpoint_dir)
+    parts = unfinished_saves(LocalFiles(checkpoint_dir))
     if parts and not saved_checkpoints(checkpoint_dir):
         warnings.warn(
             f"{run_dir} holds no complete checkpoint, only what a save that did not finish "

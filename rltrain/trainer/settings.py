@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any, Union
 import torch
 from omegaconf import DictConfig
 
+from rltrain.checkpoint.io import CheckpointIO
 from rltrain.config.trainer_config import TrainerConfig
 from rltrain.observe.loggers import is_unrecorded, logger_items
 from rltrain.observe.processor import Subscriber
@@ -52,6 +53,9 @@ class TrainerSettings(TrainerConfig):
             what the run really uses. Default None: those four sections only.
         interrupter: The stop request shared with your callbacks and threads. Default: a new
             one, at ``trainer.interrupter``.
+        checkpoint_io: Where checkpoints are stored (Lightning's ``CheckpointIO``): a
+            :class:`~rltrain.checkpoint.io.CheckpointIO` of your own (an object store, ...).
+            Default None: local files in ``checkpoint_dir``.
     """
 
     strategy: RLStrategy | None = None
@@ -59,6 +63,7 @@ class TrainerSettings(TrainerConfig):
     callbacks: Sequence[Subscriber] = ()
     config: DictConfig | Mapping[str, Any] | None = None
     interrupter: Interrupter = field(default_factory=Interrupter)
+    checkpoint_io: CheckpointIO | None = None
 
     def __post_init__(self) -> None:
         if self.strategy is not None and self.seed is not None:

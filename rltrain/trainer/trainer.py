@@ -157,7 +157,7 @@ class Trainer(TrainerSettings):
         components.config = self.run_config(env, agent, run_dir)
         assert components.checkpointer is not None
         components.checkpointer.config = components.config
-        directory = components.checkpointer.directory
+        directory = components.checkpointer.directory or run_dir / "checkpoints"
         with contextlib.ExitStack() as stack:  # rank 0 takes the run directory for them all
             context.on_main(lambda: stack.enter_context(open_run(
                 run_dir, checkpoint_dir=directory, resuming=components.checkpoint is not None,
@@ -274,7 +274,7 @@ class Trainer(TrainerSettings):
 
     def checkpoint_path(self, ckpt_path: str | Path, run_dir: str | Path | None) -> Path:
         """``"last"`` / ``"best"`` among the run's checkpoints, or the file given; must exist."""
-        return resolve_checkpoint(ckpt_path, run_dir, self.checkpoint_dir)
+        return resolve_checkpoint(ckpt_path, run_dir, self)
 
     def resolve_run_dir(self, env: EnvInit, agent: LearningAgent) -> Path:
         """The run directory: the one given, or ``runs/<date>-<time>-<agent>-<env>``."""
