@@ -21,7 +21,6 @@ crash. Target: save and load each under 1 second.
 from __future__ import annotations
 
 import argparse
-import inspect
 import tempfile
 import time
 from pathlib import Path
@@ -35,6 +34,7 @@ from rltrain.checkpoint import Checkpointer, Stateful, training_state
 from rltrain.config.instantiate import make_agent, make_strategy
 from rltrain.config.schema import compose
 from rltrain.envs.make import make_vector_env
+from rltrain.optim import OptimizationSettings
 from rltrain.runtime.seeding import GlobalRandomState, seed_everything
 from rltrain.strategies.off_policy import OffPolicyStrategy
 from rltrain.types import Progress
@@ -43,11 +43,10 @@ TARGET_SECONDS = 1.0
 
 
 def optimization(agent: DQN, progress: Progress, clip: float | None) -> Optimization:
-    """The run's ``Optimization`` (passing the interrupter where this version takes one)."""
-    kwargs: dict[str, Any] = {"progress": progress, "gradient_clip_val": clip}
-    if "interrupter" in inspect.signature(Optimization).parameters:
-        kwargs["interrupter"] = Interrupter()
-    return Optimization(agent.configure_optimizers(), **kwargs)
+    """The run's ``Optimization``."""
+    return Optimization(agent.configure_optimizers(), progress=progress,
+                        settings=OptimizationSettings(gradient_clip_val=clip),
+                        interrupter=Interrupter())
 
 
 def build_parts(transitions: int, seed: int) -> tuple[DQN, dict[str, Stateful], Progress,

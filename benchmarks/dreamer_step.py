@@ -47,7 +47,7 @@ from rltrain.config.instantiate import make_agent
 from rltrain.config.schema import compose
 from rltrain.envs.make import make_vector_env
 from rltrain.envs.runner import Runner
-from rltrain.optim import Optimization
+from rltrain.optim import Optimization, OptimizationSettings
 from rltrain.runtime.heap import keep_freed_memory
 from rltrain.types import Progress
 
@@ -79,7 +79,9 @@ def setup(overrides: list[str], fill: int, seed: int) -> tuple[Dreamer, Optimiza
     finally:
         envs.close()
     optim = Optimization(agent.configure_optimizers(), progress=progress,
-                         gradient_clip_val=config.trainer.gradient_clip_val)
+                         settings=OptimizationSettings(
+                             gradient_clip_val=config.trainer.gradient_clip_val,
+                             on_nan_loss="raise"))
     return agent, optim, buffer, int(config.strategy.batch_size)
 
 

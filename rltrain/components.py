@@ -5,12 +5,13 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 import torch
 
 from rltrain.checkpoint.store import Checkpointer
 from rltrain.observe.processor import EventProcessor
+from rltrain.optim.settings import OptimizationSettings
 from rltrain.runtime.distributed import SINGLE, DistributedContext
 from rltrain.runtime.interrupt import Interrupter
 from rltrain.types import Progress
@@ -75,22 +76,6 @@ class EvaluationSettings:
                              f"cap; got {self.max_episode_steps}.")
 
 
-#: Training precisions: float32, or autocast to bfloat16 / float16 (weights stay float32).
-DTYPES: dict[str, torch.dtype] = {"float32": torch.float32, "bfloat16": torch.bfloat16,
-                                  "float16": torch.float16}
-
-
-def resolve_dtype(dtype: str | torch.dtype) -> torch.dtype:
-    """``"float32"``, ``"bfloat16"``, ``"float16"`` (or the torch dtype) as a torch dtype."""
-    if isinstance(dtype, torch.dtype):
-        if dtype in DTYPES.values():
-            return dtype
-    elif dtype in DTYPES:
-        return DTYPES[dtype]
-    raise ValueError(f"dtype must be one of {list(DTYPES)}; got {dtype!r}. bfloat16 and float16 "
-                     "train with autocast (mixed precision); the weights stay float32.")
-
-
 @dataclass
 class RLComponents:
     """Everything a strategy's ``train_loop`` uses besides the agent and the environment.
@@ -99,18 +84,12 @@ class RLComponents:
         num_steps: Total env steps to train for (transitions summed over sub-envs).
         checkpoint: A checkpoint file to resume from; None starts fresh. Default None.
         checkpointer: Saves the agent while training; None saves nothing. Default None.
-        accumulate_grad_batches: Batches whose gradients are summed before each optimizer step
-            (Lightning's ``accumulate_grad_batches``). Default 1.
-        gradient_clip_val: Clip gradients to this norm (or value); None does not clip.
-        gradient_clip_algorithm: ``"norm"`` (total 2-norm, as ``clip_grad_norm_``) or ``"value"``.
-        on_nan_loss: ``"stop"`` (default), ``"skip"`` or ``"raise"``; see
-            :class:`~rltrain.optim.Optimization`.
+        optimization: Accumulation, clipping, the NaN policy and the training precision
+            (:class:`~rltrain.optim.settings.OptimizationSettings`). Default: its defaults.
         interrupter: The run's stop request, shared with callbacks and other threads.
         event_processor: Receives every event; holds the metrics and renderers.
         summary: What the end-of-run summary measures.
         evaluation: When and how long to evaluate (interval and episodes).
-        dtype: The precision of training forward passes: ``torch.float32``, or
-            ``torch.bfloat16`` / ``torch.float16`` under autocast. Default float32.
         device: Where the agent learns. Default CPU.
         inference_device: Where the policy acts while collecting. Default CPU.
         progress: The run's counters (fresh for a new run).
@@ -131,15 +110,11 @@ class RLComponents:
     num_steps: int
     checkpoint: Path | None = None
     checkpointer: Checkpointer | None = None
-    accumulate_grad_batches: int = 1
-    gradient_clip_val: float | None = None
-    gradient_clip_algorithm: Literal["norm", "value"] = "norm"
-    on_nan_loss: Literal["stop", "skip", "raise"] = "stop"
+    optimization: OptimizationSettings = field(default_factory=OptimizationSettings)
     interrupter: Interrupter = field(default_factory=Interrupter)
     event_processor: EventProcessor = field(default_factory=EventProcessor)
     summary: SummarySettings = field(default_factory=SummarySettings)
     evaluation: EvaluationSettings = field(default_factory=EvaluationSettings)
-    dtype: torch.dtype = torch.float32
     device: torch.device = field(default_factory=lambda: torch.device("cpu"))
     inference_device: torch.device = field(default_factory=lambda: torch.device("cpu"))
     progress: Progress = field(default_factory=Progress)
@@ -161,20 +136,13 @@ class RLComponents:
                                                     self.distributed, self.checkpointer)
         return self.resume_state
 
-    def optimization_hparams(self) -> dict[str, float | int | str | bool]:
-        """The settings that change what a gradient step computes, for the run's hparams."""
-        return {"optim/accumulate_grad_batches": self.accumulate_grad_batches,
-                "optim/gradient_clip_val": ("none" if self.gradient_clip_val is None
-                                            else float(self.gradient_clip_val)),
-                "optim/gradient_clip_algorithm": self.gradient_clip_algorithm,
-                "optim/dtype": str(self.dtype).removeprefix("torch.")}
+    @property
+    def dtype(self) -> torch.dtype:
+        """The precision of training forward passes (``optimization.dtype``)."""
+        return self.optimization.dtype
 
     def __post_init__(self) -> None:
-        check_training_settings(
-            num_steps=self.num_steps, accumulate_grad_batches=self.accumulate_grad_batches,
-            gradient_clip_val=self.gradient_clip_val,
-            gradient_clip_algorithm=self.gradient_clip_algorithm, on_nan_loss=self.on_nan_loss)
-        self.dtype = resolve_dtype(self.dtype)
+        check_num_steps(self.num_steps)
         self.device = torch.device(self.device)
         self.inference_device = torch.device(self.inference_device)
         if self.sync_interval < 1:
@@ -185,21 +153,7 @@ class RLComponents:
                              f"None for no limit); got {self.env_step_timeout}.")
 
 
-def check_training_settings(*, num_steps: int, accumulate_grad_batches: int,
-                            gradient_clip_val: float | None, gradient_clip_algorithm: str,
-                            on_nan_loss: str) -> None:
-    """Refuse a step budget or optimisation setting that no run could use (the checks of
-    :class:`RLComponents` and of the Trainer's settings), naming the setting."""
+def check_num_steps(num_steps: int) -> None:
+    """Refuse a step budget no run could use."""
     if num_steps < 1:
         raise ValueError(f"num_steps must be >= 1 env step; got {num_steps}.")
-    if accumulate_grad_batches < 1:
-        raise ValueError(
-            f"accumulate_grad_batches must be >= 1 batch; got {accumulate_grad_batches}.")
-    if gradient_clip_val is not None and gradient_clip_val <= 0:
-        raise ValueError(f"gradient_clip_val must be > 0 (or None for no clipping); got "
-                         f"{gradient_clip_val}.")
-    if gradient_clip_algorithm not in ("norm", "value"):
-        raise ValueError(f"gradient_clip_algorithm must be 'norm' or 'value'; got "
-                         f"{gradient_clip_algorithm!r}.")
-    if on_nan_loss not in ("stop", "skip", "raise"):
-        raise ValueError(f"on_nan_loss must be 'stop', 'skip' or 'raise'; got {on_nan_loss!r}.")

@@ -31,7 +31,7 @@ from rltrain import (
 from rltrain.agents.nn.normalize import RunningMeanStd
 from rltrain.buffers import ReplayBatch
 from rltrain.buffers.rollout import RolloutBatch, RolloutBuffer
-from rltrain.optim import Optimization
+from rltrain.optim import Optimization, OptimizationSettings
 from rltrain.runtime.distributed import SINGLE, DistributedContext, connect, moments_mean_std
 from rltrain.types import Progress
 
@@ -87,8 +87,7 @@ def one_update(agent: Any, batch: Any, context: DistributedContext, *,
     gradients every optimizer stepped with. ``skip``: standard normals drawn and dropped first,
     so a rank's draws continue where the whole batch's first half ended."""
     agent.distributed = context
-    optim = Optimization(agent.configure_optimizers(), progress=agent.progress,
-                         distributed=context)
+    optim = Optimization(agent.configure_optimizers(), progress=agent.progress, sync=context)
     stepped: list[torch.Tensor] = []
     for optimizer in optim.optimizers.values():
         optimizer.register_step_pre_hook(lambda opt, args, kwargs: stepped.append(torch.cat(
@@ -135,7 +134,7 @@ def case_updates(context: DistributedContext, out: Path) -> dict[str, Any]:
         batch.rewards[0] = float("nan")
     agent.distributed = context
     optim = Optimization(agent.configure_optimizers(), progress=agent.progress,
-                         on_nan_loss="skip", distributed=context)
+                         settings=OptimizationSettings(on_nan_loss="skip"), sync=context)
     optim.training_step(agent, batch)
     found["nan"] = {"unchanged": bool(torch.equal(flat(agent), before)),
                     "refused": optim.non_finite_loss}

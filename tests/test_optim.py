@@ -11,7 +11,7 @@ import torch
 from torch import nn
 
 from rltrain.agents.base import LearningAgent, Policy
-from rltrain.optim import Optimization, fused_adam_step
+from rltrain.optim import Optimization, OptimizationSettings, fused_adam_step
 from rltrain.types import Progress
 
 
@@ -31,7 +31,9 @@ def test_accumulating_k_averaged_losses_equals_one_step_on_the_concatenated_batc
     model_a = nn.Linear(3, 2)
     model_b = copy.deepcopy(model_a)
     accumulating = Optimization({"m": make_optimizer(kind, model_a.parameters(), 0.05)},
-                                progress=Progress(), accumulate_grad_batches=k)
+                                progress=Progress(),
+                                settings=OptimizationSettings(accumulate_grad_batches=k,
+                                                              on_nan_loss="raise"))
     single = Optimization({"m": make_optimizer(kind, model_b.parameters(), 0.05)},
                           progress=Progress())
     initial = model_a.weight.detach().clone()
@@ -49,8 +51,9 @@ def test_accumulating_k_averaged_losses_equals_one_step_on_the_concatenated_batc
 def test_parameters_do_not_move_while_accumulating() -> None:
     torch.manual_seed(0)
     model = nn.Linear(2, 1)
-    optim = Optimization({"m": torch.optim.SGD(model.parameters(), lr=0.1)},
-                         progress=Progress(), accumulate_grad_batches=2)
+    optim = Optimization({"m": torch.optim.SGD(model.parameters(), lr=0.1)}, progress=Progress(),
+                         settings=OptimizationSettings(accumulate_grad_batches=2,
+                                                       on_nan_loss="raise"))
     before = model.weight.detach().clone()
     x, y = torch.randn(4, 2), torch.randn(4, 1)
     assert optim.step("m", mse(model, x, y)) is False
@@ -84,7 +87,9 @@ def test_no_clipping_applies_the_raw_gradient() -> None:
 def test_clipping_by_norm_rescales_the_gradient_to_the_max_norm() -> None:
     w, loss = linear_loss_param([30.0, 40.0])  # norm 50
     optim = Optimization({"w": torch.optim.SGD([w], lr=1.0)}, progress=Progress(),
-                         gradient_clip_val=5.0, gradient_clip_algorithm="norm")
+                         settings=OptimizationSettings(gradient_clip_val=5.0,
+                                                       gradient_clip_algorithm="norm",
+                                                       on_nan_loss="raise"))
     optim.step("w", loss)
     assert torch.allclose(w.detach(), torch.tensor([-3.0, -4.0]), atol=1e-5)
 
@@ -92,7 +97,9 @@ def test_clipping_by_norm_rescales_the_gradient_to_the_max_norm() -> None:
 def test_clipping_by_norm_leaves_small_gradients_alone() -> None:
     w, loss = linear_loss_param([0.3, 0.4])  # norm 0.5
     optim = Optimization({"w": torch.optim.SGD([w], lr=1.0)}, progress=Progress(),
-                         gradient_clip_val=5.0, gradient_clip_algorithm="norm")
+                         settings=OptimizationSettings(gradient_clip_val=5.0,
+                                                       gradient_clip_algorithm="norm",
+                                                       on_nan_loss="raise"))
     optim.step("w", loss)
     assert torch.allclose(w.detach(), torch.tensor([-0.3, -0.4]))
 
@@ -100,7 +107,9 @@ def test_clipping_by_norm_leaves_small_gradients_alone() -> None:
 def test_clipping_by_value_clamps_each_element() -> None:
     w, loss = linear_loss_param([30.0, -0.5, -7.0])
     optim = Optimization({"w": torch.optim.SGD([w], lr=1.0)}, progress=Progress(),
-                         gradient_clip_val=2.0, gradient_clip_algorithm="value")
+                         settings=OptimizationSettings(gradient_clip_val=2.0,
+                                                       gradient_clip_algorithm="value",
+                                                       on_nan_loss="raise"))
     optim.step("w", loss)
     assert torch.allclose(w.detach(), torch.tensor([-2.0, 0.5, 2.0]))
 
@@ -109,8 +118,10 @@ def test_clipping_by_norm_uses_only_that_optimizers_parameters() -> None:
     big = nn.Parameter(torch.zeros(2))
     small = nn.Parameter(torch.zeros(2))
     optim = Optimization({"big": torch.optim.SGD([big], lr=1.0),
-                          "small": torch.optim.SGD([small], lr=1.0)},
-                         progress=Progress(), accumulate_grad_batches=2, gradient_clip_val=5.0)
+                          "small": torch.optim.SGD([small], lr=1.0)}, progress=Progress(),
+                              settings=OptimizationSettings(accumulate_grad_batches=2,
+                                                            gradient_clip_val=5.0,
+                                                            on_nan_loss="raise"))
     # interleaved, so that "small" holds a pending gradient when "big" is clipped and steps
     for _ in range(2):
         optim.step("big", (big * torch.tensor([30.0, 40.0])).sum())  # accumulates norm 50
@@ -123,7 +134,9 @@ def test_clipping_by_norm_uses_only_that_optimizers_parameters() -> None:
 def test_clipping_by_norm_applies_to_the_accumulated_gradient() -> None:
     w = nn.Parameter(torch.zeros(2))
     optim = Optimization({"w": torch.optim.SGD([w], lr=1.0)}, progress=Progress(),
-                         accumulate_grad_batches=2, gradient_clip_val=5.0)
+                         settings=OptimizationSettings(accumulate_grad_batches=2,
+                                                       gradient_clip_val=5.0,
+                                                       on_nan_loss="raise"))
     # each batch contributes loss/2, gradient [3, 4] (norm 5: within the limit); together
     # they sum to [6, 8] (norm 10), which is clipped once, just before the step, to [3, 4]
     assert optim.step("w", (w * torch.tensor([6.0, 8.0])).sum()) is False
@@ -169,7 +182,8 @@ def test_two_optimizers_in_one_training_step_accumulate_independently() -> None:
     agent = TwoPartAgent()
     progress = Progress()
     optim = Optimization(agent.configure_optimizers(), progress=progress,
-                         accumulate_grad_batches=2)
+                         settings=OptimizationSettings(accumulate_grad_batches=2,
+                                                       on_nan_loss="raise"))
     x = torch.randn(5, 2)
     actor0 = copy.deepcopy(agent.actor.state_dict())
     critic0 = copy.deepcopy(agent.critic.state_dict())
@@ -220,14 +234,15 @@ def test_no_optimizers_or_bad_accumulation_raise() -> None:
     model = nn.Linear(1, 1)
     with pytest.raises(ValueError, match="accumulate_grad_batches"):
         Optimization({"m": torch.optim.SGD(model.parameters(), lr=0.1)}, progress=Progress(),
-                     accumulate_grad_batches=0)
+                     settings=OptimizationSettings(accumulate_grad_batches=0, on_nan_loss="raise"))
 
 
 def test_state_dict_round_trip_continues_identically() -> None:
     torch.manual_seed(0)
     model = nn.Linear(3, 2)
-    optim = Optimization({"m": torch.optim.Adam(model.parameters(), lr=0.01)},
-                         progress=Progress(), accumulate_grad_batches=2)
+    optim = Optimization({"m": torch.optim.Adam(model.parameters(), lr=0.01)}, progress=Progress(),
+                         settings=OptimizationSettings(accumulate_grad_batches=2,
+                                                       on_nan_loss="raise"))
     data = [(torch.randn(4, 3), torch.randn(4, 2)) for _ in range(8)]
     for x, y in data[:4]:  # two full Adam steps, nothing pending
         optim.step("m", mse(model, x, y))
@@ -236,7 +251,9 @@ def test_state_dict_round_trip_continues_identically() -> None:
 
     clone = copy.deepcopy(model)
     restored = Optimization({"m": torch.optim.Adam(clone.parameters(), lr=0.5)},
-                            progress=Progress(), accumulate_grad_batches=2)
+                            progress=Progress(),
+                            settings=OptimizationSettings(accumulate_grad_batches=2,
+                                                          on_nan_loss="raise"))
     restored.load_state_dict(state)
     assert restored.optimizers["m"].param_groups[0]["lr"] == 0.01
     for x, y in data[4:]:
@@ -247,12 +264,15 @@ def test_state_dict_round_trip_continues_identically() -> None:
 
 def test_state_dict_keeps_the_pending_batch_count() -> None:
     model = nn.Linear(2, 1)
-    optim = Optimization({"m": torch.optim.SGD(model.parameters(), lr=0.1)},
-                         progress=Progress(), accumulate_grad_batches=3)
+    optim = Optimization({"m": torch.optim.SGD(model.parameters(), lr=0.1)}, progress=Progress(),
+                         settings=OptimizationSettings(accumulate_grad_batches=3,
+                                                       on_nan_loss="raise"))
     optim.step("m", model(torch.ones(1, 2)).sum())
     assert optim.state_dict()["pending"] == {"m": 1}
     other = Optimization({"m": torch.optim.SGD(nn.Linear(2, 1).parameters(), lr=0.1)},
-                         progress=Progress(), accumulate_grad_batches=3)
+                         progress=Progress(),
+                         settings=OptimizationSettings(accumulate_grad_batches=3,
+                                                       on_nan_loss="raise"))
     other.load_state_dict(optim.state_dict())
     assert other.state_dict()["pending"] == {"m": 1}
 
@@ -260,15 +280,17 @@ def test_state_dict_keeps_the_pending_batch_count() -> None:
 def test_state_dict_round_trip_mid_accumulation_continues_identically() -> None:
     torch.manual_seed(0)
     model = nn.Linear(3, 2)
-    optim = Optimization({"m": torch.optim.SGD(model.parameters(), lr=0.1)},
-                         progress=Progress(), accumulate_grad_batches=2)
+    optim = Optimization({"m": torch.optim.SGD(model.parameters(), lr=0.1)}, progress=Progress(),
+                         settings=OptimizationSettings(accumulate_grad_batches=2,
+                                                       on_nan_loss="raise"))
     data = [(torch.randn(4, 3), torch.randn(4, 2)) for _ in range(3)]
     optim.step("m", mse(model, *data[0]))  # one batch pending
     state = copy.deepcopy(optim.state_dict())
     clone = copy.deepcopy(model)  # what a checkpoint of the agent holds (no .grad)
     clone.zero_grad(set_to_none=True)
-    restored = Optimization({"m": torch.optim.SGD(clone.parameters(), lr=0.1)},
-                            progress=Progress(), accumulate_grad_batches=2)
+    restored = Optimization({"m": torch.optim.SGD(clone.parameters(), lr=0.1)}, progress=Progress(),
+                            settings=OptimizationSettings(accumulate_grad_batches=2,
+                                                          on_nan_loss="raise"))
     restored.load_state_dict(state)
     for x, y in data[1:]:
         optim.step("m", mse(model, x, y))
@@ -330,11 +352,12 @@ class ThreePartAgent(LearningAgent):
 def test_three_optimizers_in_sequence_accumulate_and_clip_like_one_big_batch() -> None:
     k, batch = 3, 8
     accumulating, single = ThreePartAgent(), ThreePartAgent()
-    settings = dict(gradient_clip_val=0.05, gradient_clip_algorithm="norm")
+    clip = dict(gradient_clip_val=0.05, gradient_clip_algorithm="norm", on_nan_loss="raise")
     acc_optim = Optimization(accumulating.configure_optimizers(), progress=Progress(),
-                             accumulate_grad_batches=k, **settings)  # type: ignore[arg-type]
+                             settings=OptimizationSettings(accumulate_grad_batches=k,
+                                                           **clip))  # type: ignore[arg-type]
     one_optim = Optimization(single.configure_optimizers(), progress=Progress(),
-                             **settings)  # type: ignore[arg-type]
+                             settings=OptimizationSettings(**clip))  # type: ignore[arg-type]
     before = copy.deepcopy(single.state_dict())
     generator = torch.Generator().manual_seed(0)
     for _ in range(4):
@@ -362,7 +385,8 @@ def test_logged_values_join_the_training_step_metrics_once() -> None:
 def test_autocast_runs_the_forward_pass_in_low_precision_and_keeps_float32_weights(
         dtype: torch.dtype) -> None:
     agent = ThreePartAgent()
-    optim = Optimization(agent.configure_optimizers(), progress=Progress(), dtype=dtype)
+    optim = Optimization(agent.configure_optimizers(), progress=Progress(),
+                         settings=OptimizationSettings(dtype=dtype, on_nan_loss="raise"))
     before = agent.world.weight.detach().clone()
     for _ in range(3):
         optim.training_step(agent, (torch.randn(8, 3), torch.randn(8, 4)))
@@ -374,20 +398,22 @@ def test_autocast_runs_the_forward_pass_in_low_precision_and_keeps_float32_weigh
 
 def test_float16_loss_scalers_are_saved_and_restored() -> None:
     agent = ThreePartAgent()
-    optim = Optimization(agent.configure_optimizers(), progress=Progress(), dtype=torch.float16)
+    optim = Optimization(agent.configure_optimizers(), progress=Progress(),
+                         settings=OptimizationSettings(dtype=torch.float16, on_nan_loss="raise"))
     optim.training_step(agent, (torch.randn(8, 3), torch.randn(8, 4)))
     state = optim.state_dict()
     assert set(state["scalers"]) == {"world", "actor", "critic"}
     restored = Optimization(ThreePartAgent().configure_optimizers(), progress=Progress(),
-                            dtype=torch.float16)
+                            settings=OptimizationSettings(dtype=torch.float16, on_nan_loss="raise"))
     restored.load_state_dict(state)
     assert restored.state_dict()["scalers"] == state["scalers"]
 
 
 def test_an_unknown_dtype_is_refused() -> None:
     agent = ThreePartAgent()
-    with pytest.raises(ValueError, match="float32, bfloat16 or float16"):
-        Optimization(agent.configure_optimizers(), progress=Progress(), dtype=torch.float64)
+    with pytest.raises(ValueError, match=r"float32.*bfloat16.*float16"):  # checked once, here
+        Optimization(agent.configure_optimizers(), progress=Progress(),
+                     settings=OptimizationSettings(dtype=torch.float64, on_nan_loss="raise"))
 
 
 # ------------------------------------------------------------- losses checked on the device
@@ -401,8 +427,10 @@ def device_checked(on_nan_loss: str = "stop", fused: bool = True
     model = nn.Linear(3, 1)
     opt = torch.optim.Adam(model.parameters(), lr=0.1, fused=fused)
     interrupter = Interrupter()
-    optim = Optimization({"m": opt}, progress=Progress(), on_nan_loss=on_nan_loss,  # type: ignore[arg-type]
-                         interrupter=interrupter, check_on_device=True)
+    optim = Optimization({"m": opt}, progress=Progress(), interrupter=interrupter,
+                         settings=OptimizationSettings(on_nan_loss=on_nan_loss,
+                                                        # type: ignore[arg-type]
+                                                       check_on_device=True))
     return optim, model, interrupter
 
 

@@ -183,7 +183,7 @@ def test_each_setting_is_declared_once_in_trainer_config() -> None:
     assert not plain & set(vars(TrainerSettings).get("__annotations__", {}))
     assert "__init__" not in vars(Trainer)  # the dataclass's, made from the fields
     assert set(inspect.signature(Trainer).parameters) == plain | {
-        "strategy", "seed", "callbacks", "config", "interrupter"}
+        "strategy", "seed", "callbacks", "config", "interrupter", "checkpoint_io"}
 
 
 def test_a_summary_writer_logger_receives_the_run_and_stays_open(tmp_path: Path) -> None:

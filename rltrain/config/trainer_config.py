@@ -12,16 +12,10 @@ from typing import Any
 import torch
 
 from rltrain.agents.config_checks import check_typed_fields
-from rltrain.components import (
-    DTYPES,
-    EvaluationSettings,
-    SummarySettings,
-    check_folder,
-    check_training_settings,
-    resolve_dtype,
-)
+from rltrain.components import EvaluationSettings, SummarySettings, check_folder, check_num_steps
 from rltrain.errors import require
 from rltrain.observe.loggers import LOGGER_PACKAGES, is_unrecorded, logger_items
+from rltrain.optim.settings import OptimizationSettings, resolve_dtype
 
 #: ``num_threads="auto"`` uses one torch thread for an agent with fewer trainable parameters
 #: than this, torch's own count otherwise (measured: ``docs/benchmarks.md``, "Torch threads").
@@ -127,7 +121,7 @@ class TrainerConfig:
             config always says False.
 
     Once made, ``device`` and ``inference_device`` are torch's spelling of the device
-    (``inference_device`` filled in), ``dtype`` is a name of :data:`~rltrain.components.DTYPES`
+    (``inference_device`` filled in), ``dtype`` is a name of :data:`~rltrain.optim.settings.DTYPES`
     and the folders are ``Path`` objects.
     """
 
@@ -167,11 +161,8 @@ class TrainerConfig:
         self.check_logger()
         for name in ("run_dir", "checkpoint_dir", "logger"):
             check_folder(name, getattr(self, name))
-        check_training_settings(
-            num_steps=self.num_steps, accumulate_grad_batches=self.accumulate_grad_batches,
-            gradient_clip_val=self.gradient_clip_val,
-            gradient_clip_algorithm=self.gradient_clip_algorithm, on_nan_loss=self.on_nan_loss)
-        _ = self.evaluation, self.summary  # each checks its own fields when made
+        check_num_steps(self.num_steps)
+        _ = self.optimization, self.evaluation, self.summary  # each checks its own fields
         require("trainer", [
             (self.num_threads in (None, "auto") or (isinstance(self.num_threads, int)
                                                    and not isinstance(self.num_threads, bool)
@@ -256,9 +247,20 @@ class TrainerConfig:
         return SummarySettings(return_threshold=self.return_threshold)
 
     @property
+    def optimization(self) -> OptimizationSettings:
+        """``accumulate_grad_batches``, ``gradient_clip_val``, ``gradient_clip_algorithm``,
+        ``on_nan_loss`` and ``dtype``, as :class:`~rltrain.optim.Optimization` takes them
+        (checked there, once)."""
+        return OptimizationSettings(
+            accumulate_grad_batches=self.accumulate_grad_batches,
+            gradient_clip_val=self.gradient_clip_val,
+            gradient_clip_algorithm=self.gradient_clip_algorithm,  # type: ignore[arg-type]
+            on_nan_loss=self.on_nan_loss, dtype=resolve_dtype(self.dtype))  # type: ignore[arg-type]
+
+    @property
     def torch_dtype(self) -> torch.dtype:
         """``dtype`` as a torch dtype."""
-        return DTYPES[self.dtype]
+        return resolve_dtype(self.dtype)
 
 
 def _positive_seconds(value: object) -> bool:

@@ -135,6 +135,25 @@ class DistributedContext:
         mean, std = moments_mean_std(self.all_reduce_(moments))
         return mean.to(x.dtype), std.to(x.dtype)
 
+    def average_gradients_(self, params: Sequence[torch.Tensor], flag: torch.Tensor
+                           ) -> torch.Tensor:
+        """The gradient-sync service: average the gradients of ``params`` over the ranks (one
+        all-reduce of one flat buffer; a missing gradient counts as zeros and is set), with
+        ``flag`` (one element, 1.0 for a loss this rank refused) in the same buffer. Returns
+        the largest flag of any rank. With one process nothing moves: ``flag`` is returned."""
+        if not self.distributed:
+            return flag
+        grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in params]
+        flat = torch.cat([*(g.reshape(-1).float() for g in grads), flag.reshape(1).float()])
+        self.all_reduce_(flat)
+        flat[:-1].div_(self.world_size)
+        offset = 0
+        for param, grad in zip(params, grads, strict=True):
+            grad.copy_(flat[offset:offset + grad.numel()].view_as(grad))
+            param.grad = grad
+            offset += grad.numel()
+        return flat[-1].clamp(max=1.0)
+
     def broadcast_object(self, value: T) -> T:
         """Rank 0's ``value`` on every rank (pickled: small plain values only)."""
         if not self.distributed:

@@ -112,7 +112,7 @@ class RLStrategy(ABC):
         """Every setting that shapes what the run computes: the strategy's, the agent's and the
         optimisation's. Shown as TensorBoard hyperparameters, saved in checkpoints, and
         compared when a run is resumed."""
-        return {**self.hparams(), **agent.hparams(), **components.optimization_hparams()}
+        return {**self.hparams(), **agent.hparams(), **components.optimization.hparams()}
 
 
 def stop_reason(components: RLComponents) -> str | None:

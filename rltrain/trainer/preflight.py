@@ -120,14 +120,10 @@ def make_components(trainer: TrainerSettings, run_dir: Path,
     return RLComponents(
         num_steps=trainer.num_steps,
         checkpointer=checkpointer_of(trainer, run_dir, distributed),
-        accumulate_grad_batches=trainer.accumulate_grad_batches,
-        gradient_clip_val=trainer.gradient_clip_val,
-        gradient_clip_algorithm=trainer.gradient_clip_algorithm,  # type: ignore[arg-type]
-        on_nan_loss=trainer.on_nan_loss,  # type: ignore[arg-type]
+        optimization=trainer.optimization,
         interrupter=trainer.interrupter,
         summary=trainer.summary,
         evaluation=dataclasses.replace(trainer.evaluation, video_dir=run_dir / "videos"),
-        dtype=trainer.torch_dtype,
         device=device,
         inference_device=rank_device(torch.device(trainer.inference_device or device),
                                      distributed),

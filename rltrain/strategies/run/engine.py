@@ -170,7 +170,9 @@ class Run:
                         num_steps=components.num_steps)
         self.storage: Any = None if storage is None else storage(
             agent, *spaces, envs.num_envs, self.seeds.storage, components.device)
-        self.optim = Optimization.for_run(agent.configure_optimizers(), components)
+        self.optim = Optimization(agent.configure_optimizers(), progress=self.progress,
+                                  settings=components.optimization,
+                                  interrupter=self.interrupter, sync=self.distributed)
         self.policy = agent.policy(components.inference_device)
         self.runner = Runner(envs, device=components.inference_device, progress=self.progress,
                              world_size=self.distributed.world_size,
@@ -238,8 +240,7 @@ class Run:
         every rank stops at the same point; a refused loss is agreed when it is refused."""
         if not self.distributed.distributed:
             return self.interrupter.should_stop()
-        return self.agreement.stopped or (self.components.on_nan_loss == "stop"
-                                     and self.optim.non_finite_loss is not None)
+        return self.agreement.stopped or self.optim.halted()
 
     def agree(self) -> None:
         """With several processes: exchange every rank's stop request and the episodes it
@@ -403,5 +404,4 @@ class Run:
         """True after a refused non-finite loss with ``on_nan_loss="stop"``: nothing is saved
         after it, so ``last`` stays the last checkpoint written before it."""
         self.optim.poll()
-        return (self.components.on_nan_loss == "stop"
-                and self.optim.non_finite_loss is not None)
+        return self.optim.halted()
