@@ -33,6 +33,7 @@ from rltrain.buffers import ReplayBatch
 from rltrain.buffers.rollout import RolloutBatch, RolloutBuffer
 from rltrain.optim import Optimization, OptimizationSettings
 from rltrain.runtime.distributed import SINGLE, DistributedContext, connect, moments_mean_std
+from rltrain.runtime.statistics import Statistics
 from rltrain.types import Progress
 
 B = 64  # the whole batch; each of the two ranks takes half
@@ -148,7 +149,7 @@ def case_updates(context: DistributedContext, out: Path) -> dict[str, Any]:
                             action_space=env.action_space, seed=rank)
     rollout.advantages.copy_(torch.randn(8, 2, generator=torch.Generator().manual_seed(rank)))
     rollout.shuffle(2)
-    rollout.share_advantage_moments(4, context)
+    rollout.share_advantage_moments(4, Statistics(context))
     shared = []
     for index in range(8):
         minibatch = rollout.minibatch(index, 4)
@@ -168,7 +169,7 @@ def case_updates(context: DistributedContext, out: Path) -> dict[str, Any]:
     # Running statistics of every rank's batch together equal those of the whole batch.
     whole = torch.randn(2 * 50, 3, generator=torch.Generator().manual_seed(8)) * 4 + 2
     together, alone = RunningMeanStd((3,)), RunningMeanStd((3,))
-    together.update(whole[rank * 50:(rank + 1) * 50], context)
+    together.update(whole[rank * 50:(rank + 1) * 50], Statistics(context))
     alone.update(whole)
     found["statistics"] = {"difference": max(float((a - b).abs().max()) for a, b in zip(
         together.buffers(), alone.buffers(), strict=True)), "mean": together.mean.tolist()}

@@ -18,6 +18,7 @@ from rltrain.buffers.replay import ReplayBuffer
 from rltrain.buffers.rollout import RolloutBuffer
 from rltrain.observe.events import flatten_hparams
 from rltrain.runtime.distributed import SINGLE, DistributedContext
+from rltrain.runtime.statistics import Statistics
 from rltrain.types import ObsTensors, PolicyState, PolicyStep, Progress
 
 if TYPE_CHECKING:
@@ -102,12 +103,21 @@ class LearningAgent(nn.Module, ABC):
         #: statistic over a batch spread across ranks uses (PPO's advantage normalisation). Default:
         #: one process.
         self.distributed: DistributedContext = SINGLE
+        self._statistics = Statistics()
         self.built = False
         #: The (observation, action) spaces of the last :meth:`setup`; checkpoints store them.
         self.spaces: tuple[gym.Space[Any], gym.Space[Any]] | None = None
         self.logger: Any = None
         self._trainer: weakref.ref[TrainerInfo] | None = None
         self._logged: dict[str, MetricValue] = {}
+
+    @property
+    def statistics(self) -> Statistics:
+        """The statistics service of the run's processes (:mod:`rltrain.runtime.statistics`):
+        moments over every rank's data together, the plain computation with one process."""
+        if self._statistics.context is not self.distributed:
+            self._statistics = Statistics(self.distributed)
+        return self._statistics
 
     @property
     def trainer(self) -> TrainerInfo | None:

@@ -43,7 +43,6 @@ from rltrain.buffers.rollout import RolloutBatch, RolloutBuffer
 from rltrain.config.registry import register_agent
 from rltrain.errors import require
 from rltrain.optim import Optimization, adam
-from rltrain.runtime.distributed import moments_mean_std
 from rltrain.types import MetricValue, ObsTensors, PolicyState, PolicyStep
 
 ACTIVATIONS: dict[str, type[nn.Module]] = {"tanh": nn.Tanh, "relu": nn.ReLU}
@@ -341,7 +340,7 @@ class PPO(LearningAgent):
         if self.obs_rms is not None:  # vectors: normalised with the statistics acted on
             obs = cast(torch.Tensor, rollout.observations)
             normalized = cast(torch.Tensor, seen(obs.flatten(0, 1)))
-            self.obs_rms.update(obs.flatten(0, 1).flatten(1), self.distributed)
+            self.obs_rms.update(obs.flatten(0, 1).flatten(1), self.statistics)
             obs.copy_(normalized.reshape(obs.shape))
         self.set_schedules(rollout)
         self.log("explained_variance", explained_variance(values, advantages + values))
@@ -354,29 +353,24 @@ class PPO(LearningAgent):
         num_envs]``, so that every rank keeps the same ones."""
         if self.return_rms is None:
             return rollout.rewards
-        context = self.distributed
-
-        def together(x: torch.Tensor) -> torch.Tensor:  # [..., num_envs] of every rank
-            return context.all_gather(x).movedim(0, -2).flatten(-2)
-
+        together = self.statistics.together  # [..., num_envs] of every rank side by side
         rewards, running = together(rollout.rewards), together(rollout.running_returns)
         ends = together((rollout.terminated | rollout.truncated).to(torch.uint8)).bool()
         scaled = torch.empty_like(rewards)
         for t in range(rollout.n_steps):
             running.mul_(self.config.gamma).add_(rewards[t])
-            self.return_rms.update(running)
+            self.return_rms.update(running)  # every rank's returns are all here
             scaled[t] = self.return_rms.scale(rewards[t].to(self.device),
                                               self.config.clip_rewards).cpu()
             running[ends[t]] = 0.0
-        own = slice(context.rank * rollout.num_envs, (context.rank + 1) * rollout.num_envs)
-        rollout.running_returns.copy_(running[own])
-        return scaled[:, own]
+        rollout.running_returns.copy_(self.statistics.own(running, rollout.num_envs))
+        return self.statistics.own(scaled, rollout.num_envs)
 
     def set_schedules(self, rollout: RolloutBuffer) -> None:
         """Learning rate and clip range for this update: linear in the env steps done before
         the rollout, from their start values to 0 at ``num_steps``."""
         c = self.config
-        start = self.progress.env_steps - rollout.num_transitions * self.distributed.world_size
+        start = self.progress.env_steps - self.statistics.total(rollout.num_transitions)
         remaining = max(0.0, 1.0 - start / self.num_steps) if self.num_steps else 1.0
         if c.anneal_lr:
             for group in self.optimizer.param_groups:
@@ -391,11 +385,8 @@ class PPO(LearningAgent):
         log_ratio = dist.log_prob(batch.actions) - batch.log_probs
         ratio = log_ratio.exp()
         advantages = batch.advantages
-        if c.normalize_advantage and advantages.numel() * self.distributed.world_size > 1:
-            if batch.advantage_moments is None:  # one process: the minibatch's own
-                mean, std = self.distributed.mean_std(advantages)
-            else:  # every rank's part of the minibatch, shared once per update
-                mean, std = (t.to(advantages) for t in moments_mean_std(batch.advantage_moments))
+        if c.normalize_advantage and self.statistics.total(advantages.numel()) > 1:
+            mean, std = self.statistics.minibatch_mean_std(advantages, batch.advantage_moments)
             advantages = (advantages - mean) / (std + 1e-8)
         # Clipped surrogate (Eq. 7), as a loss: max(-A r, -A clip(r, 1-ε, 1+ε)).
         policy_loss = torch.max(-advantages * ratio,

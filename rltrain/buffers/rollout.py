@@ -10,7 +10,7 @@ import torch
 
 from rltrain.buffers.observations import map_obs, mismatch, obs_nbytes, row_nbytes, torch_zeros
 from rltrain.buffers.replay import check_fits
-from rltrain.runtime.distributed import DistributedContext
+from rltrain.runtime.statistics import Statistics
 from rltrain.types import ObsTensors, Transitions
 
 #: What an on-policy policy must return beside its actions (``PolicyStep.info``).
@@ -154,19 +154,15 @@ class RolloutBuffer:
             [self.rng.permutation(self.num_transitions) for _ in range(epochs)]))
         self.prepared = True
 
-    def share_advantage_moments(self, batch_size: int, distributed: DistributedContext) -> None:
-        """With several processes: every minibatch's advantage moments over every rank's part
-        of it, for the whole update in one all-reduce (after :meth:`shuffle`), so that a
-        minibatch is normalised as one without a collective per gradient step. A no-op with
-        one process."""
-        if not distributed.distributed:
-            return
-        advantages = self.advantages.reshape(-1).double()[
-            self.permutations.reshape(-1, batch_size)]  # [epochs x minibatches, batch_size]
-        moments = torch.stack([torch.full((len(advantages),), float(batch_size),
-                                          dtype=torch.float64),
-                               advantages.sum(1), advantages.square().sum(1)], dim=1)
-        self.advantage_moments = distributed.all_reduce_(moments)
+    def share_advantage_moments(self, batch_size: int, statistics: Statistics) -> None:
+        """Every minibatch's advantage moments over every rank's part of it, for the whole
+        update (after :meth:`shuffle`; :meth:`Statistics.minibatch_moments
+        <rltrain.runtime.statistics.Statistics.minibatch_moments>`): none with one process,
+        where each minibatch is normalised with its own."""
+        rows = self.permutations.reshape(-1, batch_size)  # [epochs x minibatches, batch_size]
+        moments = statistics.minibatch_moments(self.advantages, rows)
+        if moments is not None:
+            self.advantage_moments = moments
 
     def minibatch(self, index: int, batch_size: int) -> RolloutBatch:
         """Minibatch ``index`` of the update: epoch ``index // per_epoch``, the

@@ -157,7 +157,7 @@ class OnPolicyStrategy(RLStrategy):
         if not storage.prepared:
             agent.prepare_rollout(storage)
             storage.shuffle(cfg.update_epochs)
-            storage.share_advantage_moments(cfg.batch_size, run.distributed)
+            storage.share_advantage_moments(cfg.batch_size, agent.statistics)
             run.owe(cfg.update_epochs * cfg.minibatches)
         total = cfg.update_epochs * cfg.minibatches
 

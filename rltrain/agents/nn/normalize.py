@@ -7,12 +7,13 @@ change only when the agent updates them from a rollout.
 
 from __future__ import annotations
 
-from typing import Any
-
 import torch
 from torch import nn
 
-from rltrain.runtime.distributed import SINGLE, DistributedContext
+from rltrain.runtime.statistics import Statistics, merge_moments
+
+#: The statistics of one process: the plain computation.
+ONE_PROCESS = Statistics()
 
 
 class RunningMeanStd(nn.Module):
@@ -35,21 +36,15 @@ class RunningMeanStd(nn.Module):
         self.register_buffer("count", torch.tensor(epsilon, dtype=torch.float64))
 
     @torch.no_grad()
-    def update(self, batch: torch.Tensor, distributed: DistributedContext = SINGLE) -> None:
-        """Merge a batch ``[B, *shape]`` into the statistics; with several processes
-        (``distributed``), every rank's batch together, so every rank keeps the same
-        statistics."""
+    def update(self, batch: torch.Tensor, statistics: Statistics = ONE_PROCESS) -> None:
+        """Merge a batch ``[B, *shape]`` into the statistics: every rank's batch together
+        (``statistics``, the run's), so every rank keeps the same statistics."""
         batch = batch.to(self.mean.device, torch.float64).reshape(-1, *self.mean.shape)
-        count = batch.shape[0]
-        if count == 0:
+        if batch.shape[0] == 0:
             return
-        mean, var = batch.mean(dim=0), batch.var(dim=0, unbiased=False)
-        if distributed.distributed:  # each rank's moments (of as many samples), in rank order
-            moments = distributed.all_gather(torch.stack([mean, var]))
-            mean, var = moments[0]
-            for other in moments[1:]:
-                mean, var, count = _merged(mean, var, count, other[0], other[1], batch.shape[0])
-        merged = _merged(self.mean, self.var, self.count, mean, var, count)
+        mean, var, count = statistics.merge_batch_moments(
+            batch.mean(dim=0), batch.var(dim=0, unbiased=False), batch.shape[0])
+        merged = merge_moments(self.mean, self.var, self.count, mean, var, count)
         for mine, value in zip((self.mean, self.var, self.count), merged, strict=True):
             mine.copy_(value)
 
@@ -62,14 +57,3 @@ class RunningMeanStd(nn.Module):
         """``clip(x / sqrt(var + epsilon), -clip, clip)``: a reward divided by the spread of
         the discounted return, not centred (Engstrom et al. 2020, arXiv:2005.12729)."""
         return (x / (self.var + epsilon).sqrt().to(x.dtype)).clamp(-clip, clip)
-
-
-def _merged(mean: torch.Tensor, var: torch.Tensor, count: int | torch.Tensor,
-            other_mean: torch.Tensor, other_var: torch.Tensor, other_count: int | torch.Tensor
-            ) -> tuple[torch.Tensor, torch.Tensor, Any]:
-    """The mean, (population) variance and count of two sets of samples together (Chan et
-    al.'s formula)."""
-    total = count + other_count
-    delta = other_mean - mean
-    m2 = var * count + other_var * other_count + delta.square() * count * other_count / total
-    return mean + delta * other_count / total, m2 / total, total
