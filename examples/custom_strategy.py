@@ -30,6 +30,7 @@ from rltrain import (
     Trainer,
     replay,
 )
+from rltrain.observe.events import EpisodeEnd
 
 
 @dataclass
@@ -76,14 +77,14 @@ class EpisodicStrategy(RLStrategy):
             def batch() -> Any:
                 return run.storage.sample(cfg.batch_size)
 
+            def owed(episodes: list[EpisodeEnd]) -> int:  # proportional to episode lengths
+                return sum(int(e.episode_length * cfg.updates_per_step) for e in episodes)
+
             run.train_owed(batch)  # what a stop left owed, when resuming
-            while not run.should_stop():
+            while not run.done():
                 before = run.progress.env_steps
                 warm = before >= cfg.warmup_steps
-                episodes = run.collect(random=not warm)
-                if warm:  # the episodic schedule: updates proportional to episode length
-                    run.owe(sum(int(e.episode_length * cfg.updates_per_step) for e in episodes))
-                run.emit(episodes)
+                run.step(random=not warm, owe=owed if warm else None)  # owed before its events
                 run.train_owed(batch)
                 run.after_step(before)
             return run.finish()

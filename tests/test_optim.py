@@ -449,11 +449,11 @@ def test_a_non_finite_loss_checked_on_the_device_is_skipped_without_reading_it(
     assert all(torch.equal(before[k], v) for k, v in model.state_dict().items())  # skipped
     state = next(iter(optim.optimizers["m"].state.values()))
     assert float(state["step"]) == 0  # the kernel undid its own step count
-    assert not interrupter.should_stop()  # nothing read yet
+    assert not interrupter.stop_requested()  # nothing read yet
     optim.step("m", model(x).sum())  # a finite loss before the poll is applied
     assert not torch.equal(before["weight"], model.weight.detach())
     optim.poll()  # one read for the flags since the last poll
-    assert interrupter.should_stop() and "'m' loss was not finite" in interrupter.reason
+    assert interrupter.stop_requested() and "'m' loss was not finite" in interrupter.reason
     assert optim.non_finite_loss is not None
 
 
@@ -461,7 +461,7 @@ def test_a_clean_poll_changes_nothing_and_raise_raises_at_the_poll() -> None:
     optim, model, interrupter = device_checked()
     optim.step("m", model(torch.randn(2, 3)).sum())
     optim.poll()
-    assert not interrupter.should_stop() and optim.non_finite_loss is None
+    assert not interrupter.stop_requested() and optim.non_finite_loss is None
     optim, model, _ = device_checked("raise")
     optim.step("m", model(torch.randn(2, 3)).sum() * float("inf"))
     with pytest.raises(FloatingPointError, match="not finite"):
@@ -471,7 +471,7 @@ def test_a_clean_poll_changes_nothing_and_raise_raises_at_the_poll() -> None:
 def test_an_optimizer_that_is_not_fused_is_checked_on_the_host() -> None:
     optim, model, interrupter = device_checked(fused=False)
     assert not optim.step("m", model(torch.randn(2, 3)).sum() * float("nan"))
-    assert interrupter.should_stop()  # at once, without a poll
+    assert interrupter.stop_requested()  # at once, without a poll
 
 
 # The fused Adam step without Optimizer.step's wrapper -----------------------------------------

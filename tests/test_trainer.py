@@ -197,7 +197,7 @@ def test_the_stop_that_ended_one_fit_does_not_stop_the_next(tmp_path: Path) -> N
     recorder.trainer = trainer
     first = trainer.fit(ENV, small_dqn())
     assert first.summary.stop_reason == "test"
-    assert trainer.interrupter.should_stop()
+    assert trainer.interrupter.stop_requested()
     trainer.run_dir = tmp_path / "second"
     recorder.trainer = None  # no new stop request
     second = trainer.fit(ENV, small_dqn())

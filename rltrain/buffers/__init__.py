@@ -31,6 +31,18 @@ class Buffer(Protocol):
     def nbytes(self) -> int:
         """Bytes of storage."""
 
+    def prefetch(self, batches: int, batch_size: int) -> None:
+        """Draw the next ``batches`` batches of ``batch_size`` at once, for the next calls of
+        :meth:`sample` (a :class:`ReplayBuffer`); a buffer that draws per batch does nothing."""
+
+    @property
+    def sampler_state(self) -> Any:
+        """What its sampling has drawn so far (generator state, prefetched batches used): what
+        a failed gradient step puts back, by assigning it."""
+
+    @sampler_state.setter
+    def sampler_state(self, state: Any) -> None: ...
+
     def state_dict(self) -> dict[str, Any]:
         """Its state, for checkpoints."""
 

@@ -182,6 +182,15 @@ class RolloutBuffer:
                             take(self.log_probs), take(self.values), take(self.advantages),
                             take(self.returns), moments)
 
+    @property
+    def sampler_state(self) -> Any:
+        """The shuffling generator's state (what a failed gradient step puts back)."""
+        return self.rng.bit_generator.state
+
+    @sampler_state.setter
+    def sampler_state(self, state: Any) -> None:
+        self.rng.bit_generator.state = state
+
     def reset(self) -> None:
         """Empty the rollout for the next one (``running_returns`` carry over)."""
         self.pos = 0

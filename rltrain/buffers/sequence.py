@@ -140,6 +140,19 @@ class SequenceReplayBuffer:
         """True once some sub-env holds ``length`` (default ``sequence_length``) rows."""
         return bool((self.filled >= (length or self.sequence_length)).any())
 
+    def prefetch(self, batches: int, batch_size: int) -> None:
+        """Nothing: sequences are drawn per batch."""
+        return None
+
+    @property
+    def sampler_state(self) -> Any:
+        """The sampling generator's state (what a failed gradient step puts back)."""
+        return self.rng.bit_generator.state
+
+    @sampler_state.setter
+    def sampler_state(self, state: Any) -> None:
+        self.rng.bit_generator.state = state
+
     def sample(self, batch_size: int, length: int | None = None) -> SequenceBatch:
         """``batch_size`` sequences of ``length`` (default ``sequence_length``) consecutive
         rows, uniform over the windows that lie within one env's valid rows (so each stored

@@ -104,7 +104,7 @@ class Evaluator:
         lengths: list[int] = []
         complete = True
         while (counts < self.targets).any():
-            if interrupter is not None and interrupter.should_stop():
+            if interrupter is not None and interrupter.stop_requested():
                 complete = False
                 break
             _, episodes = runner.step(runner.act(policy, deterministic=True), policy)

@@ -18,7 +18,7 @@ from rltrain.runtime.watchdog import WATCH, watch_env_calls
 class Interrupter:
     """Ask a running training loop to stop, from any thread.
 
-    The loop checks :meth:`should_stop` at every env step, gradient step and evaluation step,
+    The loop checks :meth:`stop_requested` at every env step, gradient step and evaluation step,
     finishes the step it is in and returns its result with the policy trained so far.
 
     Example:
@@ -42,7 +42,7 @@ class Interrupter:
                 self._reason, self._honoured = reason, False
             self._event.set()
 
-    def should_stop(self) -> bool:
+    def stop_requested(self) -> bool:
         """True once :meth:`stop` was called (and the request not cleared since)."""
         return self._event.is_set()
 
@@ -96,7 +96,7 @@ def stop_on_signals(interrupter: Interrupter) -> Iterator[None]:
     def request_stop(signum: int, frame: FrameType | None) -> None:
         WATCH.answer(signum)
         name = signal.Signals(signum).name
-        if signum == signal.SIGINT and interrupter.should_stop():
+        if signum == signal.SIGINT and interrupter.stop_requested():
             raise KeyboardInterrupt(f"second {name}: aborting without saving")
         interrupter.stop(f"{name} received")
         WATCH.stop_signalled(name)

@@ -4,7 +4,8 @@ from rltrain.runtime.seeding import EVAL_SEED_OFFSET, seed_everything
 from rltrain.strategies.base import RLResult, RLStrategy
 from rltrain.strategies.off_policy import OffPolicyConfig, OffPolicyStrategy
 from rltrain.strategies.on_policy import OnPolicyConfig, OnPolicyStrategy
-from rltrain.strategies.run.engine import Run, replay, rollout
+from rltrain.strategies.run.engine import Run
+from rltrain.strategies.run.storage import replay, rollout
 from rltrain.types import Summary
 
 __all__ = [

@@ -36,7 +36,7 @@ class RLStrategy(ABC):
     the summary and emits End. A ``train_loop`` steps environments (with a
     :class:`~rltrain.envs.runner.Runner`), stores experience, calls the agent through
     :class:`~rltrain.optim.Optimization`, emits EnvStep/EpisodeEnd/TrainStep events, and returns
-    as soon as ``components.interrupter.should_stop()``.
+    as soon as ``components.interrupter.stop_requested()``.
     """
 
     @property
@@ -121,7 +121,7 @@ def stop_reason(components: RLComponents) -> str | None:
     in the last update), then with the checkpoint it leaves and what to do next: such a run
     failed, and writes no checkpoint after the loss."""
     interrupter = components.interrupter
-    reason = interrupter.reason if interrupter.should_stop() else None
+    reason = interrupter.reason if interrupter.stop_requested() else None
     if ended_on_refused_loss(reason):
         return f"{reason} {what_is_left(components.checkpointer)}"
     return reason if components.progress.env_steps < components.num_steps else None

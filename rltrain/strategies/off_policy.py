@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import warnings
 from dataclasses import dataclass
 from typing import Any, cast
@@ -15,9 +16,11 @@ from rltrain.components import RLComponents
 from rltrain.config.registry import register_strategy
 from rltrain.envs.make import EnvInit, Vectorization
 from rltrain.errors import require
+from rltrain.observe.events import EpisodeEnd
 from rltrain.runtime.seeding import EVAL_SEED_OFFSET, derive_seeds
 from rltrain.strategies.base import RLStrategy
-from rltrain.strategies.run.engine import Run, check_resumed_envs, replay
+from rltrain.strategies.run.engine import Run
+from rltrain.strategies.run.storage import check_resumed_envs, replay
 
 __all__ = ["EVAL_SEED_OFFSET", "OffPolicyConfig", "OffPolicyStrategy"]
 
@@ -121,26 +124,28 @@ class OffPolicyStrategy(RLStrategy):
                 return buffer.sample(cfg.batch_size)
 
             run.train_owed(batch)  # a round a stop cut short, when resuming
-            while not run.should_stop():
+            while not run.done():
                 before = progress.env_steps
-                episodes = run.collect(random=before < cfg.warmup_steps)
-                # Learn once the buffer holds warmup_steps transitions (after a resume, too),
-                # one round per train_interval boundary crossed (several when num_envs >
-                # train_interval), owed before the step's events go out.
-                # With several processes the replay is every rank's buffer together, and a
-                # round starts on every rank or on none.
-                rounds = progress.env_steps // cfg.train_interval - before // cfg.train_interval
-                world = run.distributed.world_size
-                if rounds and not run.distributed.any(
-                        len(buffer) * world < min(cfg.warmup_steps, cfg.buffer_size * world)
-                        or not buffer.can_sample()):
-                    run.owe(rounds * cfg.train_steps)
-                    # The round's batches drawn at once (a ReplayBuffer; Dreamer's sequence
-                    # replay draws per batch).
-                    prefetch = getattr(buffer, "prefetch", None)
-                    if prefetch is not None:
-                        prefetch(progress.pending_gradient_steps, cfg.batch_size)
-                run.emit(episodes)
+                run.step(random=before < cfg.warmup_steps,
+                         owe=functools.partial(self.owed, run, before))
                 run.train_owed(batch)
                 run.after_step(before)
             return run.finish()
+
+    def owed(self, run: Run, before: int, episodes: list[EpisodeEnd]) -> int:
+        """The gradient steps a vector step from ``before`` env steps earned: one round of
+        ``train_steps`` per ``train_interval`` boundary crossed (several when ``num_envs >
+        train_interval``), once the replay holds ``warmup_steps`` transitions (after a resume,
+        too). With several processes the replay is every rank's buffer together, and a round
+        starts on every rank or on none. The round's batches are drawn at once
+        (``Buffer.prefetch``)."""
+        cfg, buffer, progress = self.config, run.storage, run.progress
+        rounds = progress.env_steps // cfg.train_interval - before // cfg.train_interval
+        if not rounds or run.distributed.any(
+                run.statistics.total(len(buffer)) < min(cfg.warmup_steps,
+                                                        run.statistics.total(cfg.buffer_size))
+                or not buffer.can_sample()):
+            return 0
+        buffer.prefetch(progress.pending_gradient_steps + rounds * cfg.train_steps,
+                        cfg.batch_size)
+        return rounds * cfg.train_steps

@@ -17,7 +17,8 @@ from rltrain.config.registry import register_strategy
 from rltrain.envs.make import EnvInit, Vectorization
 from rltrain.errors import require
 from rltrain.strategies.base import RLStrategy
-from rltrain.strategies.run.engine import Run, check_resumed_envs, rollout
+from rltrain.strategies.run.engine import Run
+from rltrain.strategies.run.storage import check_resumed_envs, rollout
 
 
 @dataclass
@@ -141,7 +142,7 @@ class OnPolicyStrategy(RLStrategy):
                 if storage.full:  # resumed in the middle of an update
                     self.update(run, agent, storage)
                     continue
-                if run.should_stop():
+                if run.done():
                     break
                 before = progress.env_steps
                 run.step()

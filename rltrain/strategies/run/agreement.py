@@ -1,15 +1,25 @@
-"""What the ranks of a run of several processes agree on as they go: stop requests, and the
-episodes each one ended (for the logs and the episode count)."""
+"""What the ranks of a run agree on as they go: stop requests, the episodes each one ended (for
+the logs and the episode count), and which parts of a checkpoint each one writes. With one
+process each answer is the plain one (the request as made, the episodes at once, the whole
+state), so the run's loop reads the same at one process and at N."""
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
+from typing import Any
+
 import torch
 
+from rltrain.checkpoint import Stateful
 from rltrain.observe.events import EpisodeEnd
 from rltrain.observe.processor import EventProcessor
 from rltrain.runtime.distributed import DistributedContext
 from rltrain.runtime.interrupt import Interrupter
 from rltrain.types import Progress
+
+#: The parts every rank holds the same copy of, saved once (by rank 0); every other part (the
+#: runner's envs, the storage, the random streams, a strategy's own parts) is each rank's own.
+SHARED_PARTS = frozenset({"agent", "optimization", "metrics"})
 
 #: Numbers an episode travels as: env steps, sub-env, return, length, terminated.
 FIELDS = 5
@@ -46,12 +56,37 @@ class Agreement:
         self.stopped = False
         self._unshared: list[EpisodeEnd] = []
 
-    def add(self, episodes: list[EpisodeEnd]) -> None:
-        """The episodes this rank ended in the vector step just taken; the ranks agree when
-        the step count is a multiple of ``interval``."""
+    def stop_requested(self) -> bool:
+        """True once a stop was requested: with one process, as soon as it is; with several,
+        once the ranks agreed on it (at the same vector step on every rank)."""
+        if not self.distributed.distributed:
+            return self.interrupter.stop_requested()
+        return self.stopped
+
+    def episodes_ended(self, episodes: list[EpisodeEnd]) -> None:
+        """The episodes this rank ended in the vector step just taken: emitted at once with
+        one process; with several, the ranks' episodes at their next agreement (every
+        ``interval`` vector steps)."""
+        if not self.distributed.distributed:
+            for episode in episodes:
+                self.events.emit(episode)
+            return
         self._unshared += episodes
         if self.progress.vector_steps % self.interval == 0:
             self.agree()
+
+    def split(self, parts: Mapping[str, Stateful],
+              state: Callable[[Mapping[str, Stateful]], dict[str, Any]]
+              ) -> tuple[dict[str, Any], dict[str, Any] | None]:
+        """What this rank's save writes: ``state(parts)`` and no shard with one process; with
+        several, the shared parts' state (:data:`SHARED_PARTS`, on rank 0, which writes it)
+        and this rank's own parts, its shard."""
+        if not self.distributed.distributed:
+            return state(parts), None
+        shared = {name: part for name, part in parts.items() if name in SHARED_PARTS}
+        own = {name: part.state_dict() for name, part in parts.items()
+               if name not in SHARED_PARTS}
+        return (state(shared) if self.distributed.is_main else {}), own
 
     def agree(self) -> None:
         """Exchange the stop requests and episodes now (every rank must call it at the same
@@ -61,7 +96,7 @@ class Agreement:
             return
         episodes, self._unshared = self._unshared, []
         first = min(self.num_envs * self.interval, FIRST_EPISODES)
-        header = [float(self.interrupter.should_stop()), float(len(episodes))]
+        header = [float(self.interrupter.stop_requested()), float(len(episodes))]
         rows = context.all_gather(_packed(header, episodes[:first], first)).tolist()
         counts = [int(values[1]) for values in rows]
         rest = max(counts) - first  # the same on every rank: each saw every count

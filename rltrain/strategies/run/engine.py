@@ -3,7 +3,7 @@
 A strategy's ``train_loop`` opens a :class:`Run` and writes only its loop over it:
 
     with Run(self, agent, components, env_init, seed=cfg.seed, storage=replay(50_000)) as run:
-        while not run.should_stop():
+        while not run.done():
             before = run.progress.env_steps
             run.step(random=before < 1_000)          # act, step the envs, store, EnvStep events
             run.owe(2)                               # gradient steps this vector step earned
@@ -28,25 +28,24 @@ each rank's own parts (all but :data:`SHARED_PARTS`) as its shard.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
-import gymnasium as gym
-
 from rltrain.agents.base import LearningAgent, Policy
-from rltrain.buffers import Buffer, RolloutBuffer
 from rltrain.checkpoint import SavedCheckpoint, Stateful, resume, training_state
 from rltrain.components import RLComponents
 from rltrain.envs.evaluator import Evaluator, video_options
 from rltrain.envs.make import EnvInit, Vectorization, env_name, make_vector_env
-from rltrain.envs.runner import Runner, check_saved_runner
+from rltrain.envs.runner import Runner
 from rltrain.observe.events import Checkpoint, EnvStep, EpisodeEnd, TrainStep
 from rltrain.optim import Optimization
 from rltrain.runtime.seeding import GlobalRandomState, derive_seeds, seed_everything
+from rltrain.runtime.statistics import Statistics
 from rltrain.runtime.watchdog import watch_env_calls
 from rltrain.strategies.run.agreement import Agreement
 from rltrain.strategies.run.failure import StepStart, failed
+from rltrain.strategies.run.storage import StorageFactory
 from rltrain.types import MetricValue
 
 if TYPE_CHECKING:
@@ -56,53 +55,6 @@ if TYPE_CHECKING:
 RESERVED = frozenset({"runner", "agent", "optimization", "buffer", "random", "metrics",
                       "progress", "hparams", "config", "format", "agent_class", "versions",
                       "spaces"})
-
-#: The parts every rank holds the same copy of, saved once (by rank 0); every other part (the
-#: runner's envs, the storage, the random streams, a strategy's own parts) is each rank's own.
-SHARED_PARTS = frozenset({"agent", "optimization", "metrics"})
-
-#: Makes a run's experience storage: ``(agent, observation_space, action_space, num_envs, seed,
-#: device) -> storage`` (the spaces are a sub-env's).
-StorageFactory = Callable[..., "Buffer | RolloutBuffer"]
-
-
-def check_resumed_envs(components: RLComponents, observation_space: gym.Space[Any],
-                       action_space: gym.Space[Any], num_envs: int) -> None:
-    """Refuse to resume when ``components.checkpoint``'s environments do not fit these spaces
-    and ``num_envs`` (a strategy's ``check``; nothing to do for a fresh run)."""
-    if components.checkpoint is None:
-        return
-    try:
-        check_saved_runner(components.saved_state().get("runner"), observation_space,
-                           action_space, num_envs)
-    except ValueError as error:
-        raise ValueError(f"{components.checkpoint}: {error}") from None
-
-
-def replay(capacity: int) -> StorageFactory:
-    """The agent's own replay (``LearningAgent.make_buffer``) of ``capacity`` transitions, as a
-    :class:`Run`'s ``storage``. The run's agent is passed in by the run."""
-
-    def make(agent: LearningAgent, observation_space: gym.Space[Any],
-             action_space: gym.Space[Any], num_envs: int, seed: int, device: Any) -> Buffer:
-        return agent.make_buffer(capacity, num_envs=num_envs, observation_space=observation_space,
-                                 action_space=action_space, seed=seed, device=device)
-
-    return make
-
-
-def rollout(n_steps: int) -> StorageFactory:
-    """The agent's rollout storage (``LearningAgent.make_rollout``) of ``n_steps`` vector steps,
-    as a :class:`Run`'s ``storage``."""
-
-    def make(agent: LearningAgent, observation_space: gym.Space[Any],
-             action_space: gym.Space[Any], num_envs: int, seed: int, device: Any
-             ) -> RolloutBuffer:
-        return agent.make_rollout(n_steps, num_envs=num_envs, observation_space=observation_space,
-                                  action_space=action_space, seed=seed, device=device)
-
-    return make
-
 
 class Run:
     """One training run: envs, evaluator, runner, storage, optimization, policy and their state.
@@ -137,6 +89,7 @@ class Run:
                              "the strategy's parts otherwise.")
         self.agent, self.components = agent, components
         self.distributed = components.distributed
+        self.statistics = Statistics(self.distributed)
         self.seeds = derive_seeds(seed, self.distributed.rank)
         self.progress, self.events = components.progress, components.event_processor
         self.interrupter, self.checkpointer = components.interrupter, components.checkpointer
@@ -228,7 +181,7 @@ class Run:
         """Sub-environments stepped together."""
         return self.runner.num_envs
 
-    def should_stop(self) -> bool:
+    def done(self) -> bool:
         """True once ``num_steps`` env steps are done or a stop was requested."""
         return (self.progress.env_steps >= self.components.num_steps
                 or self.stop_requested())
@@ -238,9 +191,7 @@ class Run:
         another thread, a refused loss). With several processes, a request counts once the
         ranks agreed on it (at the same vector step on every rank; :meth:`agree`), so that
         every rank stops at the same point; a refused loss is agreed when it is refused."""
-        if not self.distributed.distributed:
-            return self.interrupter.should_stop()
-        return self.agreement.stopped or self.optim.halted()
+        return self.agreement.stop_requested() or self.optim.halted()
 
     def agree(self) -> None:
         """With several processes: exchange every rank's stop request and the episodes it
@@ -249,33 +200,25 @@ class Run:
         no-op with one process."""
         self.agreement.agree()
 
-    def collect(self, *, random: bool = False) -> list[EpisodeEnd]:
+    def step(self, *, random: bool = False,
+             owe: Callable[[list[EpisodeEnd]], int] | None = None) -> list[EpisodeEnd]:
         """One vector step into the storage: the policy's actions (uniform random ones with
-        ``random``), the envs stepped, the transitions stored. Returns the episodes it ended;
-        :meth:`emit` announces the step (owe its gradient steps first, see :meth:`owe`)."""
+        ``random``), the envs stepped, the transitions stored; then the gradient steps it
+        earned owed (``owe(episodes)``, see :meth:`owe`), before its events (EnvStep, then its
+        EpisodeEnds; with several processes, every rank's at the ranks' next agreement), so a
+        stop or a save an event causes finds them owed. Returns the episodes it ended."""
         self.phase = "collect"
         runner = self.runner
         actions = runner.random_actions() if random else runner.act(self.policy)
         transitions, episodes = runner.step(actions, self.policy)
         if self.storage is not None:
             self.storage.add(transitions)
-        return episodes
-
-    def emit(self, episodes: list[EpisodeEnd]) -> None:
-        """The EnvStep and EpisodeEnd events of the vector step just collected (with several
-        processes, the episodes of every rank at the ranks' next agreement)."""
-        progress, events = self.progress, self.events
-        events.emit(EnvStep(env_steps=progress.env_steps, vector_steps=progress.vector_steps))
-        if self.distributed.distributed:
-            self.agreement.add(episodes)
-            return
-        for episode in episodes:
-            events.emit(episode)
-
-    def step(self, *, random: bool = False) -> list[EpisodeEnd]:
-        """:meth:`collect`, then :meth:`emit`; returns the episodes the step ended."""
-        episodes = self.collect(random=random)
-        self.emit(episodes)
+        if owe is not None:
+            self.owe(owe(episodes))
+        progress = self.progress
+        self.events.emit(EnvStep(env_steps=progress.env_steps,
+                                 vector_steps=progress.vector_steps))
+        self.agreement.episodes_ended(episodes)
         return episodes
 
     def owe(self, gradient_steps: int) -> None:
@@ -289,12 +232,10 @@ class Run:
         """One gradient step on the batch ``batch()`` returns (``agent.training_step`` through
         :class:`~rltrain.optim.Optimization`), then its TrainStep event; returns its metrics.
         ``owed``: it is one of the owed steps (:meth:`owe`), counted off before the event."""
-        self.phase = "train"
-        self.step_start.take(self.optim, self.storage)
-        metrics = self.optim.training_step(self.agent, batch())
-        if owed:
-            self.progress.pending_gradient_steps -= 1
-        self.step_start.finish(self.optim)
+        with self.step_start.watch(self, self.optim, self.storage):
+            metrics = self.optim.training_step(self.agent, batch())
+            if owed:
+                self.progress.pending_gradient_steps -= 1
         self.events.emit(TrainStep(env_steps=self.progress.env_steps,
                                    gradient_steps=self.progress.gradient_steps, metrics=metrics))
         return metrics
@@ -348,7 +289,10 @@ class Run:
         """Greedy evaluation (on rank 0); a new best evaluation return is saved as ``best``."""
         if self.components.evaluation.interval is None:
             return
-        phase, self.phase = self.phase, "evaluate"
+        with self.in_phase("evaluate"):
+            self._evaluate()
+
+    def _evaluate(self) -> None:
         metrics = self.events.metrics
         best = metrics.best_eval_return
         if self.evaluator is not None:
@@ -358,24 +302,31 @@ class Run:
         checkpointer = self.checkpointer
         improved = self.distributed.any(metrics.best_eval_return > best)  # rank 0's result
         if checkpointer is not None and checkpointer.keep_best and improved:
-            self.phase = "save"
-            state, shard = self.checkpoint_state()
-            self.announce(checkpointer.save_best(
-                state, env_steps=self.progress.env_steps, eval_return=metrics.best_eval_return,
-                shard=shard), best=True)
-        self.phase = phase
+            with self.in_phase("save"):
+                state, shard = self.checkpoint_state()
+                self.announce(checkpointer.save_best(
+                    state, env_steps=self.progress.env_steps,
+                    eval_return=metrics.best_eval_return, shard=shard), best=True)
 
     def save(self) -> None:
         """Write a checkpoint of every part and make it ``last`` (nothing after a refused
         non-finite loss: :meth:`refused`)."""
         if self.checkpointer is None or self.refused():
             return
-        phase, self.phase = self.phase, "save"
-        self.agree()  # every rank's episodes counted before the counters are saved
-        state, shard = self.checkpoint_state()
-        self.announce(self.checkpointer.save(state, env_steps=self.progress.env_steps,
-                                             shard=shard))
-        self.saved_at, self.phase = self.progress.env_steps, phase
+        with self.in_phase("save"):
+            self.agree()  # every rank's episodes counted before the counters are saved
+            state, shard = self.checkpoint_state()
+            self.announce(self.checkpointer.save(state, env_steps=self.progress.env_steps,
+                                                 shard=shard))
+            self.saved_at = self.progress.env_steps
+
+    @contextlib.contextmanager
+    def in_phase(self, phase: str) -> Iterator[None]:
+        """What the run is doing (``evaluate``, ``save``) for as long as the block runs; a
+        failure inside it names that phase (:mod:`~rltrain.strategies.run.failure`)."""
+        before, self.phase = self.phase, phase
+        yield
+        self.phase = before
 
     def state(self) -> dict[str, Any]:
         """A checkpoint of the run now: every part's state, the counters and the settings."""
@@ -385,14 +336,8 @@ class Run:
         """What a save writes: :meth:`state` and no shard with one process; with several,
         the shared parts (:data:`SHARED_PARTS`, with the counters and settings; on rank 0,
         which writes them) and this rank's own parts, its shard."""
-        if not self.distributed.distributed:
-            return self.state(), None
-        shared = {name: part for name, part in self.parts.items() if name in SHARED_PARTS}
-        own = {name: part.state_dict() for name, part in self.parts.items()
-               if name not in SHARED_PARTS}
-        state = (training_state(self.agent, shared, self.progress, self.hparams)
-                 if self.distributed.is_main else {})
-        return state, own
+        return self.agreement.split(self.parts, lambda parts: training_state(
+            self.agent, parts, self.progress, self.hparams))
 
     def announce(self, saved: SavedCheckpoint, *, best: bool = False) -> None:
         """The Checkpoint event of a save."""

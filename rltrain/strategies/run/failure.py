@@ -11,17 +11,21 @@ from __future__ import annotations
 
 import warnings
 from pathlib import Path
+from types import TracebackType
 from typing import Any, Protocol
 
 import torch
 
-from rltrain.buffers import Buffer
+from rltrain.buffers import Buffer, RolloutBuffer
 from rltrain.checkpoint import Checkpointer, SavedCheckpoint
 from rltrain.envs.make import SubEnvError
 from rltrain.envs.runner import Runner
 from rltrain.errors import TrainingError
 from rltrain.optim import Optimization
 from rltrain.types import Progress
+
+#: A run's experience storage.
+Storage = Buffer | RolloutBuffer
 
 #: What each phase is doing, for the message.
 PHASES = {"collect": "collecting experience", "train": "training", "evaluate": "evaluating",
@@ -39,40 +43,38 @@ class StepStart:
         self.backward_calls = 0
         self._sampler: Any = None
         self._torch: torch.Tensor | None = None
+        self._optim: Optimization | None = None
 
-    def take(self, optim: Optimization, buffer: Buffer | None) -> None:
+    def watch(self, run: FailingRun, optim: Optimization, buffer: Storage | None
+              ) -> StepStart:
+        """Around one gradient step (``with``): the run's phase set to ``train`` and what the
+        step may change taken; once it is done, nothing to put back."""
+        run.phase = "train"
         self.backward_calls = optim.backward_calls
-        self._sampler = _sampler_state(buffer)
+        self._sampler = None if buffer is None else buffer.sampler_state
         self._torch = torch.get_rng_state()
+        self._optim = optim
+        return self
 
-    def finish(self, optim: Optimization) -> None:
-        """The step is done: nothing to put back."""
-        self.backward_calls = optim.backward_calls
-        self._sampler = self._torch = None
+    def __enter__(self) -> StepStart:
+        return self
+
+    def __exit__(self, kind: type[BaseException] | None, error: BaseException | None,
+                 traceback: TracebackType | None) -> None:
+        if kind is None and self._optim is not None:  # done: nothing to put back
+            self.backward_calls = self._optim.backward_calls
+            self._sampler = self._torch = None
 
     def applied(self, optim: Optimization) -> bool:
         """True when the current step already ran a backward pass (it changed gradients)."""
         return optim.backward_calls != self.backward_calls
 
-    def rewind(self, buffer: Buffer | None) -> None:
-        if self._sampler is not None:
-            if hasattr(buffer, "sampler_state"):
-                buffer.sampler_state = self._sampler  # type: ignore[union-attr]
-            else:
-                buffer.rng.bit_generator.state = self._sampler  # type: ignore[union-attr]
+    def rewind(self, buffer: Storage | None) -> None:
+        """Put back what the failed step drew from the generators."""
+        if self._sampler is not None and buffer is not None:
+            buffer.sampler_state = self._sampler
         if self._torch is not None:
             torch.set_rng_state(self._torch)
-
-
-def _sampler_state(buffer: Buffer | None) -> Any:
-    """What the buffer's sampling has drawn so far: its ``sampler_state`` (a
-    :class:`~rltrain.buffers.ReplayBuffer`'s generator and prefetched batches), else its
-    ``rng`` generator's state; None for a buffer with neither."""
-    state = getattr(buffer, "sampler_state", None)
-    if state is not None:
-        return state
-    rng = getattr(buffer, "rng", None)
-    return rng.bit_generator.state if rng is not None else None
 
 
 class FailingRun(Protocol):

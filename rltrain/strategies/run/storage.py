@@ -1,0 +1,57 @@
+"""Where a run keeps its experience: the storage factories a strategy gives
+:class:`~rltrain.strategies.run.engine.Run` (:func:`replay`, :func:`rollout`), and the check
+that a resumed run's environments fit the checkpoint's."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import gymnasium as gym
+
+from rltrain.agents.base import LearningAgent
+from rltrain.buffers import Buffer, RolloutBuffer
+from rltrain.components import RLComponents
+from rltrain.envs.runner import check_saved_runner
+
+#: Makes a run's experience storage: ``(agent, observation_space, action_space, num_envs, seed,
+#: device) -> storage`` (the spaces are a sub-env's).
+StorageFactory = Callable[..., "Buffer | RolloutBuffer"]
+
+
+def check_resumed_envs(components: RLComponents, observation_space: gym.Space[Any],
+                       action_space: gym.Space[Any], num_envs: int) -> None:
+    """Refuse to resume when ``components.checkpoint``'s environments do not fit these spaces
+    and ``num_envs`` (a strategy's ``check``; nothing to do for a fresh run)."""
+    if components.checkpoint is None:
+        return
+    try:
+        check_saved_runner(components.saved_state().get("runner"), observation_space,
+                           action_space, num_envs)
+    except ValueError as error:
+        raise ValueError(f"{components.checkpoint}: {error}") from None
+
+
+def replay(capacity: int) -> StorageFactory:
+    """The agent's own replay (``LearningAgent.make_buffer``) of ``capacity`` transitions, as a
+    :class:`Run`'s ``storage``. The run's agent is passed in by the run."""
+
+    def make(agent: LearningAgent, observation_space: gym.Space[Any],
+             action_space: gym.Space[Any], num_envs: int, seed: int, device: Any) -> Buffer:
+        return agent.make_buffer(capacity, num_envs=num_envs, observation_space=observation_space,
+                                 action_space=action_space, seed=seed, device=device)
+
+    return make
+
+
+def rollout(n_steps: int) -> StorageFactory:
+    """The agent's rollout storage (``LearningAgent.make_rollout``) of ``n_steps`` vector steps,
+    as a :class:`Run`'s ``storage``."""
+
+    def make(agent: LearningAgent, observation_space: gym.Space[Any],
+             action_space: gym.Space[Any], num_envs: int, seed: int, device: Any
+             ) -> RolloutBuffer:
+        return agent.make_rollout(n_steps, num_envs=num_envs, observation_space=observation_space,
+                                  action_space=action_space, seed=seed, device=device)
+
+    return make
