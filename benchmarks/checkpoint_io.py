@@ -29,12 +29,16 @@ from typing import Any
 import torch
 
 from benchmarks._util import median_range, table, write_results
-from rltrain import DQN, EventProcessor, Interrupter, Optimization, ReplayBuffer, Runner
+from rltrain import DQN
+from rltrain.buffers import ReplayBuffer
 from rltrain.checkpoint import Checkpointer, Stateful, training_state
 from rltrain.config.instantiate import make_agent, make_strategy
 from rltrain.config.schema import compose
 from rltrain.envs.make import make_vector_env
-from rltrain.optim import OptimizationSettings
+from rltrain.envs.runner import Runner
+from rltrain.observe import EventProcessor
+from rltrain.optim import Optimization, OptimizationSettings
+from rltrain.runtime.interrupt import Interrupter
 from rltrain.runtime.seeding import GlobalRandomState, seed_everything
 from rltrain.strategies.off_policy import OffPolicyStrategy
 from rltrain.types import Progress

@@ -19,18 +19,12 @@ from typing import Any
 
 import torch
 
-from rltrain import (
-    DQN,
-    EnvInit,
-    LearningAgent,
-    Policy,
-    RLComponents,
-    RLStrategy,
-    Run,
-    Trainer,
-    replay,
-)
+from rltrain import DQN, LearningAgent, RLStrategy, Run, Trainer
+from rltrain.agents.base import Policy
+from rltrain.components import RLComponents
+from rltrain.envs.make import EnvInit
 from rltrain.observe.events import EpisodeEnd
+from rltrain.strategies.run.storage import replay
 
 
 @dataclass

@@ -1,4 +1,12 @@
-"""rltrain: reinforcement-learning training on PyTorch and Gymnasium."""
+"""rltrain: reinforcement-learning training on PyTorch and Gymnasium.
+
+The names here are what a user writes every day: the :class:`Trainer` (and :func:`build` and
+:func:`compose` for configs), the agents and their configs, the strategies and their configs,
+the parts of a loop or agent of your own (:class:`RLStrategy`, :class:`Run`,
+:class:`LearningAgent`), a callback's base (:class:`Subscriber`, :class:`EarlyStopping`) and
+:func:`load_policy`. Everything else is imported from its folder (``rltrain.checkpoint``,
+``rltrain.envs``, ``rltrain.observe``, ...; docs/architecture.md maps them).
+"""
 
 from rltrain._version import __version__
 from rltrain.agents import (
@@ -6,90 +14,47 @@ from rltrain.agents import (
     PPO,
     SAC,
     DQNConfig,
+    Dreamer,
+    DreamerConfig,
     LearningAgent,
-    Policy,
     PPOConfig,
     SACConfig,
-    SpaceError,
 )
-from rltrain.buffers import ReplayBatch, ReplayBuffer, RolloutBatch, RolloutBuffer
-from rltrain.checkpoint import Checkpointer
-from rltrain.components import EvaluationSettings, RLComponents, SummarySettings
-from rltrain.config.schema import ConfigError, EnvConfig, compose, validate
-from rltrain.config.trainer_config import TrainerConfig
-from rltrain.envs.evaluator import Evaluator
-from rltrain.envs.make import EnvInit, EnvSpec, make_vector_env
-from rltrain.envs.runner import Runner
-from rltrain.inference import InferencePolicy, export_policy, load_policy
-from rltrain.observe import EventProcessor, Metrics, Subscriber
+from rltrain.config.schema import compose
+from rltrain.inference import load_policy
+from rltrain.observe import Subscriber
 from rltrain.observe.callbacks import EarlyStopping
-from rltrain.optim import Optimization
-from rltrain.runtime.interrupt import Interrupter
 from rltrain.strategies import (
     OffPolicyConfig,
     OffPolicyStrategy,
     OnPolicyConfig,
     OnPolicyStrategy,
-    RLResult,
     RLStrategy,
     Run,
-    replay,
-    rollout,
 )
-from rltrain.trainer import BuiltRun, Trainer, build
-from rltrain.types import Progress, Summary, Transitions
+from rltrain.trainer import Trainer, build
 
 __all__ = [
     "DQN",
     "PPO",
     "SAC",
-    "BuiltRun",
-    "Checkpointer",
-    "ConfigError",
     "DQNConfig",
+    "Dreamer",
+    "DreamerConfig",
     "EarlyStopping",
-    "EnvConfig",
-    "EnvInit",
-    "EnvSpec",
-    "EvaluationSettings",
-    "Evaluator",
-    "EventProcessor",
-    "InferencePolicy",
-    "Interrupter",
     "LearningAgent",
-    "Metrics",
     "OffPolicyConfig",
     "OffPolicyStrategy",
     "OnPolicyConfig",
     "OnPolicyStrategy",
-    "Optimization",
     "PPOConfig",
-    "Policy",
-    "Progress",
-    "RLComponents",
-    "RLResult",
     "RLStrategy",
-    "ReplayBatch",
-    "ReplayBuffer",
-    "RolloutBatch",
-    "RolloutBuffer",
     "Run",
-    "Runner",
     "SACConfig",
-    "SpaceError",
     "Subscriber",
-    "Summary",
-    "SummarySettings",
     "Trainer",
-    "TrainerConfig",
-    "Transitions",
     "__version__",
     "build",
     "compose",
-    "export_policy",
     "load_policy",
-    "make_vector_env",
-    "replay",
-    "rollout",
-    "validate",
 ]

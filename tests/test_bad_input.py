@@ -42,9 +42,9 @@ from rltrain import (
     OnPolicyStrategy,
     PPOConfig,
     SACConfig,
-    SpaceError,
     Trainer,
 )
+from rltrain.agents.base import SpaceError
 from rltrain.agents.dreamer import Dreamer, DreamerConfig
 from rltrain.checkpoint import Checkpointer, ManifestError, atomic_save, load_agent
 from rltrain.cli.main import resumed_config

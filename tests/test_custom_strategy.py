@@ -14,7 +14,8 @@ import pytest
 from conftest import QUIET, assert_same_tensors, env_snapshot, straight_and_resumed
 from typing_extensions import override
 
-from rltrain import DQN, Checkpointer, DQNConfig, Metrics, Subscriber, Trainer
+from rltrain import DQN, DQNConfig, Subscriber, Trainer
+from rltrain.checkpoint import Checkpointer
 from rltrain.observe import (
     Checkpoint,
     End,
@@ -24,6 +25,7 @@ from rltrain.observe import (
     EvaluationStart,
     EventRecorder,
     Interrupted,
+    Metrics,
     Start,
     TrainStep,
 )

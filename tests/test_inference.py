@@ -25,7 +25,6 @@ from rltrain import (
     PPO,
     SAC,
     DQNConfig,
-    EnvSpec,
     OffPolicyConfig,
     OffPolicyStrategy,
     OnPolicyConfig,
@@ -37,6 +36,7 @@ from rltrain import (
 from rltrain.agents.dreamer import Dreamer, DreamerConfig
 from rltrain.checkpoint import Checkpointer, atomic_save
 from rltrain.checkpoint.spaces import space_from_state, space_state
+from rltrain.envs.make import EnvSpec
 from rltrain.inference import policy as inference_policy
 
 SIDE = 6
@@ -424,7 +424,7 @@ def test_exported_programs_run_in_a_fresh_process_with_the_same_actions(
 
 def test_export_policy_and_its_metadata(runs: dict[str, tuple[Path, Any]],
                                         tmp_path: Path) -> None:
-    out = rltrain.export_policy(runs["dict"][0], tmp_path / "sub" / "dict.pt2")
+    out = rltrain.inference.export_policy(runs["dict"][0], tmp_path / "sub" / "dict.pt2")
     extra = {"rltrain.json": ""}
     torch.export.load(str(out), extra_files=extra)
     meta = json.loads(extra["rltrain.json"])

@@ -21,26 +21,16 @@ import torch
 from conftest import QUIET, assert_same_tensors, env_snapshot, straight_and_resumed
 from omegaconf import OmegaConf
 
-from rltrain import (
-    PPO,
-    OnPolicyConfig,
-    OnPolicyStrategy,
-    PPOConfig,
-    RolloutBatch,
-    RolloutBuffer,
-    Runner,
-    Trainer,
-    Transitions,
-    build,
-    compose,
-)
+from rltrain import PPO, OnPolicyConfig, OnPolicyStrategy, PPOConfig, Trainer, build, compose
 from rltrain.agents.nn.normalize import RunningMeanStd
 from rltrain.agents.ppo import explained_variance
+from rltrain.buffers import RolloutBatch, RolloutBuffer
 from rltrain.checkpoint import Checkpointer
 from rltrain.envs.make import EnvSpec, make_vector_env
+from rltrain.envs.runner import Runner
 from rltrain.observe import EnvStep, EvaluationEnd, EventRecorder, TrainStep
 from rltrain.optim import Optimization
-from rltrain.types import Progress
+from rltrain.types import Progress, Transitions
 
 CARTPOLE = "CartPole-v1"
 
@@ -441,7 +431,7 @@ def test_every_action_space_trains_end_to_end(tmp_path: Path, name: str) -> None
                          ids=["MultiBinary([2, 2])", "MultiDiscrete([[2, 3], [2, 2]])"])
 def test_a_multi_dimensional_action_space_trains_or_is_refused_up_front(
         tmp_path: Path, space: gym.Space[Any]) -> None:
-    from rltrain import SpaceError
+    from rltrain.agents.base import SpaceError
 
     env = EnvSpec(CARTPOLE, wrappers=(lambda e: AsCartPole(e, space, lambda a: int(a[0, 0])),))
     try:

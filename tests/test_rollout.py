@@ -11,10 +11,12 @@ import numpy as np
 import pytest
 import torch
 
-from rltrain import PPO, PPOConfig, RolloutBuffer, Runner, Transitions
+from rltrain import PPO, PPOConfig
 from rltrain.agents.returns import gae
+from rltrain.buffers import RolloutBuffer
 from rltrain.envs.make import make_vector_env
-from rltrain.types import Progress
+from rltrain.envs.runner import Runner
+from rltrain.types import Progress, Transitions
 
 # ---------------------------------------------------------------------------------------------
 # GAE(λ): a 3-step rollout of 2 sub-envs, worked out by hand.

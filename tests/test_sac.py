@@ -22,19 +22,12 @@ from torch.distributions import (
     TransformedDistribution,
 )
 
-from rltrain import (
-    SAC,
-    Checkpointer,
-    EnvSpec,
-    OffPolicyConfig,
-    OffPolicyStrategy,
-    OnPolicyStrategy,
-    SACConfig,
-    SpaceError,
-    Trainer,
-)
+from rltrain import SAC, OffPolicyConfig, OffPolicyStrategy, OnPolicyStrategy, SACConfig, Trainer
+from rltrain.agents.base import SpaceError
 from rltrain.agents.nn.networks import SquashedGaussianActor, TwinQ
 from rltrain.buffers import ReplayBatch
+from rltrain.checkpoint import Checkpointer
+from rltrain.envs.make import EnvSpec
 from rltrain.observe import EventRecorder, TrainStep
 from rltrain.optim import Optimization
 from rltrain.types import Progress

@@ -13,7 +13,8 @@ import torch
 from conftest import QUIET, assert_same_tensors, straight_and_resumed
 from torch import nn
 
-from rltrain import LearningAgent, OffPolicyConfig, OffPolicyStrategy, Policy, Trainer
+from rltrain import LearningAgent, OffPolicyConfig, OffPolicyStrategy, Trainer
+from rltrain.agents.base import Policy
 from rltrain.buffers import Buffer, SequenceBatch, SequenceReplayBuffer
 from rltrain.checkpoint import Checkpointer
 from rltrain.optim import Optimization, adam

@@ -19,7 +19,7 @@ import pytest
 from conftest import QUIET, dqn, small
 from typing_extensions import override
 
-from rltrain import DQN, Metrics, Subscriber, Trainer
+from rltrain import DQN, Subscriber, Trainer
 from rltrain.envs.checks import check_env, time_limit
 from rltrain.envs.make import EnvError, EnvSpec
 from rltrain.observe import (
@@ -27,6 +27,7 @@ from rltrain.observe import (
     EvaluationStart,
     EvaluationStep,
     EventRecorder,
+    Metrics,
     Start,
 )
 from rltrain.observe.renderers import ConsoleRenderer, TqdmRenderer

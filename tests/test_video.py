@@ -19,7 +19,8 @@ pytest.importorskip("imageio_ffmpeg", reason="the video extra is not installed")
 
 import imageio.v2 as imageio
 
-from rltrain import DQN, Trainer, TrainerConfig
+from rltrain import DQN, Trainer
+from rltrain.config.trainer_config import TrainerConfig
 from rltrain.envs.evaluator import Evaluator
 
 

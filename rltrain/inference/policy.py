@@ -45,7 +45,7 @@ class InferencePolicy:
 
     Attributes:
         agent: The rebuilt agent, its networks loaded.
-        policy: Its acting :class:`~rltrain.Policy` on ``device``.
+        policy: Its acting :class:`~rltrain.agents.base.Policy` on ``device``.
         observation_space: The observation space it was trained on (one env's).
         action_space: Its action space.
         device: Where it computes.
@@ -180,7 +180,7 @@ def load_policy(path: str | Path, *, which: str = "last", device: str | torch.de
     Raises:
         FileNotFoundError: Nothing to load at ``path``.
         ValueError: The file is not an rltrain checkpoint, or what it stores cannot be trusted
-            or does not fit together (a :class:`~rltrain.ConfigError` for its config).
+            or does not fit together (a :class:`~rltrain.config.schema.ConfigError` for its config).
     """
     checkpoint, run_dir = resolve(Path(path), which)
     state = Checkpointer.load(checkpoint)
