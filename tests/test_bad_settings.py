@@ -159,6 +159,7 @@ def test_a_refused_loss_after_a_checkpoint_names_it_and_how_to_resume(tmp_path: 
         "ckpt_path='last' (rltrain fit --resume RUN_DIR)."), result.summary.stop_reason
 
 
+@pytest.mark.slow
 def test_a_refused_loss_fails_the_command_and_a_new_run_takes_its_directory(
         tmp_path: Path) -> None:
     """Needs rltrain/cli/main.py to exit 3 on a refused loss, and rltrain/trainer/run_dir.py to
@@ -289,6 +290,7 @@ class OneStep(gym.Env):
 '''
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not torch.distributed.is_available(), reason="torch without distributed")
 def test_a_huge_sync_interval_sizes_the_agreement_by_the_episodes_there_are(
         tmp_path: Path) -> None:
@@ -349,6 +351,7 @@ def two_sigints(process: subprocess.Popen[str], tmp_path: Path) -> str:
     return (tmp_path / "out.txt").read_text()
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="SIGALRM-interrupted steps")
 @pytest.mark.parametrize("saved", [False, True], ids=["no checkpoint yet", "a checkpoint"])
 def test_a_second_ctrl_c_says_what_is_really_kept(tmp_path: Path, saved: bool) -> None:

@@ -38,6 +38,10 @@ from rltrain.checkpoint.manifest import read_manifest
 from rltrain.observe import EventRecorder, Start
 from rltrain.runtime.distributed import TORCHRUN_VARIABLES
 
+#: Scenario tests of whole runs (subprocesses, real files): out of the fast inner loop,
+#: ``pytest -m "not slow"``; CI runs them.
+pytestmark = pytest.mark.slow
+
 ROOT = Path(__file__).resolve().parent.parent
 TORCHRUN = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2"]
 

@@ -17,6 +17,10 @@ from tensorboard.plugins.hparams import plugin_data_pb2
 
 from rltrain.cli.main import main
 
+#: Scenario tests of whole runs (subprocesses, real files): out of the fast inner loop,
+#: ``pytest -m "not slow"``; CI runs them.
+pytestmark = pytest.mark.slow
+
 STEPS = 1500  # warm-up 1,000, two training rounds, and the final evaluation (20 episodes)
 CONFIG = Path(__file__).parents[1] / "configs" / "dqn_cartpole.yaml"
 

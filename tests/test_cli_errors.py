@@ -17,6 +17,10 @@ from pathlib import Path
 import pytest
 from omegaconf import OmegaConf
 
+#: Scenario tests of whole runs (subprocesses, real files): out of the fast inner loop,
+#: ``pytest -m "not slow"``; CI runs them.
+pytestmark = pytest.mark.slow
+
 #: A real run in a few seconds: 300 env steps, no evaluation, no TensorBoard, no progress bar.
 TINY = ["trainer.num_steps=300", "strategy.warmup_steps=100", "agent.hidden_sizes=[16]",
         "trainer.eval_interval=null", "trainer.logger=false", "trainer.enable_progress_bar=false"]

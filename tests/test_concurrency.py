@@ -18,6 +18,10 @@ from typing import Any
 import pytest
 from conftest import load_script
 
+#: Scenario tests of whole runs (subprocesses, real files): out of the fast inner loop,
+#: ``pytest -m "not slow"``; CI runs them.
+pytestmark = pytest.mark.slow
+
 check = load_script("concurrency_check")
 
 

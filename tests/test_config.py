@@ -135,6 +135,7 @@ def test_from_config_accepts_trainer_arguments_beyond_the_config() -> None:
     assert trainer.config is not None and trainer.config.agent.name == "dqn"
 
 
+@pytest.mark.slow
 def test_the_hydra_example_trains_with_overrides_and_refuses_a_typo(tmp_path: Path) -> None:
     pytest.importorskip("hydra")
     script = ROOT / "examples" / "hydra_app.py"

@@ -9,7 +9,12 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 from conftest import load_script
+
+#: Scenario tests of whole runs (subprocesses, real files): out of the fast inner loop,
+#: ``pytest -m "not slow"``; CI runs them.
+pytestmark = pytest.mark.slow
 
 
 def test_three_sigkills_recover_with_intact_checkpoints(tmp_path: Path) -> None:

@@ -27,6 +27,10 @@ from rltrain.checkpoint.io import LocalFiles
 from rltrain.checkpoint.manifest import read_manifest
 from rltrain.runtime.distributed import TORCHRUN_VARIABLES, DistributedContext, connect
 
+#: Scenario tests of whole runs (subprocesses, real files): out of the fast inner loop,
+#: ``pytest -m "not slow"``; CI runs them.
+pytestmark = pytest.mark.slow
+
 WORKER = Path(__file__).parent / "distributed_worker.py"
 TORCHRUN = [sys.executable, "-m", "torch.distributed.run"]
 #: A small DQN on CartPole: 16 gradient steps per 256 env steps after 1,000 of warm-up,

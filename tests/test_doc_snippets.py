@@ -36,6 +36,10 @@ import pytest
 
 from rltrain.cli.main import main
 
+#: Scenario tests of whole runs (subprocesses, real files): out of the fast inner loop,
+#: ``pytest -m "not slow"``; CI runs them.
+pytestmark = pytest.mark.slow
+
 ROOT = Path(__file__).resolve().parent.parent
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 SITECUSTOMIZE = Path(__file__).resolve().parent / "doc_snippets"

@@ -16,6 +16,10 @@ from pathlib import Path
 
 import pytest
 
+#: Scenario tests of whole runs (subprocesses, real files): out of the fast inner loop,
+#: ``pytest -m "not slow"``; CI runs them.
+pytestmark = pytest.mark.slow
+
 ROOT = Path(__file__).resolve().parent.parent
 
 pytest.importorskip("mkdocs")

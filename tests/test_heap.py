@@ -53,6 +53,7 @@ def run(code: str, env: dict[str, str] | None = None, cwd: Path | None = None) -
     return done.stdout.splitlines()
 
 
+@pytest.mark.slow
 def test_freed_memory_is_reused_instead_of_faulted_in_again() -> None:
     default, = run("print(faults())")
     message, tuned = run("""

@@ -25,6 +25,10 @@ import yaml
 
 from rltrain.checkpoint.manifest import MANIFEST
 
+#: Scenario tests of whole runs (subprocesses, real files): out of the fast inner loop,
+#: ``pytest -m "not slow"``; CI runs them.
+pytestmark = pytest.mark.slow
+
 ROOT = Path(__file__).resolve().parent.parent
 SECRET = "s3cr3t-from-the-environment"
 

@@ -27,8 +27,9 @@ from rltrain.errors import TrainingError
 from rltrain.runtime.watchdog import STOP_GRACE, STUCK_MARGIN
 from rltrain.types import Progress
 
-pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"),
-                                reason="reads /proc; SIGALRM and worker ends are Linux's")
+pytestmark = [pytest.mark.slow,  # scenario tests: out of ``pytest -m "not slow"``
+              pytest.mark.skipif(not sys.platform.startswith("linux"),
+                                 reason="reads /proc; SIGALRM and worker ends are Linux's")]
 
 TESTS = Path(__file__).resolve().parent
 #: Seconds from the start of `rltrain fit` to its first step, and then some, on a busy machine.

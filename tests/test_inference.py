@@ -385,6 +385,7 @@ print("fresh process: rltrain not imported")
 """
 
 
+@pytest.mark.slow
 def test_exported_programs_run_in_a_fresh_process_with_the_same_actions(
         runs: dict[str, tuple[Path, Any]], tmp_path: Path) -> None:
     jobs, expected = [], {}

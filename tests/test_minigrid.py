@@ -12,6 +12,10 @@ import pytest
 from rltrain.config.schema import load_stored
 from tests.test_cli import rltrain
 
+#: Scenario tests of whole runs (subprocesses, real files): out of the fast inner loop,
+#: ``pytest -m "not slow"``; CI runs them.
+pytestmark = pytest.mark.slow
+
 pytest.importorskip("minigrid")
 
 MINIGRID = ["env.id=MiniGrid-Empty-5x5-v0", "env.imports=[minigrid]",

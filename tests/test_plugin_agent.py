@@ -18,6 +18,10 @@ from conftest import assert_same_tensors
 
 from rltrain.checkpoint import Checkpointer
 
+#: Scenario tests of whole runs (subprocesses, real files): out of the fast inner loop,
+#: ``pytest -m "not slow"``; CI runs them.
+pytestmark = pytest.mark.slow
+
 REINFORCE = '''
 """REINFORCE with a learned baseline (Williams 1992), one file."""
 from dataclasses import dataclass, field

@@ -646,6 +646,7 @@ def test_an_annealed_schedule_follows_the_num_steps_of_each_fit(tmp_path: Path) 
 # ---------------------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("seed", [0, 1])
 def test_ppo_solves_cartpole_with_the_shipped_settings(tmp_path: Path, seed: int) -> None:
     config = compose(["ppo_cartpole"], [

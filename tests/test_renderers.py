@@ -416,6 +416,7 @@ def remaining_seconds(frame: str) -> float | None:
     return seconds
 
 
+@pytest.mark.slow
 def test_tqdm_eta_does_not_count_the_setup_as_the_first_step(tmp_path: Path) -> None:
     # The training envs take a second to make after the bar appears. Counted as the first
     # env step's time, that second made the first ETA 2,000 x 1 s (33 min) for a run of 2 s.

@@ -297,6 +297,7 @@ def test_a_stop_in_the_middle_resumes_exactly(tmp_path: Path) -> None:
     assert_same_tensors(straight.state_dict(), resumed.state_dict(), "agent")
 
 
+@pytest.mark.slow
 def test_sac_learns_pendulum_a_little_within_3000_env_steps(tmp_path: Path) -> None:
     trainer = Trainer(num_steps=3_000, eval_interval=1_000, eval_episodes=5, run_dir=tmp_path,
                       seed=0, num_threads=1, **QUIET)

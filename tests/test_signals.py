@@ -18,6 +18,10 @@ from rltrain import DQN, DQNConfig, OffPolicyConfig, OffPolicyStrategy, Trainer
 from rltrain.checkpoint import Checkpointer
 from rltrain.runtime.interrupt import Interrupter, stop_on_signals
 
+#: Scenario tests of whole runs (subprocesses, real files): out of the fast inner loop,
+#: ``pytest -m "not slow"``; CI runs them.
+pytestmark = pytest.mark.slow
+
 
 def start_fit(run_dir: Path) -> subprocess.Popen[str]:
     return subprocess.Popen(

@@ -91,6 +91,7 @@ def final_return(run_dir: Path) -> float:
                  ["final_metrics"]["eval/return_mean"])
 
 
+@pytest.mark.slow
 def test_a_cli_run_of_an_env_and_strategy_in_local_modules_evaluates_and_resumes(
         project: Path) -> None:
     run_dir = project / "run"
@@ -155,6 +156,7 @@ def test_a_stored_function_target_needs_the_users_trust(project: Path) -> None:
     assert "--trust my_envs" in refused.stderr and "Traceback" not in refused.stderr
 
 
+@pytest.mark.slow
 def test_what_cannot_be_recorded_is_said_and_the_seed_of_a_script_strategy_is_kept(
         project: Path) -> None:
     class ScriptStrategy(OffPolicyStrategy):  # defined in a function: no import path
@@ -179,6 +181,7 @@ def test_what_cannot_be_recorded_is_said_and_the_seed_of_a_script_strategy_is_ke
     assert evaluated(given.stdout)["eval/return_mean"] == pytest.approx(final_return(run_dir))
 
 
+@pytest.mark.slow
 def test_a_hostile_stored_config_calls_nothing(project: Path) -> None:
     run_dir = project / "run"
     fit = rltrain("fit", "env.id=my_envs:Corridor-v0", f"trainer.run_dir={run_dir}", *QUICK,

@@ -16,6 +16,10 @@ from pathlib import Path
 import pytest
 from conftest import load_script
 
+#: Scenario tests of whole runs (subprocesses, real files): out of the fast inner loop,
+#: ``pytest -m "not slow"``; CI runs them.
+pytestmark = pytest.mark.slow
+
 screens = load_script("terminal_screens")
 #: A whole bar, nothing before or after it: `` 50%|█████     | 1.50k/3.00k [00:01<00:01, ...]``.
 BAR = re.compile(r"(evaluating \d+/\d+ episodes: )?[ \d]{3}%\|[^|]*\| \S+/\S+ \[[^\]]*\]")

@@ -425,6 +425,7 @@ def test_an_unreached_return_threshold_runs_every_step(tmp_path: Path) -> None:
 # --- learning ----------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_dqn_learns_cartpole_to_a_mean_evaluation_return_of_195(tmp_path: Path) -> None:
     # Default DQN and loop settings. Seed 2 reaches 326.3 (margin 131) at the evaluation at
     # 5,000 of the 30,000 env steps (~5 s on 2 cores); seeds 0, 1 and 3 reach 252.6, 268.9 and
