@@ -23,13 +23,13 @@ import torch
 from conftest import QUIET, NanLossDQN, dqn, trainer
 
 from rltrain import PPO, DQNConfig, OnPolicyStrategy, PPOConfig, Trainer
-from rltrain.agents.config_checks import field_kind
 from rltrain.agents.dreamer import Dreamer, DreamerConfig
+from rltrain.config.checks import field_kind
 from rltrain.config.registry import AGENTS, STRATEGIES
+from rltrain.config.strategies import OnPolicyConfig, _divisor_near
 from rltrain.config.trainer_config import TrainerConfig
 from rltrain.errors import TrainingError
 from rltrain.runtime.distributed import TORCHRUN_VARIABLES
-from rltrain.strategies.on_policy import OnPolicyConfig, _divisor_near
 from rltrain.types import Progress
 
 TESTS = Path(__file__).resolve().parent

@@ -17,7 +17,8 @@ PACKAGE = Path(__file__).resolve().parent.parent / "rltrain"
 #: Lowest first. A module belongs to the first prefix that names it (the longest wins).
 LAYERS: list[tuple[str, ...]] = [
     ("rltrain.types", "rltrain.errors", "rltrain._version", "rltrain.runtime.heap"),
-    ("rltrain.runtime", "rltrain.config.targets", "rltrain.config.registry", "rltrain.envs",
+    ("rltrain.runtime", "rltrain.config.targets", "rltrain.config.registry",
+     "rltrain.config.checks", "rltrain.config.strategies", "rltrain.envs",
      "rltrain.buffers",
      "rltrain.observe",
      "rltrain.checkpoint.manifest", "rltrain.checkpoint.files", "rltrain.checkpoint.io",

@@ -57,7 +57,6 @@ class ReinforcePolicy(Policy):
 
 @register_agent("reinforce", ReinforceConfig, "Monte-Carlo policy gradient with a baseline")
 class Reinforce(LearningAgent):
-    strategy_kinds = ("on_policy",)
 
     def __init__(self, config: ReinforceConfig | None = None) -> None:
         super().__init__()

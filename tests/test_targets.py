@@ -18,8 +18,9 @@ from rltrain.cli.main import main
 from rltrain.config.instantiate import make_env
 from rltrain.config.presets import choose_preset
 from rltrain.config.schema import ConfigError, compose, load_stored
+from rltrain.config.strategies import OffPolicyConfig
 from rltrain.envs.make import env_name
-from rltrain.strategies.off_policy import OffPolicyConfig, OffPolicyStrategy
+from rltrain.strategies.off_policy import OffPolicyStrategy
 from rltrain.trainer.preflight import default_run_dir
 from tests.test_cli import rltrain
 

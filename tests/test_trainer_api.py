@@ -20,6 +20,7 @@ from tensorboard.plugins.hparams import plugin_data_pb2
 from torch.utils.tensorboard import SummaryWriter
 
 from rltrain import DQN, DQNConfig, OffPolicyConfig, OffPolicyStrategy, Subscriber, Trainer
+from rltrain.agents.protocols import RolloutLearner
 from rltrain.buffers.replay import ReplayBatch
 from rltrain.checkpoint import Checkpointer
 from rltrain.config.schema import TrainerConfig
@@ -418,8 +419,9 @@ def test_without_a_strategy_each_agent_gets_its_own_default_schedule(tmp_path: P
 
 
 def test_a_strategy_of_a_kind_the_agent_does_not_train_with_is_refused(tmp_path: Path) -> None:
-    class Rollouts(OffPolicyStrategy):
+    class Rollouts(OffPolicyStrategy):  # a loop whose agents learn from rollouts
         kind = "on_policy"
+        learner = RolloutLearner
 
     trainer = Trainer(num_steps=50, strategy=Rollouts(), run_dir=tmp_path / "run", **QUIET)
     with pytest.raises(ValueError, match=r"DQN trains with off_policy strategies, not on_policy "

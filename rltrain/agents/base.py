@@ -14,8 +14,10 @@ import numpy as np
 import torch
 from torch import nn
 
+from rltrain.agents.protocols import RolloutLearner
 from rltrain.buffers.replay import ReplayBuffer
 from rltrain.buffers.rollout import RolloutBuffer
+from rltrain.config.strategies import OffPolicyConfig, OnPolicyConfig
 from rltrain.observe.events import flatten_hparams
 from rltrain.runtime.distributed import SINGLE, DistributedContext
 from rltrain.runtime.statistics import Statistics
@@ -188,15 +190,14 @@ class LearningAgent(nn.Module, ABC):
         """The acting policy on ``device``: sharing this agent's modules when ``device`` is its
         own, otherwise a copy that the strategy refreshes with :meth:`sync_policy`."""
 
-    #: The strategy kinds (``RLStrategy.kind``) this agent trains with, the first being its
-    #: default: the Trainer builds that strategy when it is given none, and refuses another kind.
-    strategy_kinds: tuple[str, ...] = ("off_policy",)
-
-    def default_strategy_settings(self) -> dict[str, Any]:
-        """The settings of the default strategy this agent trains best with (fields of its
-        config: for ``off_policy``, :class:`~rltrain.OffPolicyConfig`'s). Default: none, the
-        strategy config's own defaults (which are DQN's)."""
-        return {}
+    def default_strategy_settings(self) -> OffPolicyConfig | OnPolicyConfig:
+        """The settings of the strategy this agent trains best with, when the Trainer is
+        given none: a checked config whose type names the strategy (the registered one that
+        takes it). Default: :class:`~rltrain.config.strategies.OnPolicyConfig` ()'s defaults
+        for an agent that learns from rollouts (a
+        :class:`~rltrain.agents.protocols.RolloutLearner`), else
+        :class:`~rltrain.config.strategies.OffPolicyConfig` ()'s (which are DQN's)."""
+        return OnPolicyConfig() if isinstance(self, RolloutLearner) else OffPolicyConfig()
 
     def make_buffer(self, capacity: int, *, num_envs: int, observation_space: gym.Space[Any],
                     action_space: gym.Space[Any], seed: int, device: torch.device) -> Buffer:
@@ -210,18 +211,14 @@ class LearningAgent(nn.Module, ABC):
     def make_rollout(self, n_steps: int, *, num_envs: int, observation_space: gym.Space[Any],
                      action_space: gym.Space[Any], seed: int, device: torch.device
                      ) -> RolloutBuffer:
-        """The rollout storage the on-policy strategy collects into (``n_steps`` vector steps).
-        Default: a :class:`~rltrain.buffers.RolloutBuffer`."""
+        """The rollout storage the on-policy strategy collects into (``n_steps`` vector steps),
+        for an agent that learns from rollouts: one with a ``prepare_rollout(rollout)`` that
+        fills a full rollout's ``advantages`` and ``returns`` (and updates what it learns from
+        rollouts: normalisation statistics, schedules) before the update epochs
+        (:class:`~rltrain.agents.protocols.RolloutLearner`). Default: a
+        :class:`~rltrain.buffers.RolloutBuffer`."""
         return RolloutBuffer(n_steps, num_envs=num_envs, observation_space=observation_space,
                              action_space=action_space, seed=seed, device=device)
-
-    def prepare_rollout(self, rollout: RolloutBuffer) -> None:
-        """Fill a full rollout's ``advantages`` and ``returns`` (and update what the agent
-        learns from rollouts: normalisation statistics, schedules) before the on-policy
-        strategy's update epochs. On-policy agents implement it."""
-        raise NotImplementedError(
-            f"{type(self).__name__} does not learn from rollouts (no prepare_rollout); train it "
-            f"with its own strategy kind ({', '.join(self.strategy_kinds)}).")
 
     def update_done(self, metrics: Mapping[str, MetricValue]) -> bool:
         """After a gradient step of an on-policy update (its ``metrics``): True ends the

@@ -22,12 +22,12 @@ import torch.nn.functional as F
 from typing_extensions import override
 
 from rltrain.agents.base import LearningAgent, Policy, SpaceError
-from rltrain.agents.config_checks import check_typed_fields
 from rltrain.agents.nn.encoders import check_observation_space, make_encoder
 from rltrain.agents.nn.networks import QNetwork, soft_update
 from rltrain.agents.nn.observation_spaces import encoder_check
 from rltrain.buffers.observations import layout, leading_tensor
 from rltrain.buffers.replay import ReplayBatch
+from rltrain.config.checks import check_typed_fields
 from rltrain.config.registry import register_agent
 from rltrain.errors import require
 from rltrain.optim import Optimization, adam
@@ -222,7 +222,7 @@ class DQN(LearningAgent):
         loss = F.huber_loss(q_taken, td_target, delta=c.huber_delta)
         optim.step("q", loss)
 
-        if (self.progress.gradient_steps + 1) % c.target_update_interval == 0:
+        if optim.gradient_step % c.target_update_interval == 0:
             self._update_target()
         return {"loss": loss.detach(), "q_value": q_taken.detach().mean(),
                 "epsilon": self.epsilon}

@@ -31,7 +31,6 @@ from torch import nn
 from typing_extensions import override
 
 from rltrain.agents.base import LearningAgent, Policy, SpaceError
-from rltrain.agents.config_checks import check_typed_fields
 from rltrain.agents.nn.distributions import ActionDistribution, ActionHead
 from rltrain.agents.nn.encoders import Encoder, check_observation_space, make_encoder, orthogonal
 from rltrain.agents.nn.networks import MLP, check_parameters_fit, linear_parameters
@@ -40,6 +39,7 @@ from rltrain.agents.nn.observation_spaces import check_normalizable, encoder_che
 from rltrain.agents.returns import gae
 from rltrain.buffers.observations import map_obs
 from rltrain.buffers.rollout import RolloutBatch, RolloutBuffer
+from rltrain.config.checks import check_typed_fields
 from rltrain.config.registry import register_agent
 from rltrain.errors import require
 from rltrain.optim import Optimization, adam
@@ -257,7 +257,6 @@ class PPO(LearningAgent):
         config: Hyperparameters. Default: :class:`PPOConfig` ().
     """
 
-    strategy_kinds = ("on_policy",)
     net: ActorCritic
     clip_now: torch.Tensor
 
@@ -314,7 +313,6 @@ class PPO(LearningAgent):
         low, high, offset = (t.to(device) for t in self.action_bounds)
         return PPOPolicy(net, obs_rms, self.config.clip_observations, low, high, offset)
 
-    @override
     @torch.no_grad()
     def prepare_rollout(self, rollout: RolloutBuffer) -> None:
         """Bootstrap values, GAE(λ) advantages and returns; then the statistics and schedules

@@ -29,12 +29,13 @@ import torch
 from typing_extensions import override
 
 from rltrain.agents.base import LearningAgent, Policy, SpaceError, require_bounded
-from rltrain.agents.config_checks import check_typed_fields
 from rltrain.agents.nn.encoders import Encoder, check_observation_space, make_encoder
 from rltrain.agents.nn.networks import SquashedGaussianActor, TwinQ, soft_update
 from rltrain.agents.nn.observation_spaces import encoder_check
 from rltrain.buffers.replay import ReplayBatch
+from rltrain.config.checks import check_typed_fields
 from rltrain.config.registry import register_agent
+from rltrain.config.strategies import OffPolicyConfig
 from rltrain.errors import require
 from rltrain.optim import Optimization, adam
 from rltrain.types import MetricValue, ObsTensors, PolicyState, PolicyStep
@@ -127,11 +128,11 @@ class SAC(LearningAgent):
         self.config = config if config is not None else SACConfig()
 
     @override
-    def default_strategy_settings(self) -> dict[str, Any]:
+    def default_strategy_settings(self) -> OffPolicyConfig:
         # SB3's SAC schedule: one gradient step per env step on batches of 256, after 100
         # random steps, from a buffer of a million transitions.
-        return {"batch_size": 256, "warmup_steps": 100, "train_interval": 1, "train_steps": 1,
-                "buffer_size": 1_000_000}
+        return OffPolicyConfig(batch_size=256, warmup_steps=100, train_interval=1,
+                               train_steps=1, buffer_size=1_000_000)
 
     @override
     def check_spaces(self, observation_space: gym.Space[Any], action_space: gym.Space[Any]) -> None:
@@ -212,8 +213,8 @@ class SAC(LearningAgent):
         optim.step("critic", critic_loss)
         metrics: dict[str, MetricValue] = {"critic_loss": critic_loss.detach(),
                                            "q": q.detach().mean(), "alpha": alpha}
-        step = self.progress.gradient_steps
-        if step % c.policy_delay == 0:
+        done = optim.gradient_step - 1  # gradient steps before this one
+        if done % c.policy_delay == 0:
             action, log_prob = self.actor(obs, noise[:, 1])
             q_pi = self.critic(obs, self.normalized(action)).min(dim=0).values
             actor_loss = (alpha * log_prob - q_pi).mean()  # E[α log π(ã|s) - min_i Q_i(s, ã)]
@@ -224,6 +225,6 @@ class SAC(LearningAgent):
                 alpha_loss = -(self.log_alpha * (log_prob.detach() + self.target_entropy)).mean()
                 optim.step("alpha", alpha_loss)
                 metrics["alpha_loss"] = alpha_loss.detach()
-        if step % c.target_update_interval == 0:
+        if done % c.target_update_interval == 0:
             soft_update(self.critic_target, self.critic, c.tau)
         return metrics

@@ -92,6 +92,27 @@ def _register(registry: dict[str, Registered], kind: str, name: str, config: typ
     return add
 
 
+def strategy_taking(settings: object) -> Registered:
+    """The registered strategy whose config ``settings`` is (an agent's
+    ``default_strategy_settings()``)."""
+    for entry in STRATEGIES.values():
+        if type(settings) is entry.config:
+            return entry
+    raise ValueError(f"No registered strategy takes {type(settings).__name__} settings; "
+                     f"registered: {sorted(STRATEGIES)}.")
+
+
+def default_strategy(agent_type: type) -> Registered:
+    """The first registered strategy (the shipped ones first) whose loop ``agent_type``
+    fits (``RLStrategy.fits``: structurally, by the hooks it has)."""
+    for entry in STRATEGIES.values():
+        fits = getattr(entry.cls, "fits", None)
+        if fits is not None and fits(agent_type):
+            return entry
+    raise ValueError(f"{agent_type.__name__} fits no registered strategy; give it "
+                     "make_buffer (a replay) or prepare_rollout (rollouts).")
+
+
 _plugins_loaded = False
 
 

@@ -36,7 +36,13 @@ from omegaconf.grammar.gen.OmegaConfGrammarParser import OmegaConfGrammarParser 
 import rltrain.agents
 import rltrain.strategies  # noqa: F401  (and the shipped strategies)
 from rltrain.checkpoint import atomic_write_text
-from rltrain.config.registry import AGENTS, STRATEGIES, Registered, load_plugins
+from rltrain.config.registry import (
+    AGENTS,
+    STRATEGIES,
+    Registered,
+    default_strategy,
+    load_plugins,
+)
 from rltrain.config.trainer_config import TrainerConfig as TrainerConfig
 from rltrain.envs.make import check_env_id
 
@@ -182,9 +188,8 @@ def _validate(config: Mapping[str, Any] | DictConfig | ListConfig) -> DictConfig
                            else dict(config))  # a copy: the caller's config is not changed
     agent, strategy = _named(raw, "agent"), _named(raw, "strategy")
     if strategy == "":  # the agent's own kind (off_policy for one named by import path)
-        kinds = (getattr(lookup(AGENTS, agent, "agent").cls, "strategy_kinds", ())
-                 if agent is not None else ())
-        strategy = kinds[0] if kinds else "off_policy"
+        strategy = (default_strategy(lookup(AGENTS, agent, "agent").cls).name
+                    if agent is not None else "off_policy")
     base = schema(agent, strategy)
     _check_sections(raw)
     try:

@@ -11,8 +11,8 @@ from typing import Any
 
 import torch
 
-from rltrain.agents.config_checks import check_typed_fields
 from rltrain.components import EvaluationSettings, SummarySettings, check_folder, check_num_steps
+from rltrain.config.checks import check_typed_fields
 from rltrain.errors import require
 from rltrain.observe.loggers import LOGGER_PACKAGES, is_unrecorded, logger_items
 from rltrain.optim.settings import OptimizationSettings, resolve_dtype

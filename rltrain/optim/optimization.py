@@ -136,6 +136,10 @@ class Optimization:
         #: Backward passes so far (not saved): a failed gradient step that made none left the
         #: networks and optimizers as they were.
         self.backward_calls = 0
+        #: The index of the gradient step being computed (from 1; set by
+        #: :meth:`training_step`): what an agent's schedules within a step read (DQN's target
+        #: update every ``target_update_interval`` steps, SAC's delayed actor).
+        self.gradient_step = progress.gradient_steps + 1
         self.optimizers = dict(optimizers)
         params = {name: [p for group in opt.param_groups for p in group["params"]]
                   for name, opt in self.optimizers.items()}
@@ -160,6 +164,7 @@ class Optimization:
         """Run ``agent.training_step(batch, self)`` (under autocast when the dtype asks for it)
         and count it as one gradient step. Values the agent passed to ``log()`` join the
         returned metrics."""
+        self.gradient_step = self.progress.gradient_steps + 1
         with self.autocast():
             metrics = agent.training_step(batch, self)
         self.progress.gradient_steps += 1

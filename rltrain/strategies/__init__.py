@@ -1,9 +1,10 @@
 """Training strategies: the loops."""
 
+from rltrain.config.strategies import OffPolicyConfig, OnPolicyConfig
 from rltrain.runtime.seeding import EVAL_SEED_OFFSET, seed_everything
 from rltrain.strategies.base import RLResult, RLStrategy
-from rltrain.strategies.off_policy import OffPolicyConfig, OffPolicyStrategy
-from rltrain.strategies.on_policy import OnPolicyConfig, OnPolicyStrategy
+from rltrain.strategies.off_policy import OffPolicyStrategy
+from rltrain.strategies.on_policy import OnPolicyStrategy
 from rltrain.strategies.run.engine import Run
 from rltrain.strategies.run.storage import replay, rollout
 from rltrain.types import Summary

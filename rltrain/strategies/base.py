@@ -6,7 +6,7 @@ import dataclasses
 import math
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 import gymnasium as gym
 
@@ -48,9 +48,17 @@ class RLStrategy(ABC):
         fields = dataclasses.fields(config) if dataclasses.is_dataclass(config) else ()
         return int(config.seed) if any(f.name == "seed" for f in fields) else 0  # type: ignore[union-attr]
 
-    #: What kind of loop this is, for agents to declare what they train with
-    #: (``LearningAgent.strategy_kinds``); ``"custom"`` (your own loops) fits any agent.
+    #: What kind of loop this is, in messages and hparams; ``"custom"`` for your own loops.
     kind: str = "custom"
+
+    #: The protocol the agents this loop trains fit (:mod:`rltrain.agents.protocols`):
+    #: checked structurally when a run starts. None (your own loops): any agent.
+    learner: ClassVar[type | None] = None
+
+    @classmethod
+    def fits(cls, agent_type: type) -> bool:
+        """Whether agents of ``agent_type`` have what this loop calls (:attr:`learner`)."""
+        return cls.learner is None or issubclass(agent_type, cls.learner)
 
     def train(self, agent: LearningAgent, components: RLComponents, env_init: EnvInit) -> RLResult:
         """Train ``agent`` on ``env_init`` for ``components.num_steps`` env steps."""

@@ -4,72 +4,24 @@ from __future__ import annotations
 
 import functools
 import warnings
-from dataclasses import dataclass
 from typing import Any, cast
 
 import gymnasium as gym
 from typing_extensions import override
 
 from rltrain.agents.base import LearningAgent, Policy
-from rltrain.agents.config_checks import check_typed_fields
+from rltrain.agents.protocols import ReplayLearner, RolloutLearner
 from rltrain.components import RLComponents
 from rltrain.config.registry import register_strategy
+from rltrain.config.strategies import OffPolicyConfig
 from rltrain.envs.make import EnvInit, Vectorization
-from rltrain.errors import require
 from rltrain.observe.events import EpisodeEnd
-from rltrain.runtime.seeding import EVAL_SEED_OFFSET, derive_seeds
+from rltrain.runtime.seeding import derive_seeds
 from rltrain.strategies.base import RLStrategy
 from rltrain.strategies.run.engine import Run
 from rltrain.strategies.run.storage import check_resumed_envs, replay
 
-__all__ = ["EVAL_SEED_OFFSET", "OffPolicyConfig", "OffPolicyStrategy"]
-
-
-@dataclass
-class OffPolicyConfig:
-    """Settings of :class:`OffPolicyStrategy`. Env steps are transitions summed over sub-envs.
-
-    Attributes:
-        num_envs: Sub-environments stepped together. Default 1.
-        vectorization: ``"sync"`` (one process) or ``"async"`` (a process per sub-env).
-            Default ``"sync"``.
-        buffer_size: Replay capacity in transitions (all sub-envs together). Default 100,000.
-        batch_size: Transitions per gradient step. Default 64.
-        warmup_steps: Env steps of uniform random actions before learning starts (SB3's
-            ``learning_starts``); learning also waits until the buffer holds this many
-            transitions. Default 1,000.
-        train_interval: Env steps between training rounds (SB3's ``train_freq``); a vector step
-            that crosses several boundaries runs as many rounds. Default 256.
-        train_steps: Gradient steps per training round (SB3's ``gradient_steps``). Default 128.
-        seed: Seeds Python, NumPy, torch, the environments and the replay sampler. Default 0.
-    """
-
-    num_envs: int = 1
-    vectorization: str = "sync"  # str, not a Literal: omegaconf cannot type-check Literals
-    buffer_size: int = 100_000
-    batch_size: int = 64
-    warmup_steps: int = 1_000
-    train_interval: int = 256
-    train_steps: int = 128
-    seed: int = 0
-
-    def __post_init__(self) -> None:
-        checks = [
-            (self.num_envs >= 1, f"num_envs must be >= 1; got {self.num_envs}."),
-            (self.vectorization in ("sync", "async"),
-             f"vectorization must be 'sync' or 'async'; got {self.vectorization!r}."),
-            (self.buffer_size >= 1, f"buffer_size must be >= 1; got {self.buffer_size}."),
-            (self.batch_size >= 1, f"batch_size must be >= 1; got {self.batch_size}."),
-            (self.batch_size <= self.buffer_size,
-             f"batch_size ({self.batch_size}) is larger than buffer_size ({self.buffer_size}); "
-             "raise buffer_size or lower batch_size."),
-            (self.warmup_steps >= 0, f"warmup_steps must be >= 0; got {self.warmup_steps}."),
-            (self.train_interval >= 1,
-             f"train_interval must be >= 1 env step; got {self.train_interval}."),
-            (self.train_steps >= 0, f"train_steps must be >= 0; got {self.train_steps}."),
-        ]
-        require("OffPolicyConfig", checks)
-        check_typed_fields("OffPolicyConfig", self)
+__all__ = ["OffPolicyConfig", "OffPolicyStrategy"]
 
 
 @register_strategy("off_policy", OffPolicyConfig,
@@ -91,6 +43,13 @@ class OffPolicyStrategy(RLStrategy):
     """
 
     kind = "off_policy"
+    learner = ReplayLearner
+
+    @classmethod
+    def fits(cls, agent_type: type) -> bool:
+        """A replay learner that does not learn from rollouts (those take the on-policy
+        loop)."""
+        return super().fits(agent_type) and not issubclass(agent_type, RolloutLearner)
 
     def __init__(self, config: OffPolicyConfig | None = None) -> None:
         self.config = config if config is not None else OffPolicyConfig()

@@ -2,90 +2,23 @@
 
 from __future__ import annotations
 
-import math
-from dataclasses import dataclass
 from typing import Any, cast
 
 import gymnasium as gym
 from typing_extensions import override
 
 from rltrain.agents.base import LearningAgent, Policy
-from rltrain.agents.config_checks import check_typed_fields
+from rltrain.agents.protocols import RolloutLearner
 from rltrain.buffers.rollout import RolloutBatch, RolloutBuffer
 from rltrain.components import RLComponents
 from rltrain.config.registry import register_strategy
+from rltrain.config.strategies import OnPolicyConfig
 from rltrain.envs.make import EnvInit, Vectorization
-from rltrain.errors import require
 from rltrain.strategies.base import RLStrategy
 from rltrain.strategies.run.engine import Run
 from rltrain.strategies.run.storage import check_resumed_envs, rollout
 
-
-@dataclass
-class OnPolicyConfig:
-    """Settings of :class:`OnPolicyStrategy` (defaults: Stable-Baselines3's PPO).
-
-    Attributes:
-        num_envs: Sub-environments stepped together. Default 1.
-        vectorization: ``"sync"`` (one process) or ``"async"`` (a process per sub-env).
-            Default ``"sync"``.
-        n_steps: Vector steps per rollout (per sub-env); a rollout holds
-            ``n_steps * num_envs`` transitions. Default 2,048.
-        batch_size: Transitions per minibatch; must divide ``n_steps * num_envs``, so each
-            epoch covers every transition exactly once. Default 64.
-        update_epochs: Passes over each rollout (SB3's ``n_epochs``). Default 10.
-        seed: Seeds Python, NumPy, torch, the environments and the minibatch shuffling.
-            Default 0.
-    """
-
-    num_envs: int = 1
-    vectorization: str = "sync"  # str, not a Literal: omegaconf cannot type-check Literals
-    n_steps: int = 2_048
-    batch_size: int = 64
-    update_epochs: int = 10
-    seed: int = 0
-
-    def __post_init__(self) -> None:
-        require("OnPolicyConfig", [
-            (self.num_envs >= 1, f"num_envs must be >= 1; got {self.num_envs}."),
-            (self.vectorization in ("sync", "async"),
-             f"vectorization must be 'sync' or 'async'; got {self.vectorization!r}."),
-            (self.n_steps >= 1, f"n_steps must be >= 1 vector step; got {self.n_steps}."),
-            (self.batch_size >= 1, f"batch_size must be >= 1; got {self.batch_size}."),
-            (self.update_epochs >= 1, f"update_epochs must be >= 1; got {self.update_epochs}."),
-        ])
-        check_typed_fields("OnPolicyConfig", self)
-        rollout_size = self.n_steps * self.num_envs
-        if rollout_size % self.batch_size:
-            raise ValueError(
-                f"OnPolicyConfig: batch_size ({self.batch_size}) must divide the rollout, "
-                f"n_steps x num_envs = {self.n_steps} x {self.num_envs} = {rollout_size}, so "
-                "every epoch uses each transition once; use a divisor, e.g. batch_size="
-                f"{_divisor_near(rollout_size, self.batch_size)}.")
-
-    @property
-    def minibatches(self) -> int:
-        """Minibatches per epoch."""
-        return self.n_steps * self.num_envs // self.batch_size
-
-
-#: Divisor pairs ``(d, n // d)`` :func:`_divisor_near` tries at most: a rollout of up to
-#: 2**40 transitions is searched whole, in well under a second.
-DIVISOR_TRIALS = 2**20
-
-
-def _divisor_near(n: int, target: int) -> int:
-    """The divisor of ``n`` closest to ``target`` (the smaller on a tie): ``n`` itself for a
-    ``target`` above it, else the closest among the divisor pairs ``(d, n // d)`` with ``d`` up
-    to ``sqrt(n)`` (at most :data:`DIVISOR_TRIALS` of them), so a huge ``target`` or rollout
-    answers at once."""
-    if target >= n:
-        return n
-    divisors = {1, n}
-    for d in range(1, min(math.isqrt(n), DIVISOR_TRIALS) + 1):
-        if n % d == 0:
-            divisors |= {d, n // d}
-    return min(divisors, key=lambda d: (abs(d - target), d))
+__all__ = ["OnPolicyConfig", "OnPolicyStrategy"]
 
 
 @register_strategy("on_policy", OnPolicyConfig,
@@ -107,6 +40,7 @@ class OnPolicyStrategy(RLStrategy):
     """
 
     kind = "on_policy"
+    learner = RolloutLearner
 
     def __init__(self, config: OnPolicyConfig | None = None) -> None:
         self.config = config if config is not None else OnPolicyConfig()
@@ -156,7 +90,7 @@ class OnPolicyStrategy(RLStrategy):
         train what is owed, and empty it once nothing is."""
         cfg, progress = self.config, run.progress
         if not storage.prepared:
-            agent.prepare_rollout(storage)
+            cast(RolloutLearner, agent).prepare_rollout(storage)
             storage.shuffle(cfg.update_epochs)
             storage.share_advantage_moments(cfg.batch_size, agent.statistics)
             run.owe(cfg.update_epochs * cfg.minibatches)

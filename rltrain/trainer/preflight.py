@@ -14,7 +14,7 @@ import torch
 from rltrain.agents.base import LearningAgent
 from rltrain.checkpoint import Checkpointer
 from rltrain.components import RLComponents
-from rltrain.config.registry import STRATEGIES
+from rltrain.config.registry import strategy_taking
 from rltrain.envs.checks import check_env
 from rltrain.envs.make import EnvInit, env_name, file_name, make_probe_env
 from rltrain.envs.video import check_rendering
@@ -167,16 +167,15 @@ def resolve_checkpoint(ckpt_path: str | Path, run_dir: str | Path | None,
 def strategy_for(trainer: TrainerSettings, agent: LearningAgent) -> RLStrategy:
     """The strategy ``trainer`` runs ``agent`` with: the one it was given, refused when it is
     of a kind the agent does not train with, or the agent's own default."""
-    kinds, strategy = agent.strategy_kinds, trainer.strategy
+    settings, strategy = agent.default_strategy_settings(), trainer.strategy
+    default = strategy_taking(settings)
     if trainer.default_strategy or strategy is None:
-        entry = STRATEGIES[kinds[0]]
-        strategy = entry.cls(entry.config(**{"seed": trainer.seed or 0,
-                                             **agent.default_strategy_settings()}))
+        strategy = default.cls(dataclasses.replace(settings, seed=trainer.seed or 0))
         assert isinstance(strategy, RLStrategy)
         return strategy
-    if strategy.kind != "custom" and strategy.kind not in kinds:
+    if not strategy.fits(type(agent)):
         raise ValueError(
-            f"{type(agent).__name__} trains with {' or '.join(kinds)} strategies, not "
+            f"{type(agent).__name__} trains with {default.name} strategies, not "
             f"{strategy.kind} ({type(strategy).__name__}). Leave strategy out for the agent's "
-            f"default, or pass a strategy of kind {kinds[0]}.")
+            f"default, or pass a strategy of kind {default.name}.")
     return strategy

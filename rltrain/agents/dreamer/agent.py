@@ -17,14 +17,15 @@ from torch import nn
 from typing_extensions import override
 
 from rltrain.agents.base import LearningAgent, Policy, SpaceError, require_bounded
-from rltrain.agents.config_checks import check_typed_fields
 from rltrain.agents.dreamer.behavior import Actor, ReturnScale, imagine
 from rltrain.agents.dreamer.world_model import ELU, State, WorldModel, rows, symexp, symlog
 from rltrain.agents.nn.networks import mlp, soft_update
 from rltrain.agents.nn.observation_spaces import cli, flattenable
 from rltrain.agents.returns import lambda_returns
 from rltrain.buffers import Buffer, SequenceBatch, SequenceReplayBuffer
+from rltrain.config.checks import check_typed_fields
 from rltrain.config.registry import register_agent
+from rltrain.config.strategies import OffPolicyConfig
 from rltrain.errors import require
 from rltrain.optim import Optimization, adam
 from rltrain.types import MetricValue, ObsTensors, PolicyState, PolicyStep
@@ -207,12 +208,11 @@ class Dreamer(LearningAgent):
         return (action - self.action_mid) / self.action_half
 
     @override
-    @override
-    def default_strategy_settings(self) -> dict[str, Any]:
+    def default_strategy_settings(self) -> OffPolicyConfig:
         # configs/dreamer_pendulum.yaml's schedule: batches of 16 sequences, a 2,000-step
         # random prefill, 0.2 gradient steps per env step (10 every 50).
-        return {"batch_size": 16, "warmup_steps": 2_000, "train_interval": 50,
-                "train_steps": 10}
+        return OffPolicyConfig(batch_size=16, warmup_steps=2_000, train_interval=50,
+                               train_steps=10)
 
     def make_buffer(self, capacity: int, *, num_envs: int, observation_space: gym.Space[Any],
                     action_space: gym.Space[Any], seed: int, device: torch.device) -> Buffer:

@@ -1,0 +1,125 @@
+"""The settings of the shipped strategies' loops (:class:`OffPolicyConfig`,
+:class:`OnPolicyConfig`), declared apart from the loops so that an agent can name its default
+schedule as a typed, checked config (``LearningAgent.default_strategy_settings``)."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from rltrain.config.checks import check_typed_fields
+from rltrain.errors import require
+
+
+@dataclass
+class OffPolicyConfig:
+    """Settings of :class:`OffPolicyStrategy`. Env steps are transitions summed over sub-envs.
+
+    Attributes:
+        num_envs: Sub-environments stepped together. Default 1.
+        vectorization: ``"sync"`` (one process) or ``"async"`` (a process per sub-env).
+            Default ``"sync"``.
+        buffer_size: Replay capacity in transitions (all sub-envs together). Default 100,000.
+        batch_size: Transitions per gradient step. Default 64.
+        warmup_steps: Env steps of uniform random actions before learning starts (SB3's
+            ``learning_starts``); learning also waits until the buffer holds this many
+            transitions. Default 1,000.
+        train_interval: Env steps between training rounds (SB3's ``train_freq``); a vector step
+            that crosses several boundaries runs as many rounds. Default 256.
+        train_steps: Gradient steps per training round (SB3's ``gradient_steps``). Default 128.
+        seed: Seeds Python, NumPy, torch, the environments and the replay sampler. Default 0.
+    """
+
+    num_envs: int = 1
+    vectorization: str = "sync"  # str, not a Literal: omegaconf cannot type-check Literals
+    buffer_size: int = 100_000
+    batch_size: int = 64
+    warmup_steps: int = 1_000
+    train_interval: int = 256
+    train_steps: int = 128
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        checks = [
+            (self.num_envs >= 1, f"num_envs must be >= 1; got {self.num_envs}."),
+            (self.vectorization in ("sync", "async"),
+             f"vectorization must be 'sync' or 'async'; got {self.vectorization!r}."),
+            (self.buffer_size >= 1, f"buffer_size must be >= 1; got {self.buffer_size}."),
+            (self.batch_size >= 1, f"batch_size must be >= 1; got {self.batch_size}."),
+            (self.batch_size <= self.buffer_size,
+             f"batch_size ({self.batch_size}) is larger than buffer_size ({self.buffer_size}); "
+             "raise buffer_size or lower batch_size."),
+            (self.warmup_steps >= 0, f"warmup_steps must be >= 0; got {self.warmup_steps}."),
+            (self.train_interval >= 1,
+             f"train_interval must be >= 1 env step; got {self.train_interval}."),
+            (self.train_steps >= 0, f"train_steps must be >= 0; got {self.train_steps}."),
+        ]
+        require("OffPolicyConfig", checks)
+        check_typed_fields("OffPolicyConfig", self)
+
+
+@dataclass
+class OnPolicyConfig:
+    """Settings of :class:`OnPolicyStrategy` (defaults: Stable-Baselines3's PPO).
+
+    Attributes:
+        num_envs: Sub-environments stepped together. Default 1.
+        vectorization: ``"sync"`` (one process) or ``"async"`` (a process per sub-env).
+            Default ``"sync"``.
+        n_steps: Vector steps per rollout (per sub-env); a rollout holds
+            ``n_steps * num_envs`` transitions. Default 2,048.
+        batch_size: Transitions per minibatch; must divide ``n_steps * num_envs``, so each
+            epoch covers every transition exactly once. Default 64.
+        update_epochs: Passes over each rollout (SB3's ``n_epochs``). Default 10.
+        seed: Seeds Python, NumPy, torch, the environments and the minibatch shuffling.
+            Default 0.
+    """
+
+    num_envs: int = 1
+    vectorization: str = "sync"  # str, not a Literal: omegaconf cannot type-check Literals
+    n_steps: int = 2_048
+    batch_size: int = 64
+    update_epochs: int = 10
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        require("OnPolicyConfig", [
+            (self.num_envs >= 1, f"num_envs must be >= 1; got {self.num_envs}."),
+            (self.vectorization in ("sync", "async"),
+             f"vectorization must be 'sync' or 'async'; got {self.vectorization!r}."),
+            (self.n_steps >= 1, f"n_steps must be >= 1 vector step; got {self.n_steps}."),
+            (self.batch_size >= 1, f"batch_size must be >= 1; got {self.batch_size}."),
+            (self.update_epochs >= 1, f"update_epochs must be >= 1; got {self.update_epochs}."),
+        ])
+        check_typed_fields("OnPolicyConfig", self)
+        rollout_size = self.n_steps * self.num_envs
+        if rollout_size % self.batch_size:
+            raise ValueError(
+                f"OnPolicyConfig: batch_size ({self.batch_size}) must divide the rollout, "
+                f"n_steps x num_envs = {self.n_steps} x {self.num_envs} = {rollout_size}, so "
+                "every epoch uses each transition once; use a divisor, e.g. batch_size="
+                f"{_divisor_near(rollout_size, self.batch_size)}.")
+
+    @property
+    def minibatches(self) -> int:
+        """Minibatches per epoch."""
+        return self.n_steps * self.num_envs // self.batch_size
+
+
+#: Divisor pairs ``(d, n // d)`` :func:`_divisor_near` tries at most: a rollout of up to
+#: 2**40 transitions is searched whole, in well under a second.
+DIVISOR_TRIALS = 2**20
+
+
+def _divisor_near(n: int, target: int) -> int:
+    """The divisor of ``n`` closest to ``target`` (the smaller on a tie): ``n`` itself for a
+    ``target`` above it, else the closest among the divisor pairs ``(d, n // d)`` with ``d`` up
+    to ``sqrt(n)`` (at most :data:`DIVISOR_TRIALS` of them), so a huge ``target`` or rollout
+    answers at once."""
+    if target >= n:
+        return n
+    divisors = {1, n}
+    for d in range(1, min(math.isqrt(n), DIVISOR_TRIALS) + 1):
+        if n % d == 0:
+            divisors |= {d, n // d}
+    return min(divisors, key=lambda d: (abs(d - target), d))
