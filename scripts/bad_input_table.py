@@ -1,4 +1,5 @@
-"""Print docs/bad_input.md's table: every bad input in tests/test_bad_input.py, and its error.
+"""Print docs/bad_input.md's table: every bad input in tests/scenarios/test_bad_input.py, and
+its error.
 
     python scripts/bad_input_table.py > docs/bad_input.md
 """
@@ -14,11 +15,12 @@ from pathlib import Path
 
 import torch
 
-TESTS = Path(__file__).resolve().parent.parent / "tests" / "test_bad_input.py"
+TESTS = Path(__file__).resolve().parent.parent / "tests" / "scenarios" / "test_bad_input.py"
 
 HEADER = """# Bad input and the errors it gets
 
-Every row was produced by running the case in `tests/test_bad_input.py` (the test suite checks
+Every row was produced by running the case in `tests/scenarios/test_bad_input.py` (the test
+suite checks
 each message, and that this table lists every case). Regenerate with
 `python scripts/bad_input_table.py > docs/bad_input.md`. Paths are shown as `<run_dir>`.
 
@@ -39,7 +41,7 @@ the error in the table.
 
 def main() -> None:
     torch.set_num_threads(1)
-    sys.path.insert(0, str(TESTS.parent))  # the cases import tests/conftest.py's QUIET
+    sys.path.insert(0, str(TESTS.parent.parent))  # the cases import tests/conftest.py's QUIET
     spec = importlib.util.spec_from_file_location("test_bad_input", TESTS)
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
@@ -66,7 +68,7 @@ def main() -> None:
             if case.after is not None and not case.after(run_dir):
                 failed.append(f"{case.name}: its after-check failed")
     for failure in failed:
-        print(f"not as tests/test_bad_input.py expects: {failure}", file=sys.stderr)
+        print(f"not as tests/scenarios/test_bad_input.py expects: {failure}", file=sys.stderr)
     if failed:
         raise SystemExit(1)
 

@@ -21,7 +21,8 @@ last row is the winner's ``end`` at its ``num_steps``; manifest.json's ``last`` 
 checkpoints (and every listed checkpoint) load and hold the winner's seed and step counts;
 summary.json and config.yaml agree.
 
-:func:`killed_holder` is a third scenario (used by tests/test_concurrency.py): a fit killed
+:func:`killed_holder` is a third scenario (used by tests/scenarios/test_concurrency.py): a fit
+killed
 with SIGKILL while it trains leaves its lock released, and ``--resume`` then succeeds.
 
     python scripts/concurrency_check.py [--repeat 20] [--keep]

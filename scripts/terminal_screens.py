@@ -3,7 +3,8 @@ a given width, its raw output, and the screen a VT100 terminal shows (through ``
 
     python scripts/terminal_screens.py            # writes docs/screens/terminal-{80,120}.txt
 
-``tests/test_terminal.py`` runs the same run at 80 and 120 columns and checks the output.
+``tests/unit/observe/test_terminal.py`` runs the same run at 80 and 120 columns and checks the
+output.
 """
 
 from __future__ import annotations

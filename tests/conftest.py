@@ -2,13 +2,16 @@
 the exact-resume tests."""
 
 import importlib.util
+import os
 import pickle
+import subprocess
 import sys
 from collections.abc import Callable, Collection
 from pathlib import Path
 from types import ModuleType
 from typing import Any
 
+import gymnasium as gym
 import numpy as np
 import pytest
 import torch
@@ -16,6 +19,10 @@ import torch
 from rltrain import DQN, DQNConfig, OffPolicyConfig, OffPolicyStrategy, Trainer
 
 torch.set_num_threads(1)
+
+#: The repository, and its tests folder (helpers such as distributed_worker.py, doc_snippets/).
+ROOT = Path(__file__).resolve().parent.parent
+TESTS = ROOT / "tests"
 
 #: ``Trainer(**QUIET)``: every built-in output off (no TensorBoard, progress bar, console lines
 #: or metrics.jsonl); checkpoints and summary.json are still written.
@@ -30,6 +37,16 @@ def small(**overrides: Any) -> OffPolicyStrategy:
                                     batch_size=16, buffer_size=1000)
     settings.update(overrides)
     return OffPolicyStrategy(OffPolicyConfig(**settings))
+
+
+def rltrain(*args: str | Path, cwd: Path, timeout: float = 120,
+            env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    """Run ``python -m rltrain.cli`` (what the ``rltrain`` script runs) in ``cwd``, its output
+    captured; ``env`` adds to (or replaces) the environment variables."""
+    environ = {**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})}
+    return subprocess.run([sys.executable, "-m", "rltrain.cli", *map(str, args)], cwd=cwd,
+                          capture_output=True, text=True, timeout=timeout, env=environ,
+                          check=False)
 
 
 def trainer(run_dir: Path, num_steps: int = 200, **kwargs: Any) -> Trainer:
@@ -106,10 +123,33 @@ def straight_and_resumed(fit: Callable[..., object], factory: pytest.TempPathFac
 def load_script(name: str) -> ModuleType:
     """``scripts/<name>.py`` as a module (registered under ``name``: dataclasses look their
     module up by name), for the tests that run a script's short version."""
-    path = Path(__file__).resolve().parent.parent / "scripts" / f"{name}.py"
+    path = ROOT / "scripts" / f"{name}.py"
     spec = importlib.util.spec_from_file_location(name, path)
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     sys.modules[name] = module
     spec.loader.exec_module(module)
     return module
+
+
+class ShapeShifter(gym.Env[np.ndarray, int]):
+    """Observations of shape (3,) for 44 steps, then of shape (5,)."""
+
+    observation_space = gym.spaces.Box(-1.0, 1.0, (3,), np.float32)
+    action_space = gym.spaces.Discrete(2)  # type: ignore[assignment]
+
+    def __init__(self) -> None:
+        self.steps = 0
+
+    def reset(self, *, seed: int | None = None,
+              options: dict[str, Any] | None = None) -> tuple[np.ndarray, dict[str, Any]]:
+        super().reset(seed=seed)
+        return np.zeros(3, np.float32), {}
+
+    def step(self, action: int) -> tuple[np.ndarray, float, bool, bool, dict[str, Any]]:
+        self.steps += 1
+        return np.zeros(3 if self.steps < 45 else 5, np.float32), 1.0, False, False, {}
+
+
+def shape_shifter() -> gym.Env[np.ndarray, int]:
+    return gym.wrappers.TimeLimit(ShapeShifter(), 20)

@@ -1,4 +1,5 @@
-"""What each process of the distributed tests runs (tests/test_distributed.py starts it under
+"""What each process of the distributed tests runs (tests/scenarios/test_distributed.py starts it
+under
 ``torchrun --standalone --nproc-per-node=2``, gloo on the CPU). Each case writes its findings to
 ``<out>/<case>-rank<r>.json``, which the test reads back and compares.
 

@@ -1,4 +1,5 @@
-"""Loaded by every docs snippet that tests/test_doc_snippets.py runs (this folder is first on the
+"""Loaded by every docs snippet that tests/docs/test_doc_snippets.py runs (this folder is first on
+the
 subprocess' PYTHONPATH); rltrain itself never reads RLTRAIN_DOCS_QUICK.
 
 It shortens what a snippet asks for, so that the docs' examples run in seconds: every

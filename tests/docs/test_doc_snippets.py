@@ -33,6 +33,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from conftest import ROOT, TESTS
 
 from rltrain.cli.main import main
 
@@ -40,9 +41,8 @@ from rltrain.cli.main import main
 #: ``pytest -m "not slow"``; CI runs them.
 pytestmark = pytest.mark.slow
 
-ROOT = Path(__file__).resolve().parent.parent
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
-SITECUSTOMIZE = Path(__file__).resolve().parent / "doc_snippets"
+SITECUSTOMIZE = TESTS / "doc_snippets"
 QUICK_STEPS = "300"
 #: A block, with the comments just before its opening fence (blank lines allowed between).
 BLOCK = re.compile(r"((?:^<!--.*?-->\n\s*)*)^```(\w*)\n(.*?)^```", re.MULTILINE | re.DOTALL)

@@ -18,7 +18,7 @@ import gymnasium as gym
 import numpy as np
 import pytest
 import torch
-from conftest import QUIET
+from conftest import QUIET, TESTS
 
 from rltrain import DQN, DQNConfig, Trainer
 from rltrain.config.trainer_config import TrainerConfig
@@ -31,7 +31,6 @@ pytestmark = [pytest.mark.slow,  # scenario tests: out of ``pytest -m "not slow"
               pytest.mark.skipif(not sys.platform.startswith("linux"),
                                  reason="reads /proc; SIGALRM and worker ends are Linux's")]
 
-TESTS = Path(__file__).resolve().parent
 #: Seconds from the start of `rltrain fit` to its first step, and then some, on a busy machine.
 STARTUP = 60.0
 
@@ -97,8 +96,9 @@ def start_fit(tmp_path: Path, *overrides: str, how: str = "sleep",
                "trainer.eval_interval=null", "trainer.logger=false",
                "trainer.enable_progress_bar=false", *overrides]
     with (tmp_path / "out.txt").open("w") as out:
-        process = subprocess.Popen(command, cwd=TESTS, stdout=out, stderr=subprocess.STDOUT,
-                                   text=True)
+        process = subprocess.Popen(  # the env's module imports tests/conftest.py
+            command, cwd=TESTS / "scenarios", stdout=out, stderr=subprocess.STDOUT, text=True,
+            env={**os.environ, "PYTHONPATH": str(TESTS)})
     return process, marker
 
 

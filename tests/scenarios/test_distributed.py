@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 import pytest
 import torch
-from conftest import assert_same_tensors, env_snapshot
+from conftest import TESTS, assert_same_tensors, env_snapshot
 
 from rltrain import DQN, DQNConfig, Trainer, load_policy
 from rltrain.checkpoint import Checkpointer
@@ -31,7 +31,7 @@ from rltrain.runtime.distributed import TORCHRUN_VARIABLES, DistributedContext, 
 #: ``pytest -m "not slow"``; CI runs them.
 pytestmark = pytest.mark.slow
 
-WORKER = Path(__file__).parent / "distributed_worker.py"
+WORKER = TESTS / "distributed_worker.py"
 TORCHRUN = [sys.executable, "-m", "torch.distributed.run"]
 #: A small DQN on CartPole: 16 gradient steps per 256 env steps after 1,000 of warm-up,
 #: evaluated and saved every 1,000 env steps.

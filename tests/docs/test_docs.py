@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import inspect
 import re
-from pathlib import Path
 
 import pytest
+from conftest import ROOT
 
 from rltrain.checkpoint import Checkpointer
 from rltrain.cli.main import SHIPPED_CONFIGS, main
 
-DOCS = Path(__file__).resolve().parent.parent / "docs"
+DOCS = ROOT / "docs"
 
 
 def test_the_rltrain_list_sample_in_configs_md_is_what_rltrain_list_prints(

@@ -7,9 +7,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
-import subprocess
-import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -18,7 +15,7 @@ import gymnasium as gym
 import numpy as np
 import pytest
 import torch
-from conftest import QUIET, assert_same_tensors, env_snapshot, straight_and_resumed
+from conftest import QUIET, assert_same_tensors, env_snapshot, rltrain, straight_and_resumed
 from omegaconf import OmegaConf
 
 from rltrain import PPO, OnPolicyConfig, OnPolicyStrategy, PPOConfig, Trainer, build, compose
@@ -679,13 +676,6 @@ def test_the_shipped_ppo_configs_are_valid_on_policy_runs(name: str) -> None:
     rollout = config.strategy.n_steps * config.strategy.num_envs
     assert rollout % config.strategy.batch_size == 0
     assert config.trainer.num_steps >= rollout
-
-
-def rltrain(*args: str | Path, cwd: Path) -> subprocess.CompletedProcess[str]:
-    """Run ``python -m rltrain.cli`` (what the ``rltrain`` script runs) in ``cwd``."""
-    return subprocess.run([sys.executable, "-m", "rltrain.cli", *map(str, args)], cwd=cwd,
-                          capture_output=True, text=True, timeout=120, check=False,
-                          env={**os.environ, "PYTHONUNBUFFERED": "1"})
 
 
 def test_the_command_line_fits_and_evaluates_ppo(tmp_path: Path,

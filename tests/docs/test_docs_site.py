@@ -15,12 +15,12 @@ import sys
 from pathlib import Path
 
 import pytest
+from conftest import ROOT
 
 #: Scenario tests of whole runs (subprocesses, real files): out of the fast inner loop,
 #: ``pytest -m "not slow"``; CI runs them.
 pytestmark = pytest.mark.slow
 
-ROOT = Path(__file__).resolve().parent.parent
 
 pytest.importorskip("mkdocs")
 pytest.importorskip("material")

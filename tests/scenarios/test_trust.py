@@ -15,15 +15,13 @@ from typing import Any
 import numpy as np
 import pytest
 import torch
-from conftest import QUIET
+from conftest import QUIET, ROOT
 
 from rltrain import DQN, DQNConfig, OffPolicyConfig, OffPolicyStrategy, Trainer
 from rltrain.checkpoint import MANIFEST, Checkpointer, ManifestError
 from rltrain.config.schema import load_stored
 from rltrain.envs.make import make_vector_env
 from rltrain.trainer import MARKER
-
-ROOT = Path(__file__).resolve().parent.parent
 
 
 def small(seed: int = 0) -> OffPolicyStrategy:

@@ -7,6 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from conftest import ROOT
 
 from rltrain.cli.main import main, parse_args
 from rltrain.config.presets import choose_preset
@@ -121,7 +122,7 @@ def test_videos_of_an_env_that_cannot_render_are_refused_before_anything_is_writ
         [sys.executable, "-c", WITHOUT_PYGAME, "fit", "trainer.video_interval=1",
          "trainer.num_steps=300", "trainer.enable_progress_bar=false"],
         cwd=tmp_path, capture_output=True, text=True, timeout=120,
-        env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parent.parent)})
+        env={**os.environ, "PYTHONPATH": str(ROOT)})
     assert run.returncode == 2, run.stderr
     (line,) = [line for line in run.stderr.splitlines() if line.startswith("rltrain: error")]
     assert "Recording videos of 'CartPole-v1' cannot render its frames" in line

@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from conftest import ROOT
 from omegaconf import OmegaConf
 
 from rltrain import DQN, DQNConfig, OffPolicyConfig, OffPolicyStrategy, Trainer
@@ -25,8 +26,6 @@ from rltrain.config.schema import (
     validate,
 )
 from rltrain.trainer import build
-
-ROOT = Path(__file__).parents[1]
 
 
 def test_defaults_alone_make_a_dqn_cartpole_run() -> None:

@@ -29,7 +29,7 @@ import gymnasium as gym
 import numpy as np
 import pytest
 import torch
-from conftest import QUIET, NanLossDQN, dqn, small, trainer
+from conftest import QUIET, ROOT, NanLossDQN, dqn, small, trainer
 from omegaconf import DictConfig
 
 from rltrain import (
@@ -57,7 +57,7 @@ from rltrain.inference import load_policy
 from rltrain.inference.policy import resolve as resolve_checkpoint
 from rltrain.trainer import RunDirectoryLocked, build
 
-DOCS = Path(__file__).resolve().parent.parent / "docs" / "bad_input.md"
+DOCS = ROOT / "docs" / "bad_input.md"
 
 
 class Poisoned(gym.Wrapper[Any, Any, Any, Any]):
@@ -857,7 +857,7 @@ def _metrics_line(run_dir: Path, line: str) -> None:
 
 def _shape_shifter() -> gym.Env[Any, Any]:
     """CartPole-like observations of shape (3,) that turn (5,) at the 45th step."""
-    from test_bad_settings import shape_shifter
+    from conftest import shape_shifter
 
     return shape_shifter()
 

@@ -21,7 +21,7 @@ from typing import Any
 import gymnasium as gym
 import pytest
 import torch
-from conftest import NanLossDQN, assert_same_tensors, dqn, small, trainer
+from conftest import ROOT, NanLossDQN, assert_same_tensors, dqn, small, trainer
 
 from rltrain import DQN, DQNConfig, Subscriber
 from rltrain.checkpoint import Checkpointer
@@ -29,8 +29,6 @@ from rltrain.envs.make import SubEnvError
 from rltrain.errors import TrainingError
 from rltrain.observe import EnvStep, EpisodeEnd, EventRecorder, Metrics, Start, TrainStep
 from rltrain.runtime.seeding import EVAL_SEED_OFFSET
-
-ROOT = Path(__file__).resolve().parent.parent
 
 # With small(): gradient rounds of 2 steps at env steps 50, 75, 100, ... (warm-up 50, every 25).
 

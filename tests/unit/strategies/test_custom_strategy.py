@@ -11,7 +11,7 @@ from types import ModuleType
 from typing import Any
 
 import pytest
-from conftest import QUIET, assert_same_tensors, env_snapshot, straight_and_resumed
+from conftest import QUIET, ROOT, assert_same_tensors, env_snapshot, straight_and_resumed
 from typing_extensions import override
 
 from rltrain import DQN, DQNConfig, Subscriber, Trainer
@@ -30,7 +30,7 @@ from rltrain.observe import (
     TrainStep,
 )
 
-EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "custom_strategy.py"
+EXAMPLE = ROOT / "examples" / "custom_strategy.py"
 
 
 @pytest.fixture(scope="module")

@@ -15,6 +15,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from conftest import rltrain
 from omegaconf import OmegaConf
 
 #: Scenario tests of whole runs (subprocesses, real files): out of the fast inner loop,
@@ -26,14 +27,6 @@ TINY = ["trainer.num_steps=300", "strategy.warmup_steps=100", "agent.hidden_size
         "trainer.eval_interval=null", "trainer.logger=false", "trainer.enable_progress_bar=false"]
 #: The value of RLTRAIN_TEST_SECRET: it must never show where a stored config names it.
 SECRET = "s3cr3t-value-from-the-environment-7c1f"
-
-
-def rltrain(*args: str | Path, cwd: Path,
-            env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    """Run ``python -m rltrain.cli`` (what the ``rltrain`` script runs) in ``cwd``."""
-    environ = {**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})}
-    return subprocess.run([sys.executable, "-m", "rltrain.cli", *map(str, args)], cwd=cwd,
-                          capture_output=True, text=True, timeout=120, env=environ, check=False)
 
 
 def bad_input(process: subprocess.CompletedProcess[str]) -> str:

@@ -8,9 +8,9 @@ import json
 from pathlib import Path
 
 import pytest
+from conftest import rltrain
 
 from rltrain.config.schema import load_stored
-from tests.test_cli import rltrain
 
 #: Scenario tests of whole runs (subprocesses, real files): out of the fast inner loop,
 #: ``pytest -m "not slow"``; CI runs them.

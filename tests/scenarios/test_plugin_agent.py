@@ -7,14 +7,12 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 import textwrap
 from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import assert_same_tensors
+from conftest import assert_same_tensors, rltrain
 
 from rltrain.checkpoint import Checkpointer
 
@@ -102,12 +100,6 @@ SETTINGS = ["agent.name=reinforce", "env.id=CartPole-v1", "strategy.n_steps=256"
             "strategy.batch_size=256", "strategy.update_epochs=1", "trainer.eval_interval=2048",
             "trainer.eval_episodes=5", "trainer.enable_progress_bar=false",
             "trainer.return_threshold=null", "trainer.checkpoint_interval=1024"]
-
-
-def rltrain(*args: str, cwd: Path, env: dict[str, str] | None = None
-            ) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "rltrain.cli", *args], cwd=cwd, text=True,
-                          capture_output=True, timeout=600, env=env)
 
 
 @pytest.fixture

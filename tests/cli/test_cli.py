@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from conftest import ROOT, rltrain
 from omegaconf import OmegaConf
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 from tensorboard.plugins.hparams import plugin_data_pb2
@@ -22,14 +22,7 @@ from rltrain.cli.main import main
 pytestmark = pytest.mark.slow
 
 STEPS = 1500  # warm-up 1,000, two training rounds, and the final evaluation (20 episodes)
-CONFIG = Path(__file__).parents[1] / "configs" / "dqn_cartpole.yaml"
-
-
-def rltrain(*args: str | Path, cwd: Path, timeout: float = 120) -> subprocess.CompletedProcess[str]:
-    """Run ``python -m rltrain.cli`` (what the ``rltrain`` script runs) in ``cwd``."""
-    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-    return subprocess.run([sys.executable, "-m", "rltrain.cli", *map(str, args)], cwd=cwd,
-                          capture_output=True, text=True, timeout=timeout, env=env, check=False)
+CONFIG = ROOT / "configs" / "dqn_cartpole.yaml"
 
 
 Fitted = tuple[Path, subprocess.CompletedProcess[str]]

@@ -29,7 +29,7 @@ from typing import Any
 
 import pytest
 import torch
-from conftest import QUIET, dqn, small
+from conftest import QUIET, ROOT, dqn, small
 
 from rltrain import Trainer
 from rltrain.checkpoint import Checkpointer, atomic_save
@@ -42,7 +42,6 @@ from rltrain.runtime.distributed import TORCHRUN_VARIABLES
 #: ``pytest -m "not slow"``; CI runs them.
 pytestmark = pytest.mark.slow
 
-ROOT = Path(__file__).resolve().parent.parent
 TORCHRUN = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2"]
 
 

@@ -14,13 +14,11 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Any
 
 import gymnasium as gym
-import numpy as np
 import pytest
 import torch
-from conftest import QUIET, NanLossDQN, dqn, trainer
+from conftest import QUIET, TESTS, NanLossDQN, dqn, rltrain, shape_shifter, trainer
 
 from rltrain import PPO, DQNConfig, OnPolicyStrategy, PPOConfig, Trainer
 from rltrain.agents.dreamer import Dreamer, DreamerConfig
@@ -32,7 +30,6 @@ from rltrain.errors import TrainingError
 from rltrain.runtime.distributed import TORCHRUN_VARIABLES
 from rltrain.types import Progress
 
-TESTS = Path(__file__).resolve().parent
 #: Every config dataclass a run is made of, with the name its errors start with.
 CONFIGS: list[tuple[type, str]] = [
     *((entry.config, entry.config.__name__) for entry in (*AGENTS.values(),
@@ -43,14 +40,6 @@ CONFIGS: list[tuple[type, str]] = [
 #: update: finite settings, an infinite loss, refused in the run's last update.
 OVERFLOWING_PPO = ["ppo_cartpole", "trainer.num_steps=256", "agent.vf_coef=1e38",
                    "trainer.enable_progress_bar=false", "trainer.logger=false"]
-
-
-def rltrain(*args: str | Path, cwd: Path, timeout: float = 120
-            ) -> subprocess.CompletedProcess[str]:
-    """``python -m rltrain.cli ...`` (what the ``rltrain`` script runs) in ``cwd``."""
-    return subprocess.run([sys.executable, "-m", "rltrain.cli", *map(str, args)], cwd=cwd,
-                          capture_output=True, text=True, timeout=timeout, check=False,
-                          env={**os.environ, "PYTHONUNBUFFERED": "1"})
 
 
 def fields_of_kind(config: type, kind: str) -> list[str]:
@@ -179,29 +168,6 @@ def test_a_refused_loss_fails_the_command_and_a_new_run_takes_its_directory(
     assert (run_dir / "checkpoints" / "last.pt").exists()
 
 
-class ShapeShifter(gym.Env[np.ndarray, int]):
-    """Observations of shape (3,) for 44 steps, then of shape (5,)."""
-
-    observation_space = gym.spaces.Box(-1.0, 1.0, (3,), np.float32)
-    action_space = gym.spaces.Discrete(2)  # type: ignore[assignment]
-
-    def __init__(self) -> None:
-        self.steps = 0
-
-    def reset(self, *, seed: int | None = None,
-              options: dict[str, Any] | None = None) -> tuple[np.ndarray, dict[str, Any]]:
-        super().reset(seed=seed)
-        return np.zeros(3, np.float32), {}
-
-    def step(self, action: int) -> tuple[np.ndarray, float, bool, bool, dict[str, Any]]:
-        self.steps += 1
-        return np.zeros(3 if self.steps < 45 else 5, np.float32), 1.0, False, False, {}
-
-
-def shape_shifter() -> gym.Env[np.ndarray, int]:
-    return gym.wrappers.TimeLimit(ShapeShifter(), 20)
-
-
 def test_an_observation_of_another_shape_mid_run_names_both_shapes(tmp_path: Path) -> None:
     """Needs the shape check of rltrain/envs/make.py's sub-envs (see the report of this change)."""
     with pytest.raises(TrainingError) as caught:
@@ -316,7 +282,8 @@ def test_a_huge_sync_interval_sizes_the_agreement_by_the_episodes_there_are(
 
 
 def start_hanging_fit(tmp_path: Path, *overrides: str) -> tuple[subprocess.Popen[str], Path]:
-    """`rltrain fit` of DQN on tests/test_hung_envs.py's HangingEnv, which hangs in its 201st
+    """`rltrain fit` of DQN on tests/scenarios/test_hung_envs.py's HangingEnv, which hangs in its
+    201st
     step (in the random warm-up); returns the process and the file the env writes then."""
     marker = tmp_path / "hanging"
     command = [sys.executable, "-m", "rltrain.cli", "fit",
@@ -325,8 +292,9 @@ def start_hanging_fit(tmp_path: Path, *overrides: str) -> tuple[subprocess.Popen
                f"trainer.run_dir={tmp_path / 'run'}", "trainer.eval_interval=null",
                "trainer.logger=false", "trainer.enable_progress_bar=false", *overrides]
     with (tmp_path / "out.txt").open("w") as out:
-        process = subprocess.Popen(command, cwd=TESTS, stdout=out, stderr=subprocess.STDOUT,
-                                   text=True, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+        process = subprocess.Popen(  # the env's module imports tests/conftest.py
+            command, cwd=TESTS / "scenarios", stdout=out, stderr=subprocess.STDOUT, text=True,
+            env={**os.environ, "PYTHONUNBUFFERED": "1", "PYTHONPATH": str(TESTS)})
     deadline = time.monotonic() + 60
     while not marker.exists():
         assert process.poll() is None, (tmp_path / "out.txt").read_text()

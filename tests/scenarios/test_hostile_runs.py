@@ -22,6 +22,7 @@ from typing import Any
 import pytest
 import torch
 import yaml
+from conftest import ROOT
 
 from rltrain.checkpoint.manifest import MANIFEST
 
@@ -29,7 +30,6 @@ from rltrain.checkpoint.manifest import MANIFEST
 #: ``pytest -m "not slow"``; CI runs them.
 pytestmark = pytest.mark.slow
 
-ROOT = Path(__file__).resolve().parent.parent
 SECRET = "s3cr3t-from-the-environment"
 
 #: Planted code: importing it leaves a file named after the module beside the test's folder.

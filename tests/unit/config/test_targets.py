@@ -11,6 +11,7 @@ import warnings
 from pathlib import Path
 
 import pytest
+from conftest import rltrain
 from omegaconf import OmegaConf
 
 from rltrain import DQN, Trainer
@@ -22,7 +23,6 @@ from rltrain.config.strategies import OffPolicyConfig
 from rltrain.envs.make import env_name
 from rltrain.strategies.off_policy import OffPolicyStrategy
 from rltrain.trainer.preflight import default_run_dir
-from tests.test_cli import rltrain
 
 QUICK = ["trainer.num_steps=300", "strategy.warmup_steps=100", "strategy.batch_size=32",
          "trainer.eval_episodes=3", "trainer.eval_interval=1000", "trainer.return_threshold=null",
