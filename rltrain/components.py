@@ -104,7 +104,7 @@ class RLComponents:
             16; ignored with one process.
         env_step_timeout: Seconds each env step or reset (training and evaluation) may take;
             one that takes longer fails the run as an environment error
-            (:class:`~rltrain.envs.make.EnvStepTimeout`). Default None: no limit.
+            (:class:`~rltrain.envs.errors.EnvStepTimeout`). Default None: no limit.
     """
 
     num_steps: int

@@ -27,13 +27,12 @@ from typing import Any, cast
 import gymnasium as gym
 import torch
 import torch.nn.functional as F
-from torch import nn
 from typing_extensions import override
 
 from rltrain.agents.base import LearningAgent, Policy, SpaceError
-from rltrain.agents.nn.distributions import ActionDistribution, ActionHead
-from rltrain.agents.nn.encoders import Encoder, check_observation_space, make_encoder, orthogonal
-from rltrain.agents.nn.networks import MLP, check_parameters_fit, linear_parameters
+from rltrain.agents.nn.actor_critic import ACTIVATIONS, ActorCritic
+from rltrain.agents.nn.distributions import ActionHead
+from rltrain.agents.nn.encoders import check_observation_space, make_encoder
 from rltrain.agents.nn.normalize import RunningMeanStd
 from rltrain.agents.nn.observation_spaces import check_normalizable, encoder_check
 from rltrain.agents.returns import gae
@@ -45,7 +44,6 @@ from rltrain.errors import require
 from rltrain.optim import Optimization, adam
 from rltrain.types import MetricValue, ObsTensors, PolicyState, PolicyStep
 
-ACTIVATIONS: dict[str, type[nn.Module]] = {"tanh": nn.Tanh, "relu": nn.ReLU}
 #: ``log_std_init`` beyond ±this makes a standard deviation whose log-probabilities and
 #: ratios overflow float32 (the first update's loss is then NaN).
 LOG_STD_LIMIT = 20.0
@@ -152,59 +150,6 @@ class PPOConfig:
         check_typed_fields("PPOConfig", self)
 
 
-def layer(in_features: int, out_features: int, gain: float) -> nn.Linear:
-    """A linear layer with orthogonal weights of ``gain`` and zero biases."""
-    linear = nn.Linear(in_features, out_features)
-    nn.init.orthogonal_(linear.weight, gain)
-    nn.init.zeros_(linear.bias)
-    return linear
-
-
-def trunk(in_features: int, hidden_sizes: list[int], activation: type[nn.Module]) -> MLP:
-    """Linear + activation per hidden width, orthogonal with gain √2."""
-    layers: list[nn.Module] = []
-    for size in hidden_sizes:
-        layers += [layer(in_features, size, math.sqrt(2)), activation()]
-        in_features = size
-    return MLP(*layers)
-
-
-class ActorCritic(nn.Module):
-    """``π(·|s)`` and ``V(s)``: an encoder, two trunks (or one shared), policy and value heads."""
-
-    def __init__(self, encoder: Encoder, head: ActionHead, config: PPOConfig) -> None:
-        super().__init__()
-        hidden, activation = list(config.hidden_sizes), ACTIVATIONS[config.activation]
-        obs_dim = encoder.out_features
-        features = hidden[-1] if hidden else obs_dim
-        trunks = 1 if config.shared_trunk else 2
-        check_parameters_fit(
-            trunks * linear_parameters([obs_dim, *hidden])
-            + linear_parameters([features, head.out_features]) + features + 1,
-            f"PPO's networks of hidden_sizes {hidden}")
-        self.encoder = orthogonal(encoder, math.sqrt(2))  # CleanRL's layer_init for the CNN
-        self.head = head
-        self.actor = trunk(obs_dim, hidden, activation)
-        self.critic = self.actor if config.shared_trunk else trunk(obs_dim, hidden, activation)
-        self.policy_out = layer(features, head.out_features, 0.01)
-        self.value_out = layer(features, 1, 1.0)
-
-    def forward(self, obs: ObsTensors) -> tuple[ActionDistribution, torch.Tensor]:
-        """The action distribution and the value (``[B]``) of a batch of observations."""
-        features = self.encoder(obs)
-        hidden = self.actor(features)
-        value_hidden = hidden if self.critic is self.actor else self.critic(features)
-        return self.head(self.policy_out(hidden)), self.value_out(value_hidden).squeeze(-1)
-
-    def distribution(self, obs: ObsTensors) -> ActionDistribution:
-        """``π(·|s)`` alone."""
-        return self.head(self.policy_out(self.actor(self.encoder(obs))))  # type: ignore[no-any-return]
-
-    def value(self, obs: ObsTensors) -> torch.Tensor:
-        """``V(s)``, ``[B]``."""
-        return self.value_out(self.critic(self.encoder(obs))).squeeze(-1)  # type: ignore[no-any-return]
-
-
 class PPOPolicy(Policy):
     """Samples from ``π`` while collecting (returning the log-probability, the value and the
     unclipped action in ``info``); the distribution's mode when ``deterministic``."""
@@ -287,7 +232,8 @@ class PPO(LearningAgent):
         c = self.config
         encoder = make_encoder(observation_space, normalize_images=c.normalize_images,
                                encoder=c.encoder)
-        self.net = ActorCritic(encoder, ActionHead(action_space, c.log_std_init), c)
+        self.net = ActorCritic(encoder, ActionHead(action_space, c.log_std_init),
+                               list(c.hidden_sizes), c.activation, c.shared_trunk)
         if c.normalize_observations:
             self.obs_rms = RunningMeanStd((encoder.out_features,))
         if c.normalize_rewards:

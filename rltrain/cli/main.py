@@ -17,20 +17,19 @@ from omegaconf import DictConfig, OmegaConf
 
 from rltrain.checkpoint import Checkpointer, LoadedCheckpoint
 from rltrain.cli.parser import parse_args
-from rltrain.config.presets import choose_preset
-from rltrain.config.registry import AGENTS, STRATEGIES, load_plugins
-from rltrain.config.schema import (
+from rltrain.config.files import (
     SHIPPED_CONFIGS,
     ConfigError,
-    compose,
     literal_config,
     load_stored,
     parse_overrides,
     shipped_configs,
-    validate,
 )
+from rltrain.config.presets import choose_preset
+from rltrain.config.registry import AGENTS, STRATEGIES, load_plugins
+from rltrain.config.schema import compose, validate
 from rltrain.config.targets import TRUSTED, Trust, import_modules, within
-from rltrain.envs.make import SubEnvError
+from rltrain.envs.errors import SubEnvError
 from rltrain.errors import TrainingError
 from rltrain.inference import export_policy
 from rltrain.inference.policy import resolve as resolve_checkpoint

@@ -23,7 +23,7 @@ from typing import Any, Literal
 
 import numpy as np
 
-from rltrain.config.schema import read_stored
+from rltrain.config.files import read_stored
 
 XAxis = Literal["env_steps", "wall_time"]
 Spread = Literal["minmax", "std"]

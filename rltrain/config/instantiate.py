@@ -24,8 +24,9 @@ from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from rltrain.agents.base import LearningAgent
+from rltrain.config.files import ConfigError
 from rltrain.config.registry import AGENTS, STRATEGIES, Registered
-from rltrain.config.schema import ConfigError, lookup, to_container
+from rltrain.config.schema import lookup, to_container
 from rltrain.config.targets import (
     TRUSTED,
     Target,

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 import gymnasium as gym
 from omegaconf import OmegaConf
 
-from rltrain.config.schema import load_yaml, shipped_configs
+from rltrain.config.files import load_yaml, shipped_configs
 
 
 @dataclass(frozen=True)

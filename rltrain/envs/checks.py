@@ -6,7 +6,7 @@ is touched): the Gymnasium API the training loop relies on (``reset(seed=...)`` 
 space (one of another shape fails the vector env with numpy's "Output array is the wrong
 shape"), and what silently degrades a run: observations that lose information when cast to
 their space's dtype, a float64 Box of the user's own, a reset that ignores its seed, no time
-limit. A failure is an :class:`~rltrain.envs.make.EnvError` naming the environment, the check and
+limit. A failure is an :class:`~rltrain.envs.errors.EnvError` naming the environment, the check and
 the fix; the rest are warnings. Gymnasium's own ``gymnasium.utils.env_checker.check_env`` goes
 further (its messages name neither the environment nor rltrain's reason).
 """
@@ -25,7 +25,7 @@ import gymnasium as gym
 import numpy as np
 from gymnasium.utils.env_checker import data_equivalence
 
-from rltrain.envs.make import EnvError
+from rltrain.envs.errors import EnvError
 from rltrain.errors import user_stacklevel
 from rltrain.runtime.watchdog import EnvCallHung, call_within, watch_env_calls
 
@@ -102,7 +102,7 @@ def check_env(env: gym.Env[Any, Any], name: str, *, seed: int = 0,
     """Check the environment ``env`` (called ``name`` in messages) before a run writes
     anything: its spaces, ``reset(seed=seed)`` and one ``step`` of a sampled action, their
     observations against the observation space, that a reset with the same seed starts the
-    same episode, and that it has a time limit. Raises :class:`~rltrain.envs.make.EnvError` for
+    same episode, and that it has a time limit. Raises :class:`~rltrain.envs.errors.EnvError` for
     what would fail the run, warns for what would degrade it. ``env`` is reset and stepped,
     each call within ``step_timeout`` seconds (the Trainer's ``env_step_timeout``; None, the
     default: no limit), interrupted past it in the main thread

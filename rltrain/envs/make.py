@@ -22,6 +22,7 @@ from gymnasium.vector import AsyncVectorEnv, AutoresetMode, SyncVectorEnv, Vecto
 from gymnasium.vector.async_vector_env import AsyncState
 
 from rltrain.config.targets import MODULE_NAME, TRUSTED, Trust, import_modules, locate
+from rltrain.envs.errors import EnvError, EnvStepTimeout, SubEnvError
 from rltrain.runtime.watchdog import EnvCallHung, call_within, end_processes
 
 Vectorization = Literal["sync", "async"]
@@ -106,30 +107,6 @@ def env_factory(env: EnvInit) -> Callable[[], gym.Env[Any, Any]]:
         f"An environment must be a Gymnasium id, an EnvSpec or a callable returning a "
         f"gymnasium.Env; got {type(env).__name__}."
     )
-
-
-class EnvError(ValueError):
-    """An environment could not be made, or is not a Gymnasium environment."""
-
-
-class SubEnvError(RuntimeError):
-    """A sub-environment of a vector env raised; ``index`` names it.
-
-    Rebuilt from itself by ``AsyncVectorEnv`` (which re-raises a worker's error as
-    ``type(error)(error)``), so the index survives the trip from the worker process.
-    """
-
-    def __init__(self, message: str | BaseException, index: int | None = None) -> None:
-        if isinstance(message, SubEnvError):
-            index, message = message.index, str(message)
-        super().__init__(str(message))
-        self.index: int | None = index
-
-
-class EnvStepTimeout(SubEnvError):
-    """A sub-environment's step or reset did not return within ``env_step_timeout``, or within
-    :data:`~rltrain.runtime.watchdog.STOP_GRACE` seconds of a stop signal; ``index`` names the
-    (first) sub-env that did not, when known."""
 
 
 def step_timeout_error(hung: EnvCallHung, call: str, num_envs: int,

@@ -40,7 +40,7 @@ class Runner:
             Default 1.
         step_timeout: Seconds each step or reset of the vector env may take (the Trainer's
             ``env_step_timeout``); one that takes longer fails as an
-            :class:`~rltrain.envs.make.EnvStepTimeout` naming the sub-env. None: no limit. In the
+            :class:`~rltrain.envs.errors.EnvStepTimeout` naming the sub-env. None: no limit. In the
             main thread (within :func:`~rltrain.runtime.watchdog.watch_env_calls`) a sync step is
             interrupted; in another thread only an async one is, and a sync one fails when it
             returns. Default None.
@@ -165,7 +165,7 @@ class Runner:
     def _call(self, call: str, argument: Any) -> Any:
         """``envs.step(argument)`` or ``envs.reset(seed=argument)`` within
         :attr:`step_timeout` and the grace after a stop signal; a call past its deadline is an
-        :class:`~rltrain.envs.make.EnvStepTimeout` naming the sub-envs that did not return."""
+        :class:`~rltrain.envs.errors.EnvStepTimeout` naming the sub-envs that did not return."""
         try:
             return call_vector_env(self.envs, call, argument, self.step_timeout)
         except EnvCallHung as hung:

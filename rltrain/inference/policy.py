@@ -28,8 +28,9 @@ from rltrain.agents.base import LearningAgent, Policy
 from rltrain.buffers.observations import layout
 from rltrain.checkpoint import Checkpointer
 from rltrain.checkpoint.spaces import space_from_state
+from rltrain.config.files import ConfigError, literal_config, load_stored
 from rltrain.config.instantiate import check_stored_targets, make_agent, make_env
-from rltrain.config.schema import ConfigError, literal_config, load_stored, validate
+from rltrain.config.schema import validate
 from rltrain.config.targets import Trust, within
 from rltrain.envs.make import make_probe_env
 from rltrain.inference.export import export_program
@@ -180,7 +181,7 @@ def load_policy(path: str | Path, *, which: str = "last", device: str | torch.de
     Raises:
         FileNotFoundError: Nothing to load at ``path``.
         ValueError: The file is not an rltrain checkpoint, or what it stores cannot be trusted
-            or does not fit together (a :class:`~rltrain.config.schema.ConfigError` for its config).
+            or does not fit together (a :class:`~rltrain.config.files.ConfigError` for its config).
     """
     checkpoint, run_dir = resolve(Path(path), which)
     state = Checkpointer.load(checkpoint)

@@ -50,7 +50,7 @@ class EnvCallHung(BaseException):
     """An env step or reset did not return within its deadline: raised inside it by SIGALRM
     (main thread, within :func:`watch_env_calls`), or as it returns when it returned too late.
     A ``BaseException``, so that an environment's own ``except Exception`` cannot swallow it;
-    the runner turns it into an :class:`~rltrain.envs.make.EnvStepTimeout` naming the sub-env and
+    the runner turns it into an :class:`~rltrain.envs.errors.EnvStepTimeout` naming the sub-env and
     the setting.
 
     Attributes:

@@ -19,8 +19,9 @@ from rltrain.checkpoint import (
     training_state,
 )
 from rltrain.components import RLComponents
+from rltrain.config.files import save_config
 from rltrain.config.instantiate import make_strategy
-from rltrain.config.schema import save_config, validate
+from rltrain.config.schema import validate
 from rltrain.config.targets import TRUSTED, Trust
 from rltrain.config.trainer_config import TrainerConfig
 from rltrain.envs.evaluator import Evaluator

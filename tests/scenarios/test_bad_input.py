@@ -49,9 +49,11 @@ from rltrain.agents.dreamer import Dreamer, DreamerConfig
 from rltrain.checkpoint import Checkpointer, ManifestError, atomic_save, load_agent
 from rltrain.cli.main import resumed_config
 from rltrain.cli.plot import read_run
-from rltrain.config.schema import ConfigError, compose, literal_config
+from rltrain.config.files import ConfigError, literal_config
+from rltrain.config.schema import compose
 from rltrain.config.targets import Trust
-from rltrain.envs.make import EnvError, EnvSpec
+from rltrain.envs.errors import EnvError
+from rltrain.envs.make import EnvSpec
 from rltrain.errors import TrainingError
 from rltrain.inference import load_policy
 from rltrain.inference.policy import resolve as resolve_checkpoint

@@ -25,7 +25,7 @@ from conftest import ROOT, NanLossDQN, assert_same_tensors, dqn, small, trainer
 
 from rltrain import DQN, DQNConfig, Subscriber
 from rltrain.checkpoint import Checkpointer
-from rltrain.envs.make import SubEnvError
+from rltrain.envs.errors import SubEnvError
 from rltrain.errors import TrainingError
 from rltrain.observe import EnvStep, EpisodeEnd, EventRecorder, Metrics, Start, TrainStep
 from rltrain.runtime.seeding import EVAL_SEED_OFFSET

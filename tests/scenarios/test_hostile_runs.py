@@ -349,7 +349,7 @@ def test_yaml_aliases_in_a_stored_config_are_refused(planted: Planted) -> None:
 def test_a_checkpoint_config_escapes_every_interpolation_whatever_its_backslashes() -> None:
     from omegaconf import OmegaConf
 
-    from rltrain.config.schema import literal_config
+    from rltrain.config.files import literal_config
 
     for value in ["${oc.env:HOME}", "\\${oc.env:HOME}", "\\\\${oc.env:HOME}", "a\\", "${",
                   "\\${${x}}", "x}${y", "${oc.create:{a: 1}}"]:

@@ -22,7 +22,7 @@ from conftest import QUIET, TESTS
 
 from rltrain import DQN, DQNConfig, Trainer
 from rltrain.config.trainer_config import TrainerConfig
-from rltrain.envs.make import EnvError, EnvStepTimeout
+from rltrain.envs.errors import EnvError, EnvStepTimeout
 from rltrain.errors import TrainingError
 from rltrain.runtime.watchdog import STOP_GRACE, STUCK_MARGIN
 from rltrain.types import Progress

@@ -19,7 +19,7 @@ from conftest import QUIET, ROOT
 
 from rltrain import DQN, DQNConfig, OffPolicyConfig, OffPolicyStrategy, Trainer
 from rltrain.checkpoint import MANIFEST, Checkpointer, ManifestError
-from rltrain.config.schema import load_stored
+from rltrain.config.files import load_stored
 from rltrain.envs.make import make_vector_env
 from rltrain.trainer import MARKER
 

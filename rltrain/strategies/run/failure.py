@@ -18,7 +18,7 @@ import torch
 
 from rltrain.buffers import Buffer, RolloutBuffer
 from rltrain.checkpoint import Checkpointer, SavedCheckpoint
-from rltrain.envs.make import SubEnvError
+from rltrain.envs.errors import SubEnvError
 from rltrain.envs.runner import Runner
 from rltrain.errors import TrainingError
 from rltrain.optim import Optimization

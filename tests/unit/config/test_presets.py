@@ -9,8 +9,9 @@ from pathlib import Path
 import gymnasium as gym
 import pytest
 
+from rltrain.config.files import SHIPPED_CONFIGS, shipped_configs
 from rltrain.config.registry import AGENTS, STRATEGIES
-from rltrain.config.schema import SHIPPED_CONFIGS, compose, shipped_configs
+from rltrain.config.schema import compose
 from rltrain.trainer import build
 
 QUIET = ["trainer.logger=false", "trainer.enable_progress_bar=false",

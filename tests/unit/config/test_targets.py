@@ -16,9 +16,10 @@ from omegaconf import OmegaConf
 
 from rltrain import DQN, Trainer
 from rltrain.cli.main import main
+from rltrain.config.files import ConfigError, load_stored
 from rltrain.config.instantiate import make_env
 from rltrain.config.presets import choose_preset
-from rltrain.config.schema import ConfigError, compose, load_stored
+from rltrain.config.schema import compose
 from rltrain.config.strategies import OffPolicyConfig
 from rltrain.envs.make import env_name
 from rltrain.strategies.off_policy import OffPolicyStrategy

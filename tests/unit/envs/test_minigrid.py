@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from conftest import rltrain
 
-from rltrain.config.schema import load_stored
+from rltrain.config.files import load_stored
 
 #: Scenario tests of whole runs (subprocesses, real files): out of the fast inner loop,
 #: ``pytest -m "not slow"``; CI runs them.

@@ -21,7 +21,8 @@ from typing_extensions import override
 
 from rltrain import DQN, Subscriber, Trainer
 from rltrain.envs.checks import check_env, time_limit
-from rltrain.envs.make import EnvError, EnvSpec
+from rltrain.envs.errors import EnvError
+from rltrain.envs.make import EnvSpec
 from rltrain.observe import (
     EvaluationEnd,
     EvaluationStart,

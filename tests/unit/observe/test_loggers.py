@@ -19,7 +19,8 @@ from tensorboard.plugins.hparams import plugin_data_pb2
 
 import rltrain.observe.loggers
 from rltrain import DQN, DQNConfig, OffPolicyConfig, OffPolicyStrategy, Trainer
-from rltrain.config.schema import ConfigError, compose
+from rltrain.config.files import ConfigError
+from rltrain.config.schema import compose
 from rltrain.observe.loggers import describe_logger, logger_items
 from rltrain.trainer.build import build
 

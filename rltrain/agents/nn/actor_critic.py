@@ -1,0 +1,72 @@
+"""The actor-critic network of PPO: an encoder, MLP trunks and the policy and value heads."""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import nn
+
+from rltrain.agents.nn.distributions import ActionDistribution, ActionHead
+from rltrain.agents.nn.encoders import Encoder, orthogonal
+from rltrain.agents.nn.networks import MLP, check_parameters_fit, linear_parameters
+from rltrain.types import ObsTensors
+
+#: The trunks' activations by name (``PPOConfig.activation``).
+ACTIVATIONS: dict[str, type[nn.Module]] = {"tanh": nn.Tanh, "relu": nn.ReLU}
+
+
+def layer(in_features: int, out_features: int, gain: float) -> nn.Linear:
+    """A linear layer with orthogonal weights of ``gain`` and zero biases."""
+    linear = nn.Linear(in_features, out_features)
+    nn.init.orthogonal_(linear.weight, gain)
+    nn.init.zeros_(linear.bias)
+    return linear
+
+
+def trunk(in_features: int, hidden_sizes: list[int], activation: type[nn.Module]) -> MLP:
+    """Linear + activation per hidden width, orthogonal with gain √2."""
+    layers: list[nn.Module] = []
+    for size in hidden_sizes:
+        layers += [layer(in_features, size, math.sqrt(2)), activation()]
+        in_features = size
+    return MLP(*layers)
+
+
+class ActorCritic(nn.Module):
+    """``π(·|s)`` and ``V(s)``: an encoder, two trunks (or one shared), policy and value heads,
+    initialised as "The 37 Implementation Details of PPO" do (orthogonal: √2 encoder and trunk,
+    0.01 policy head, 1 value head)."""
+
+    def __init__(self, encoder: Encoder, head: ActionHead, hidden_sizes: list[int],
+                 activation: str, shared_trunk: bool) -> None:
+        super().__init__()
+        hidden, act = list(hidden_sizes), ACTIVATIONS[activation]
+        obs_dim = encoder.out_features
+        features = hidden[-1] if hidden else obs_dim
+        trunks = 1 if shared_trunk else 2
+        check_parameters_fit(
+            trunks * linear_parameters([obs_dim, *hidden])
+            + linear_parameters([features, head.out_features]) + features + 1,
+            f"PPO's networks of hidden_sizes {hidden}")
+        self.encoder = orthogonal(encoder, math.sqrt(2))  # CleanRL's layer_init for the CNN
+        self.head = head
+        self.actor = trunk(obs_dim, hidden, act)
+        self.critic = self.actor if shared_trunk else trunk(obs_dim, hidden, act)
+        self.policy_out = layer(features, head.out_features, 0.01)
+        self.value_out = layer(features, 1, 1.0)
+
+    def forward(self, obs: ObsTensors) -> tuple[ActionDistribution, torch.Tensor]:
+        """The action distribution and the value (``[B]``) of a batch of observations."""
+        features = self.encoder(obs)
+        hidden = self.actor(features)
+        value_hidden = hidden if self.critic is self.actor else self.critic(features)
+        return self.head(self.policy_out(hidden)), self.value_out(value_hidden).squeeze(-1)
+
+    def distribution(self, obs: ObsTensors) -> ActionDistribution:
+        """``π(·|s)`` alone."""
+        return self.head(self.policy_out(self.actor(self.encoder(obs))))  # type: ignore[no-any-return]
+
+    def value(self, obs: ObsTensors) -> torch.Tensor:
+        """``V(s)``, ``[B]``."""
+        return self.value_out(self.critic(self.encoder(obs))).squeeze(-1)  # type: ignore[no-any-return]
