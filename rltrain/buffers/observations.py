@@ -124,3 +124,19 @@ def mismatch(saved: Any, expected: Any, skip: int = 0) -> tuple[str, str, str] |
             and tuple(saved.shape[skip:]) == tuple(expected.shape[skip:])
             and saved.dtype == expected.dtype)
     return None if same else ("", _describe(saved, skip), _describe(expected, skip))
+
+
+class GeneratorSampler:
+    """The ``sampler_state`` of a buffer whose sampling draws from one NumPy generator,
+    ``rng``: that generator's state, what a failed gradient step puts back."""
+
+    rng: np.random.Generator
+
+    @property
+    def sampler_state(self) -> Any:
+        """The sampling generator's state."""
+        return self.rng.bit_generator.state
+
+    @sampler_state.setter
+    def sampler_state(self, state: Any) -> None:
+        self.rng.bit_generator.state = state

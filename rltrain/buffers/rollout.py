@@ -8,7 +8,14 @@ import gymnasium as gym
 import numpy as np
 import torch
 
-from rltrain.buffers.observations import map_obs, mismatch, obs_nbytes, row_nbytes, torch_zeros
+from rltrain.buffers.observations import (
+    GeneratorSampler,
+    map_obs,
+    mismatch,
+    obs_nbytes,
+    row_nbytes,
+    torch_zeros,
+)
 from rltrain.buffers.replay import check_fits
 from rltrain.runtime.statistics import Statistics
 from rltrain.types import ObsTensors, Transitions
@@ -37,7 +44,7 @@ class RolloutBatch(NamedTuple):
     advantage_moments: torch.Tensor | None = None
 
 
-class RolloutBuffer:
+class RolloutBuffer(GeneratorSampler):
     """The transitions of ``n_steps`` vector steps, as the policy collected them.
 
     Time-major tensors ``[n_steps, num_envs, ...]``: observations, the actions the policy
@@ -182,14 +189,6 @@ class RolloutBuffer:
                             take(self.log_probs), take(self.values), take(self.advantages),
                             take(self.returns), moments)
 
-    @property
-    def sampler_state(self) -> Any:
-        """The shuffling generator's state (what a failed gradient step puts back)."""
-        return self.rng.bit_generator.state
-
-    @sampler_state.setter
-    def sampler_state(self, state: Any) -> None:
-        self.rng.bit_generator.state = state
 
     def reset(self) -> None:
         """Empty the rollout for the next one (``running_returns`` carry over)."""

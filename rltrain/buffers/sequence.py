@@ -26,6 +26,7 @@ import gymnasium as gym
 import numpy as np
 import torch
 
+from rltrain.buffers.observations import GeneratorSampler
 from rltrain.buffers.replay import check_fits, storage_dtypes
 
 if TYPE_CHECKING:
@@ -50,7 +51,7 @@ class SequenceBatch(NamedTuple):
 _FIELDS = SequenceBatch._fields
 
 
-class SequenceReplayBuffer:
+class SequenceReplayBuffer(GeneratorSampler):
     """Per-environment rings of arrival rows, sampled as fixed-length sequences.
 
     Args:
@@ -144,14 +145,6 @@ class SequenceReplayBuffer:
         """Nothing: sequences are drawn per batch."""
         return None
 
-    @property
-    def sampler_state(self) -> Any:
-        """The sampling generator's state (what a failed gradient step puts back)."""
-        return self.rng.bit_generator.state
-
-    @sampler_state.setter
-    def sampler_state(self, state: Any) -> None:
-        self.rng.bit_generator.state = state
 
     def sample(self, batch_size: int, length: int | None = None) -> SequenceBatch:
         """``batch_size`` sequences of ``length`` (default ``sequence_length``) consecutive
