@@ -124,8 +124,8 @@ class DQNPolicy(Policy):
         if deterministic:
             return PolicyStep(self.q_network(obs).argmax(dim=1), None, {})
         # Each env explores on its own coin, drawn from Python's generator (seeded by the
-        # strategy): per-step torch or NumPy calls on one-element arrays cost 10-30 µs here, as
-        # much as the env step itself.
+        # strategy): per-step torch or NumPy calls on one-element arrays cost as much as the
+        # env step itself (docs/benchmarks.md, "Figures behind implementation choices").
         epsilon = self.epsilon()
         batch = leading_tensor(obs)
         explore = [random.random() < epsilon for _ in range(batch.shape[0])]

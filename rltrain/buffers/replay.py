@@ -180,9 +180,10 @@ class ReplayBuffer:
         """Draw the next ``batches`` batches of ``batch_size`` now, for the next ``batches``
         calls of ``sample(batch_size)`` (until the next :meth:`add`, which drops the rest).
 
-        One draw and one gather per field for them all: about 8 µs per batch of 64 CartPole
-        transitions instead of about 60 on a CPU. The batches are saved with the buffer, so a
-        run resumed part-way through them samples the same ones.
+        One draw and one gather per field for them all, much cheaper per batch on a CPU than a
+        draw and gathers for each (``docs/benchmarks.md``, "Figures behind implementation
+        choices"). The batches are saved with the buffer, so a run resumed part-way through
+        them samples the same ones.
         """
         if batches < 1 or self.size == 0:
             self._plan = None

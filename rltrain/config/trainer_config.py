@@ -71,8 +71,9 @@ class TrainerConfig:
         sync_interval: Vector steps between the ranks' agreements in a run of several
             processes: stop requests (Ctrl-C, SIGTERM, callbacks) take effect on every rank
             at the next one, and the episodes every rank ended reach rank 0's logs there.
-            Each is one all-gather (1.4 ms with gloo on the 2-core machine of
-            ``docs/benchmarks.md``, "What one collective costs here"). Default 16.
+            Each is one all-gather, whose cost is mostly latency (``docs/benchmarks.md``,
+            "Figures behind implementation choices" and "What one collective costs here").
+            Default 16.
         dtype: ``"float32"`` (default), or ``"bfloat16"`` / ``"float16"``: training forward
             passes run under ``torch.autocast`` (mixed precision; weights stay float32; float16
             adds loss scaling). A torch dtype is taken too.
@@ -86,10 +87,10 @@ class TrainerConfig:
         keep_freed_memory: With glibc (Linux), ``fit`` first raises the C allocator's trim
             threshold, top pad and mmap threshold for the rest of the process
             (:mod:`rltrain.runtime.heap`), so that tensor memory freed at each step is reused rather
-            than returned to the kernel and faulted in again: about 1.1x faster Dreamer steps
-            (``docs/benchmarks.md``, "Heap settings"), for up to 256 MiB of freed memory
-            kept. Left alone where ``MALLOC_*_``, ``GLIBC_TUNABLES`` or ``LD_PRELOAD`` is
-            set. Default True.
+            than returned to the kernel and faulted in again: faster Dreamer steps
+            (``docs/benchmarks.md``, "Figures behind implementation choices" and "Heap
+            settings"), for up to 256 MiB of freed memory kept. Left alone where
+            ``MALLOC_*_``, ``GLIBC_TUNABLES`` or ``LD_PRELOAD`` is set. Default True.
         gradient_clip_val: Clip each optimizer's gradients to this norm (or value); None does
             not clip. Default None.
         gradient_clip_algorithm: ``"norm"`` or ``"value"``. Default ``"norm"``.

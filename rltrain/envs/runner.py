@@ -74,7 +74,8 @@ class Runner:
         self.seed = 0
         self.episode_returns = np.zeros(self.num_envs, dtype=np.float64)
         # The vector step at which each sub-env's episode started: lengths are computed when an
-        # episode ends instead of counted every step (each small NumPy op costs 1-3 µs here).
+        # episode ends instead of counted every step (each small NumPy op has a fixed cost:
+        # docs/benchmarks.md, "Figures behind implementation choices").
         self.episode_starts = np.zeros(self.num_envs, dtype=np.int64)
         #: What the policy returned beside the actions of the pending step (``act``), handed
         #: to that step's transitions.

@@ -1,10 +1,10 @@
 """The arithmetic of an optimizer step without PyTorch's per-call wrappers: Adam fused into one
 kernel, stepped through its functional form, and the gradient-norm clip.
 
-On a CPU, with the small networks of RL, the wrappers cost as much as the arithmetic: for a
-256x256 MLP on one thread the fused Adam kernel takes about 85 µs, ``Optimizer.step`` about
-210 µs; ``torch.nn.utils.clip_grad_norm_`` about 175 µs for what :func:`clip_grad_norm` does in
-about 90.
+On a CPU, with the small networks of RL, the wrappers cost as much as the arithmetic:
+``Optimizer.step`` around the fused Adam kernel, and ``torch.nn.utils.clip_grad_norm_`` against
+what :func:`clip_grad_norm` does (``docs/benchmarks.md``, "Figures behind implementation
+choices").
 """
 
 from __future__ import annotations
@@ -20,9 +20,9 @@ from torch.optim.optimizer import _global_optimizer_post_hooks, _global_optimize
 def adam(params: Iterable[torch.nn.Parameter], *, lr: float, **kwargs: Any) -> torch.optim.Adam:
     """``torch.optim.Adam``, fused into one kernel where the parameters' device supports it.
 
-    The fused step is numerically the same algorithm; on CPU it is about 4x faster for a 256x256
-    MLP (413 µs vs 1,710 µs per step measured here), which makes up a third of a DQN
-    gradient step.
+    The fused step is numerically the same algorithm and on CPU much faster than the plain one,
+    which makes up a large share of a DQN gradient step (``docs/benchmarks.md``, "Figures
+    behind implementation choices").
     """
     params = list(params)
     fused = bool(params) and all(p.device.type in ("cpu", "cuda") for p in params)
@@ -33,8 +33,9 @@ def fused_adam_step(optimizer: torch.optim.Optimizer) -> bool:
     """Step a fused ``torch.optim.Adam`` through ``torch.optim.adam.adam``, its public
     functional form: the same kernel with the same arguments, so the same result bit for bit as
     ``optimizer.step()``, without ``Optimizer.step``'s wrapper (profiler record, hook and
-    grad-mode handling, dynamo checks, the per-call ``_init_group``): about 120 µs instead of
-    about 210 µs for a 256x256 MLP on one CPU thread (a DQN gradient step takes about 2 ms).
+    grad-mode handling, dynamo checks, the per-call ``_init_group``), whose cost on a CPU is a
+    visible part of a small network's gradient step (``docs/benchmarks.md``, "Figures behind
+    implementation choices").
 
     Returns False, having done nothing, where ``optimizer.step()`` must run instead: another
     optimizer, one not fused, differentiable or capturable parameters, step hooks
@@ -73,9 +74,9 @@ def fused_adam_step(optimizer: torch.optim.Optimizer) -> bool:
 def clip_grad_norm(grads: list[torch.Tensor], max_norm: float) -> None:
     """Scale ``grads`` in place so that their total 2-norm is at most ``max_norm``.
 
-    What ``torch.nn.utils.clip_grad_norm_`` computes, without its per-call grouping and checks:
-    90 µs instead of 173 µs for a 256x256 MLP's six gradients on one CPU thread, about 3% of a
-    DQN gradient step.
+    What ``torch.nn.utils.clip_grad_norm_`` computes, without its per-call grouping and checks,
+    which on a CPU cost about as much as the norm itself for a small network's gradients
+    (``docs/benchmarks.md``, "Figures behind implementation choices").
     """
     if not grads:
         return

@@ -4,9 +4,9 @@ A gradient step allocates and frees the same tensors again and again (activation
 temporaries). With glibc's defaults, blocks above 128 KiB get their own ``mmap``, unmapped by
 ``free``, and free memory at the heap's top goes back to the kernel beyond 128 KiB (both limits
 rise as glibc adapts, to at most 32 and 64 MiB): the next step faults the same pages in again,
-one page at a time, each one zeroed by the kernel. Dreamer's gradient step took
-5,300-6,300 page faults that way and 0-32 with these settings, and ran about 1.1x faster
-(``docs/benchmarks.md``, "Heap settings").
+one page at a time, each one zeroed by the kernel. With these settings Dreamer's gradient step
+takes almost none of those page faults and runs faster (``docs/benchmarks.md``, "Figures
+behind implementation choices" and "Heap settings").
 
 :func:`keep_freed_memory` raises three of ``mallopt``'s settings for the rest of the process:
 

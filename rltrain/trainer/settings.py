@@ -41,7 +41,7 @@ class TrainerSettings(TrainerConfig):
 
     Args:
         strategy: The loop. Default None: the agent's default strategy, built at each ``fit``
-            (``LearningAgent.strategy_kinds[0]`` with its ``default_strategy_settings()``);
+            (the registered strategy that takes ``agent.default_strategy_settings()``);
             after a ``fit``, ``strategy`` is the one that ran.
         seed: Seed of the default strategy (to seed your own strategy, set it in its config).
             Default None: 0.

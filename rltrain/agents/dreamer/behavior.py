@@ -190,9 +190,10 @@ class ReturnScale(nn.Module):
 
 def quantiles(flat: torch.Tensor, qs: list[float]) -> torch.Tensor:
     """``torch.quantile(flat, qs)`` (linear interpolation), the same numbers in its arithmetic,
-    from the two order statistics around each quantile (``kthvalue``: a selection, 40 µs for
-    7,680 values here, where quantile's sort takes 700 µs). With a NaN, quantile's NaN. Off the
-    CPU, ``torch.quantile`` itself: the selection needs the ranks on the host."""
+    from the two order statistics around each quantile (``kthvalue``: a selection, much cheaper
+    than quantile's sort; ``docs/benchmarks.md``, "Figures behind implementation choices").
+    With a NaN, quantile's NaN. Off the CPU, ``torch.quantile`` itself: the selection needs the
+    ranks on the host."""
     q = flat.new_tensor(qs)
     if flat.device.type != "cpu" or bool(flat.isnan().any()):
         return torch.quantile(flat, q)

@@ -102,7 +102,8 @@ class RSSM(nn.Module):
         return State(h, torch.addcmul(mean, std, noise), mean, std)  # mean + std ε, one op
 
     def _gru(self, x: torch.Tensor, h: torch.Tensor) -> torch.Tensor:
-        """``self.gru(x, h)`` without ``nn.GRUCell.forward``'s checks (20 µs a call)."""
+        """``self.gru(x, h)`` without ``nn.GRUCell.forward``'s checks, a cost paid at every
+        call (``docs/benchmarks.md``, "Figures behind implementation choices")."""
         gru = self.gru
         return torch.gru_cell(x, h, gru.weight_ih, gru.weight_hh, gru.bias_ih, gru.bias_hh)
 

@@ -81,7 +81,9 @@ class FlatEncoder(Encoder):
         if self.scale != 1.0:
             return obs.reshape(obs.shape[0], -1).float() / self.scale
         if obs.dim() == 2 and obs.dtype == torch.float32:
-            return obs  # already flat float32 vectors: two no-op calls saved (about 3 µs)
+            # Already flat float32 vectors: two no-op calls saved (their cost:
+            # docs/benchmarks.md, "Figures behind implementation choices").
+            return obs
         return obs.reshape(obs.shape[0], -1).float()
 
 

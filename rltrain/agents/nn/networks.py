@@ -31,10 +31,10 @@ class MLP(nn.Sequential):
     ``forward``) rather than each layer's ``__call__``.
 
     Same parameters, state-dict keys and results as ``nn.Sequential``. ``Module.__call__``
-    costs a few microseconds per layer, which at the batch of one an agent acts on is a third
-    of a 256x256 MLP's forward pass (about 68 µs through ``nn.Sequential``, 51 µs here, on one
-    CPU thread). Hooks registered on the inner layers therefore do not run; register them on
-    the MLP itself.
+    has a fixed cost per layer, which at the batch of one an agent acts on is a large share of
+    a small MLP's forward pass (``docs/benchmarks.md``, "Figures behind implementation
+    choices"). Hooks registered on the inner layers therefore do not run; register them on the
+    MLP itself.
     """
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -187,8 +187,8 @@ class TwinQ(nn.Module):
     of one observation encoder (shared by both, as SB3's critics share theirs).
 
     Two plain MLPs: stacking their weights into one batched matrix product (as LeanRL does
-    with ``torch.func``) measured 1.7x slower per forward and backward pass here (256x256
-    critics, batches of 256, one CPU thread: ``baddbmm`` against two ``linear`` calls).
+    with ``torch.func``; ``baddbmm`` against two ``linear`` calls) was slower per forward and
+    backward pass on a CPU (``docs/benchmarks.md``, "Figures behind implementation choices").
 
     Args:
         obs: The observation encoder, or a flat observation size.
