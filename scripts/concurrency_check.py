@@ -2,7 +2,7 @@
 
 Two scenarios, each with two child processes started at the same instant (each imports rltrain,
 says it is ready, then waits for a "go" file; the parent creates it once both are ready, and
-both call ``rltrain.cli.main.main``, what the ``rltrain`` console script runs):
+both call ``rltrain.cli.app.main``, what the ``rltrain`` console script runs):
 
 * ``fits``: two fresh ``rltrain fit`` on one new run directory, seeds 1 and 2;
 * ``resumes``: two ``rltrain fit --resume RUN_DIR`` of the finished run the ``fits`` scenario
@@ -77,7 +77,7 @@ import sys
 import time
 
 go, ready = sys.argv[1], sys.argv[2]
-from rltrain.cli.main import main
+from rltrain.cli import main
 
 open(ready, "w").close()
 while not os.path.exists(go):

@@ -227,7 +227,7 @@ def case_cli(context: DistributedContext, out: Path) -> dict[str, Any]:
     """``rltrain fit`` commands (separated by ``--then``), this process's file writes recorded
     by an audit hook (every ``open`` for writing, ``os.rename``/``os.replace``, ``os.mkdir``,
     ``os.remove``, from Python or from the libraries it calls through Python)."""
-    from rltrain.cli.main import main as cli
+    from rltrain.cli import main as cli
 
     writes: list[str] = []
     recording = True

@@ -16,7 +16,8 @@ PACKAGE = Path(__file__).resolve().parent.parent / "rltrain"
 
 #: Lowest first. A module belongs to the first prefix that names it (the longest wins).
 LAYERS: list[tuple[str, ...]] = [
-    ("rltrain.types", "rltrain.errors", "rltrain._version", "rltrain.runtime.heap"),
+    ("rltrain.types", "rltrain.errors", "rltrain._version", "rltrain._moved",
+     "rltrain.runtime.heap"),
     ("rltrain.runtime", "rltrain.config.targets", "rltrain.config.registry",
      "rltrain.config.checks", "rltrain.config.strategies", "rltrain.envs",
      "rltrain.buffers",

@@ -1,1 +1,6 @@
-"""The ``rltrain`` command (:mod:`.main`) and its ``plot`` subcommand (:mod:`.plot`)."""
+"""The ``rltrain`` command (:mod:`.app`) and its ``plot`` subcommand (:mod:`.plot`)."""
+
+from rltrain.cli.app import main
+
+__all__ = ["main"]
+

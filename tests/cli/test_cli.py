@@ -15,7 +15,7 @@ from omegaconf import OmegaConf
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 from tensorboard.plugins.hparams import plugin_data_pb2
 
-from rltrain.cli.main import main
+from rltrain.cli import main
 
 #: Scenario tests of whole runs (subprocesses, real files): out of the fast inner loop,
 #: ``pytest -m "not slow"``; CI runs them.

@@ -159,7 +159,7 @@ def test_processes_sharing_stderr_never_run_their_lines_together(tmp_path: Path)
     # As the ranks under torchrun do: two processes write rltrain's lines into one pipe, both at
     # once (each waits for the other to be ready, then writes for half a second).
     script = """import pathlib, sys, time
-from rltrain.cli.main import say
+from rltrain.cli.app import say
 name, folder = sys.argv[1], pathlib.Path(sys.argv[2])
 (folder / name).touch()
 while len(list(folder.iterdir())) < 2: time.sleep(0.001)

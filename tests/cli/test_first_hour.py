@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from conftest import ROOT
 
-from rltrain.cli.main import main, parse_args
+from rltrain.cli.app import main, parse_args
 from rltrain.config.presets import choose_preset
 
 
@@ -109,7 +109,7 @@ def test_an_env_without_a_time_limit_gets_one_from_the_command_line() -> None:
 
 
 WITHOUT_PYGAME = ("import sys; sys.modules['pygame'] = None  # as where it is not installed\n"
-                  "from rltrain.cli.main import main; sys.exit(main(sys.argv[1:]))")
+                  "from rltrain.cli.app import main; sys.exit(main(sys.argv[1:]))")
 
 
 def test_videos_of_an_env_that_cannot_render_are_refused_before_anything_is_written(

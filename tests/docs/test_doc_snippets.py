@@ -35,7 +35,7 @@ from pathlib import Path
 import pytest
 from conftest import ROOT, TESTS
 
-from rltrain.cli.main import main
+from rltrain.cli import main
 
 #: Scenario tests of whole runs (subprocesses, real files): out of the fast inner loop,
 #: ``pytest -m "not slow"``; CI runs them.
@@ -156,7 +156,7 @@ def command_lines() -> list[tuple[str, str]]:
 def test_the_cheap_command_lines_run(where: str, line: str, tmp_path: Path,
                                      monkeypatch: pytest.MonkeyPatch,
                                      capsys: pytest.CaptureFixture[str]) -> None:
-    """In this process (rltrain.cli.main.main), which is what the ``rltrain`` script calls."""
+    """In this process (rltrain.cli.app.main), which is what the ``rltrain`` script calls."""
     monkeypatch.chdir(tmp_path)
     status = main(shlex.split(line)[1:])
     assert status == 0, f"{where}: `{line}` exited {status}:\n{capsys.readouterr().err}"

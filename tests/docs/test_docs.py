@@ -9,7 +9,7 @@ import pytest
 from conftest import ROOT
 
 from rltrain.checkpoint import Checkpointer
-from rltrain.cli.main import SHIPPED_CONFIGS, main
+from rltrain.cli.app import SHIPPED_CONFIGS, main
 
 DOCS = ROOT / "docs"
 

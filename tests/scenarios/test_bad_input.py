@@ -47,7 +47,7 @@ from rltrain import (
 from rltrain.agents.base import SpaceError
 from rltrain.agents.dreamer import Dreamer, DreamerConfig
 from rltrain.checkpoint import Checkpointer, ManifestError, atomic_save, load_agent
-from rltrain.cli.main import resumed_config
+from rltrain.cli.app import resumed_config
 from rltrain.cli.plot import read_run
 from rltrain.config.files import ConfigError, literal_config
 from rltrain.config.schema import compose

@@ -223,7 +223,7 @@ def test_a_broken_last_or_best_falls_back_to_the_newest_intact_checkpoint_with_a
 
 def test_a_run_whose_checkpoints_are_all_broken_is_refused_with_the_advice_to_overwrite(
         tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    from rltrain.cli.main import main
+    from rltrain.cli import main
 
     run_dir = tmp_path / "run"
     tiny = [f"trainer.run_dir={run_dir}", "trainer.num_steps=300", "trainer.logger=false",

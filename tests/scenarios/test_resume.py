@@ -247,7 +247,7 @@ def test_a_run_resumed_from_best_starts_a_new_timeline_for_last(tmp_path: Path) 
                                  "rltrain fit --resume FILE"])
 def test_a_resume_reads_its_checkpoint_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                             how: str) -> None:
-    from rltrain.cli.main import main
+    from rltrain.cli import main
 
     run_dir = tmp_path / "run"
     if how.startswith("rltrain"):

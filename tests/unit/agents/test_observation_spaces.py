@@ -43,7 +43,7 @@ from rltrain.agents.nn.encoders import (
 )
 from rltrain.buffers import ReplayBuffer
 from rltrain.checkpoint import Checkpointer
-from rltrain.cli.main import main
+from rltrain.cli import main
 from rltrain.envs.make import EnvSpec
 from rltrain.inference import load_policy
 from rltrain.trainer.preflight import check_resume_settings

@@ -680,7 +680,7 @@ def test_the_shipped_ppo_configs_are_valid_on_policy_runs(name: str) -> None:
 
 def test_the_command_line_fits_and_evaluates_ppo(tmp_path: Path,
                                                  capsys: pytest.CaptureFixture[str]) -> None:
-    from rltrain.cli.main import main
+    from rltrain.cli import main
 
     fitted = rltrain("fit", "ppo_cartpole", "trainer.num_steps=512", "trainer.run_dir=run",
                      "trainer.eval_interval=1000", "trainer.eval_episodes=5",
@@ -717,7 +717,7 @@ def one_error_line(status: int, stderr: str) -> str:
 def test_a_config_naming_an_agent_and_a_strategy_it_cannot_train_with_exits_2(
         tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch,
         agent: str, strategy: str, named: str) -> None:
-    from rltrain.cli.main import main
+    from rltrain.cli import main
 
     monkeypatch.chdir(tmp_path)
     mine = tmp_path / "mine.yaml"
@@ -730,7 +730,7 @@ def test_a_config_naming_an_agent_and_a_strategy_it_cannot_train_with_exits_2(
 def test_agent_name_ppo_alone_starts_from_the_shipped_ppo_config(
         tmp_path: Path, capsys: pytest.CaptureFixture[str],
         monkeypatch: pytest.MonkeyPatch) -> None:
-    from rltrain.cli.main import main
+    from rltrain.cli import main
 
     monkeypatch.chdir(tmp_path)
     assert main(["fit", "agent.name=ppo", "agent.lr=5e-4", "--print-config"]) == 0

@@ -151,7 +151,7 @@ def test_a_refused_loss_after_a_checkpoint_names_it_and_how_to_resume(tmp_path: 
 @pytest.mark.slow
 def test_a_refused_loss_fails_the_command_and_a_new_run_takes_its_directory(
         tmp_path: Path) -> None:
-    """Needs rltrain/cli/main.py to exit 3 on a refused loss, and rltrain/trainer/run_dir.py to
+    """Needs rltrain/cli/app.py to exit 3 on a refused loss, and rltrain/trainer/run_dir.py to
     let a new run take a directory whose run a refused loss stopped before its first save
     (see the report of this change)."""
     run_dir = tmp_path / "run"
@@ -323,7 +323,7 @@ def two_sigints(process: subprocess.Popen[str], tmp_path: Path) -> str:
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="SIGALRM-interrupted steps")
 @pytest.mark.parametrize("saved", [False, True], ids=["no checkpoint yet", "a checkpoint"])
 def test_a_second_ctrl_c_says_what_is_really_kept(tmp_path: Path, saved: bool) -> None:
-    """Needs rltrain/cli/main.py to print the message fit gives the KeyboardInterrupt (see the
+    """Needs rltrain/cli/app.py to print the message fit gives the KeyboardInterrupt (see the
     report of this change)."""
     process, _ = start_hanging_fit(
         tmp_path, *(["trainer.checkpoint_interval=100"] if saved else []))

@@ -15,7 +15,7 @@ from conftest import rltrain
 from omegaconf import OmegaConf
 
 from rltrain import DQN, Trainer
-from rltrain.cli.main import main
+from rltrain.cli import main
 from rltrain.config.files import ConfigError, load_stored
 from rltrain.config.instantiate import make_env
 from rltrain.config.presets import choose_preset

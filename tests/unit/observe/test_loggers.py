@@ -85,7 +85,7 @@ def test_loggers_chosen_by_a_config_override_are_saved_by_name(tmp_path: Path) -
 
 def test_the_command_line_chooses_loggers(tmp_path: Path,
                                           capsys: pytest.CaptureFixture[str]) -> None:
-    from rltrain.cli.main import main
+    from rltrain.cli import main
 
     assert main(["fit", *TINY, f"trainer.run_dir={tmp_path}", "trainer.logger=csv"]) == 0
     assert (tmp_path / "metrics.csv").is_file()

@@ -439,7 +439,7 @@ def test_export_policy_and_its_metadata(runs: dict[str, tuple[Path, Any]],
 def test_rltrain_export_writes_the_program_of_a_run_directory(
         runs: dict[str, tuple[Path, Any]], tmp_path: Path,
         capsys: pytest.CaptureFixture[str]) -> None:
-    from rltrain.cli.main import main
+    from rltrain.cli import main
 
     run_dir = runs["dqn"][0]
     out = tmp_path / "cartpole.pt2"
