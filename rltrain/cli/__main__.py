@@ -1,5 +1,5 @@
 """``python -m rltrain.cli``: the ``rltrain`` command."""
 
-from rltrain.cli.app import main
+from rltrain.cli.app import console
 
-raise SystemExit(main())
+console()

@@ -42,6 +42,21 @@ from rltrain.trainer import build
 #: run directory), training that failed part-way, and an unexpected error (a bug).
 EXIT_BAD_INPUT, EXIT_TRAINING_FAILED, EXIT_INTERNAL_ERROR = 2, 3, 1
 
+def console() -> None:
+    """The ``rltrain`` console script and ``python -m rltrain.cli``: :func:`main`, then exit
+    with its status. A process of a run of several (``torchrun``) ends with ``os._exit`` once
+    its output is flushed: every file the run writes is closed by then, and the C++ teardown
+    of the process group's threads at interpreter exit can abort a rank that finished
+    ("terminate called without an active exception"), which torchrun reports as a failed
+    run."""
+    status = main()
+    if launched():
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(status)
+    sys.exit(status)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``rltrain`` console script; returns the exit status: 0, or
     :data:`EXIT_BAD_INPUT` (2), :data:`EXIT_TRAINING_FAILED` (3), :data:`EXIT_INTERNAL_ERROR`
