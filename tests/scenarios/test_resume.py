@@ -9,9 +9,9 @@ from typing import Any
 
 import pytest
 import torch
-from conftest import QUIET, assert_same_tensors, env_snapshot, straight_and_resumed
+from conftest import QUIET, assert_same_tensors, env_snapshot, small, straight_and_resumed
 
-from rltrain import DQN, DQNConfig, OffPolicyConfig, OffPolicyStrategy, Trainer
+from rltrain import DQN, DQNConfig, OffPolicyStrategy, Trainer
 from rltrain.checkpoint import Checkpointer, atomic_save
 from rltrain.observe import Checkpoint, EvaluationEnd, EventRecorder
 
@@ -20,10 +20,9 @@ N = 2_400
 
 
 def strategy(**overrides: Any) -> OffPolicyStrategy:
-    settings: dict[str, Any] = dict(warmup_steps=300, train_interval=100, train_steps=20,
-                                    batch_size=32, buffer_size=10_000, seed=7)
-    settings.update(overrides)
-    return OffPolicyStrategy(OffPolicyConfig(**settings))
+    return small(**{
+        "warmup_steps": 300, "train_interval": 100, "train_steps": 20, "batch_size": 32,
+        "buffer_size": 10_000, "seed": 7, **overrides})
 
 
 #: The Trainer's evaluation settings in these tests (unless a test says otherwise).

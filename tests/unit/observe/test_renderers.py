@@ -12,10 +12,11 @@ from typing import Any
 
 import gymnasium as gym
 import pytest
+from conftest import small
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 from tensorboard.plugins.hparams import plugin_data_pb2
 
-from rltrain import DQN, DQNConfig, OffPolicyConfig, OffPolicyStrategy, Trainer
+from rltrain import DQN, DQNConfig, OffPolicyStrategy, Trainer
 from rltrain.observe import EnvStep, EvaluationStart, EventProcessor, Metrics, Start, Subscriber
 from rltrain.observe.renderers import ConsoleRenderer, JsonlRenderer, TqdmRenderer
 from rltrain.strategies import RLResult
@@ -28,10 +29,9 @@ EVAL_EPISODES = 2
 
 
 def small_strategy(**overrides: Any) -> OffPolicyStrategy:
-    settings: dict[str, Any] = dict(warmup_steps=100, train_interval=50, train_steps=4,
-                                    batch_size=32, buffer_size=5000, seed=0)
-    settings.update(overrides)
-    return OffPolicyStrategy(OffPolicyConfig(**settings))
+    return small(**{
+        "warmup_steps": 100, "train_interval": 50, "train_steps": 4, "batch_size": 32,
+        "buffer_size": 5000, "seed": 0, **overrides})
 
 
 #: The Trainer's evaluation settings in these tests (unless a test says otherwise).

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 import torch
-from conftest import QUIET
+from conftest import QUIET, small
 from omegaconf import OmegaConf
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 from tensorboard.plugins.hparams import plugin_data_pb2
@@ -34,10 +34,9 @@ STEPS = 1_200
 
 
 def small_strategy(**overrides: Any) -> OffPolicyStrategy:
-    settings: dict[str, Any] = dict(warmup_steps=200, train_interval=100, train_steps=8,
-                                    batch_size=32, buffer_size=5_000, seed=0)
-    settings.update(overrides)
-    return OffPolicyStrategy(OffPolicyConfig(**settings))
+    return small(**{
+        "warmup_steps": 200, "train_interval": 100, "train_steps": 8, "batch_size": 32,
+        "buffer_size": 5_000, "seed": 0, **overrides})
 
 
 class WatchfulDQN(DQN):
