@@ -71,7 +71,7 @@ class EpisodicStrategy(RLStrategy):
             def batch() -> Any:
                 return run.storage.sample(cfg.batch_size)
 
-            def owed(episodes: list[EpisodeEnd]) -> int:  # proportional to episode lengths
+            def owed(before: int, episodes: list[EpisodeEnd]) -> int:  # by episode lengths
                 return sum(int(e.episode_length * cfg.updates_per_step) for e in episodes)
 
             run.train_owed(batch)  # what a stop left owed, when resuming

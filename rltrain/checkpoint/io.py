@@ -35,6 +35,10 @@ class CheckpointIO(ABC):
         resumed from)."""
         return f"{self.location}/{name}"
 
+    def holds(self, path: str | Path) -> bool:
+        """Whether ``path`` names a file of this store (as :meth:`where` names them)."""
+        return Path(self.where(Path(path).name)) == Path(path)
+
     @abstractmethod
     def save(self, state: dict[str, Any], name: str) -> dict[str, Any]:
         """Serialise ``state`` (``torch.save``) as file ``name``, atomically; returns

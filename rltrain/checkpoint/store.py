@@ -189,10 +189,6 @@ class Checkpointer:
         """The store's manifest (see :func:`~rltrain.checkpoint.manifest.read_manifest`)."""
         return read_manifest(self.store)
 
-    def holds(self, path: str | Path) -> bool:
-        """Whether ``path`` names a file of this checkpointer's store."""
-        return Path(self.store.where(Path(path).name)) == Path(path)
-
     def resolve(self, which: str) -> Path:
         """The newest intact checkpoint for ``which`` (``"last"`` or ``"best"``).
 
@@ -247,9 +243,9 @@ class Checkpointer:
         """Read checkpoint file ``path`` (:meth:`read`): from ``checkpointer``'s store when it
         holds it, else from the local folder it lies in."""
         path = Path(path)
-        folder = (checkpointer if checkpointer is not None and checkpointer.holds(path)
-                  else Checkpointer(path.parent))
-        return folder.read(path.name)
+        if checkpointer is not None and checkpointer.store.holds(path):
+            return checkpointer.read(path.name)
+        return Checkpointer(path.parent).read(path.name)
 
     @staticmethod
     def with_shard(path: str | Path, state: dict[str, Any],
@@ -260,7 +256,7 @@ class Checkpointer:
         ``checkpointer``'s store when it holds ``path``, else from the folder of the file
         ``path`` is (a link, ``last.pt``, resolves to the file it names)."""
         path = Path(path)
-        if checkpointer is not None and checkpointer.holds(path):
+        if checkpointer is not None and checkpointer.store.holds(path):
             return with_shard(checkpointer.store, path.name, state, distributed)
         return with_shard(LocalFiles(path.resolve().parent), path.name, state, distributed)
 

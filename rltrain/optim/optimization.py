@@ -140,9 +140,8 @@ class Optimization:
         #: :meth:`training_step`): what an agent's schedules within a step read (DQN's target
         #: update every ``target_update_interval`` steps, SAC's delayed actor).
         self.gradient_step = progress.gradient_steps + 1
-        self.optimizers = dict(optimizers)
         params = {name: [p for group in opt.param_groups for p in group["params"]]
-                  for name, opt in self.optimizers.items()}
+                  for name, opt in optimizers.items()}
         first = next((p for found in params.values() for p in found), None)
         self.device_type = first.device.type if first is not None else "cpu"
         check_autocast(self.device_type, settings.dtype)
@@ -153,7 +152,12 @@ class Optimization:
             name, opt, params[name],
             scaler=torch.amp.GradScaler(self.device_type) if scaled else None,
             device_checked=on_device and bool(opt.defaults.get("fused")) and not scaled)
-            for name, opt in self.optimizers.items()}
+            for name, opt in optimizers.items()}
+
+    @property
+    def optimizers(self) -> dict[str, torch.optim.Optimizer]:
+        """The optimizers by name."""
+        return {name: record.optimizer for name, record in self.records.items()}
 
     @property
     def dtype(self) -> torch.dtype:

@@ -82,11 +82,11 @@ class OffPolicyStrategy(RLStrategy):
             def batch() -> Any:
                 return buffer.sample(cfg.batch_size)
 
+            owed = functools.partial(self.owed, run)
             run.train_owed(batch)  # a round a stop cut short, when resuming
             while not run.done():
                 before = progress.env_steps
-                run.step(random=before < cfg.warmup_steps,
-                         owe=functools.partial(self.owed, run, before))
+                run.step(random=before < cfg.warmup_steps, owe=owed)
                 run.train_owed(batch)
                 run.after_step(before)
             return run.finish()

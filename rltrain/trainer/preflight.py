@@ -157,7 +157,7 @@ def resolve_checkpoint(ckpt_path: str | Path, run_dir: str | Path | None,
                       " Pass the run_dir of the run, or the path of a checkpoint file.")
             raise FileNotFoundError(f"No checkpoint: {error}{advice}") from error
     path, store = Path(ckpt_path), trainer.checkpoint_io
-    if not path.is_file() and not (store is not None and Path(store.where(path.name)) == path):
+    if not path.is_file() and not (store is not None and store.holds(path)):
         raise FileNotFoundError(
             f"No checkpoint at {path}. Pass ckpt_path='last' or 'best' with the run_dir of "
             "the run, or the path of a checkpoint file.")

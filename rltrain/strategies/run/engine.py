@@ -5,8 +5,8 @@ A strategy's ``train_loop`` opens a :class:`Run` and writes only its loop over i
     with Run(self, agent, components, env_init, seed=cfg.seed, storage=replay(50_000)) as run:
         while not run.done():
             before = run.progress.env_steps
-            run.step(random=before < 1_000)          # act, step the envs, store, EnvStep events
-            run.owe(2)                               # gradient steps this vector step earned
+            run.step(random=before < 1_000,          # act, step the envs, store, then events,
+                     owe=lambda before, episodes: 2)  # the gradient steps it earned owed first
             run.train_owed(lambda: run.storage.sample(64))
             run.after_step(before)                   # evaluation, checkpoint, best: when due
         return run.finish()                          # final evaluation and save
@@ -208,20 +208,21 @@ class Run:
         self.agreement.agree()
 
     def step(self, *, random: bool = False,
-             owe: Callable[[list[EpisodeEnd]], int] | None = None) -> list[EpisodeEnd]:
+             owe: Callable[[int, list[EpisodeEnd]], int] | None = None) -> list[EpisodeEnd]:
         """One vector step into the storage: the policy's actions (uniform random ones with
         ``random``), the envs stepped, the transitions stored; then the gradient steps it
-        earned owed (``owe(episodes)``, see :meth:`owe`), before its events (EnvStep, then its
-        EpisodeEnds; with several processes, every rank's at the ranks' next agreement), so a
-        stop or a save an event causes finds them owed. Returns the episodes it ended."""
+        earned owed (``owe(env_steps_before, episodes)``, see :meth:`owe`), before its events
+        (EnvStep, then its EpisodeEnds; with several processes, every rank's at the ranks' next
+        agreement), so a stop or a save an event causes finds them owed. Returns the episodes
+        it ended."""
         self.phase = "collect"
-        runner = self.runner
+        runner, before = self.runner, self.progress.env_steps
         actions = runner.random_actions() if random else runner.act(self.policy)
         transitions, episodes = runner.step(actions, self.policy)
         if self.storage is not None:
             self.storage.add(transitions)
         if owe is not None:
-            self.owe(owe(episodes))
+            self.owe(owe(before, episodes))
         progress = self.progress
         self.events.emit(EnvStep(env_steps=progress.env_steps,
                                  vector_steps=progress.vector_steps))
