@@ -82,6 +82,9 @@ class PPOConfig:
         shared_trunk: One trunk for the policy and value heads (else two networks). Default
             False.
         log_std_init: Initial log-std of the Gaussian for ``Box`` actions. Default 0.0.
+        ortho_init: Initialise the networks orthogonally (gains √2, 0.01 and 1, above); False
+            keeps PyTorch's default initialisation (SB3's ``ortho_init=False``, RL-Zoo's MuJoCo
+            presets). Default True.
         normalize_observations: Normalise observations by running mean and variance (updated
             from each rollout, saved with the model, frozen in evaluation); vector observations
             only (the image encoder scales pixels itself). Default False.
@@ -112,6 +115,7 @@ class PPOConfig:
     activation: str = "tanh"
     shared_trunk: bool = False
     log_std_init: float = 0.0
+    ortho_init: bool = True
     normalize_observations: bool = False
     normalize_rewards: bool = False
     clip_observations: float = 10.0
@@ -233,7 +237,8 @@ class PPO(LearningAgent):
         encoder = make_encoder(observation_space, normalize_images=c.normalize_images,
                                encoder=c.encoder)
         self.net = ActorCritic(encoder, ActionHead(action_space, c.log_std_init),
-                               list(c.hidden_sizes), c.activation, c.shared_trunk)
+                               list(c.hidden_sizes), c.activation, c.shared_trunk,
+                               ortho_init=c.ortho_init)
         if c.normalize_observations:
             self.obs_rms = RunningMeanStd((encoder.out_features,))
         if c.normalize_rewards:

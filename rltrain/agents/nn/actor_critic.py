@@ -16,19 +16,23 @@ from rltrain.types import ObsTensors
 ACTIVATIONS: dict[str, type[nn.Module]] = {"tanh": nn.Tanh, "relu": nn.ReLU}
 
 
-def layer(in_features: int, out_features: int, gain: float) -> nn.Linear:
-    """A linear layer with orthogonal weights of ``gain`` and zero biases."""
+def layer(in_features: int, out_features: int, gain: float | None) -> nn.Linear:
+    """A linear layer with orthogonal weights of ``gain`` and zero biases (``gain=None``:
+    PyTorch's default initialisation)."""
     linear = nn.Linear(in_features, out_features)
-    nn.init.orthogonal_(linear.weight, gain)
-    nn.init.zeros_(linear.bias)
+    if gain is not None:
+        nn.init.orthogonal_(linear.weight, gain)
+        nn.init.zeros_(linear.bias)
     return linear
 
 
-def trunk(in_features: int, hidden_sizes: list[int], activation: type[nn.Module]) -> MLP:
-    """Linear + activation per hidden width, orthogonal with gain √2."""
+def trunk(in_features: int, hidden_sizes: list[int], activation: type[nn.Module],
+          gain: float | None) -> MLP:
+    """Linear + activation per hidden width, orthogonal with ``gain`` (None: PyTorch's
+    default initialisation)."""
     layers: list[nn.Module] = []
     for size in hidden_sizes:
-        layers += [layer(in_features, size, math.sqrt(2)), activation()]
+        layers += [layer(in_features, size, gain), activation()]
         in_features = size
     return MLP(*layers)
 
@@ -36,10 +40,11 @@ def trunk(in_features: int, hidden_sizes: list[int], activation: type[nn.Module]
 class ActorCritic(nn.Module):
     """``π(·|s)`` and ``V(s)``: an encoder, two trunks (or one shared), policy and value heads,
     initialised as "The 37 Implementation Details of PPO" do (orthogonal: √2 encoder and trunk,
-    0.01 policy head, 1 value head)."""
+    0.01 policy head, 1 value head), or with ``ortho_init=False`` as PyTorch initialises
+    layers (SB3's ``ortho_init=False``)."""
 
     def __init__(self, encoder: Encoder, head: ActionHead, hidden_sizes: list[int],
-                 activation: str, shared_trunk: bool) -> None:
+                 activation: str, shared_trunk: bool, *, ortho_init: bool = True) -> None:
         super().__init__()
         hidden, act = list(hidden_sizes), ACTIVATIONS[activation]
         obs_dim = encoder.out_features
@@ -49,12 +54,17 @@ class ActorCritic(nn.Module):
             trunks * linear_parameters([obs_dim, *hidden])
             + linear_parameters([features, head.out_features]) + features + 1,
             f"PPO's networks of hidden_sizes {hidden}")
-        self.encoder = orthogonal(encoder, math.sqrt(2))  # CleanRL's layer_init for the CNN
+        def gain(value: float) -> float | None:
+            return value if ortho_init else None
+
+        # CleanRL's layer_init for the CNN
+        self.encoder = orthogonal(encoder, math.sqrt(2)) if ortho_init else encoder
         self.head = head
-        self.actor = trunk(obs_dim, hidden, act)
-        self.critic = self.actor if shared_trunk else trunk(obs_dim, hidden, act)
-        self.policy_out = layer(features, head.out_features, 0.01)
-        self.value_out = layer(features, 1, 1.0)
+        self.actor = trunk(obs_dim, hidden, act, gain(math.sqrt(2)))
+        self.critic = self.actor if shared_trunk else trunk(obs_dim, hidden, act,
+                                                            gain(math.sqrt(2)))
+        self.policy_out = layer(features, head.out_features, gain(0.01))
+        self.value_out = layer(features, 1, gain(1.0))
 
     def forward(self, obs: ObsTensors) -> tuple[ActionDistribution, torch.Tensor]:
         """The action distribution and the value (``[B]``) of a batch of observations."""
