@@ -14,12 +14,14 @@ from rltrain.agents import (
     DQN,
     PPO,
     SAC,
+    TD3,
     DQNConfig,
     Dreamer,
     DreamerConfig,
     LearningAgent,
     PPOConfig,
     SACConfig,
+    TD3Config,
 )
 from rltrain.config.schema import compose
 from rltrain.inference import load_policy
@@ -60,6 +62,7 @@ __all__ = [
     "DQN",
     "PPO",
     "SAC",
+    "TD3",
     "DQNConfig",
     "Dreamer",
     "DreamerConfig",
@@ -73,6 +76,7 @@ __all__ = [
     "RLStrategy",
     "Run",
     "SACConfig",
+    "TD3Config",
     "Subscriber",
     "Trainer",
     "__version__",

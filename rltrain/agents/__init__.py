@@ -5,12 +5,16 @@ from rltrain.agents.dqn import DQN, DQNConfig, DQNPolicy
 from rltrain.agents.dreamer import Dreamer, DreamerConfig
 from rltrain.agents.ppo import PPO, PPOConfig, PPOPolicy
 from rltrain.agents.sac import SAC, SACConfig, SACPolicy
+from rltrain.agents.td3 import DDPG, TD3, DDPGConfig, TD3Config, TD3Policy
 from rltrain.types import PolicyState, PolicyStep
 
 __all__ = [
+    "DDPG",
     "DQN",
     "PPO",
     "SAC",
+    "TD3",
+    "DDPGConfig",
     "DQNConfig",
     "DQNPolicy",
     "Dreamer",
@@ -24,4 +28,6 @@ __all__ = [
     "SACConfig",
     "SACPolicy",
     "SpaceError",
+    "TD3Config",
+    "TD3Policy",
 ]

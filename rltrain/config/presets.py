@@ -9,8 +9,9 @@ only where it fits what the command line names:
   agent's and strategy's own defaults, never from another env's tuned settings (a discount,
   a learning-rate schedule, a return threshold of CartPole's would silently misfit);
 - no ``env.id``: the agent's own default preset, the first of its presets whose environment
-  the base install can make (CartPole-v1 first: ``dqn_cartpole``, ``ppo_cartpole``;
-  ``sac_pendulum``, not ``sac_lunarlander``, which needs Box2D);
+  the installed packages can make, CartPole-v1 first, then Gymnasium's classic control
+  (``dqn_cartpole``, ``ppo_cartpole``; ``sac_pendulum``, not ``sac_lunarlander``, which needs
+  Box2D, nor ``sac_halfcheetah``, which needs MuJoCo);
 - an agent of the user's own (``agent._target_``), or ``--no-preset``: none.
 
 Each choice comes with one line that says what was chosen and why.
@@ -63,7 +64,8 @@ def choose_preset(overrides: list[str], *, use_presets: bool = True) -> PresetCh
                                 f"starting from {agent}'s own defaults (presets of {agent}: "
                                 f"{', '.join(presets) or 'none'})")
     runnable = sorted((name for name in presets if _makeable(str(_value(name, "env.id")))),
-                      key=lambda name: (_value(name, "env.id") != "CartPole-v1", name))
+                      key=lambda name: (_value(name, "env.id") != "CartPole-v1",
+                                        not _classic(str(_value(name, "env.id"))), name))
     if not runnable:
         return PresetChoice([], f"no shipped preset of {agent} runs with the installed "
                                 f"packages: starting from {agent}'s own defaults")
@@ -74,6 +76,12 @@ def choose_preset(overrides: list[str], *, use_presets: bool = True) -> PresetCh
 
 def _value(preset: str, key: str) -> object:
     return OmegaConf.select(load_yaml(preset), key)
+
+
+def _classic(env_id: str) -> bool:
+    """Whether ``env_id`` is one of Gymnasium's classic-control envs (made with no extra)."""
+    point = getattr(gym.registry.get(env_id), "entry_point", None)
+    return isinstance(point, str) and point.startswith("gymnasium.envs.classic_control")
 
 
 def _makeable(env_id: str) -> bool:

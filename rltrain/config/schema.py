@@ -113,10 +113,24 @@ def schema(agent: str | None = "dqn", strategy: str | None = "off_policy") -> Di
     """The typed, default config for ``agent`` trained by ``strategy``; None leaves that
     section untyped (a section naming its class by ``_target_``, checked when it is made)."""
     config = OmegaConf.structured(RunConfig(
-        strategy={} if strategy is None else lookup(STRATEGIES, strategy, "strategy").section(),
+        strategy={} if strategy is None else _strategy_section(agent, strategy),
         agent={} if agent is None else lookup(AGENTS, agent, "agent").section()))
     assert isinstance(config, DictConfig)
     return config
+
+
+def _strategy_section(agent: str | None, strategy: str) -> Any:
+    """The default ``strategy`` section: the agent's own schedule
+    (``default_strategy_settings()``, what ``Trainer(agent=...)`` takes when given no strategy)
+    where it is settings of this strategy, else the strategy's config defaults."""
+    entry = lookup(STRATEGIES, strategy, "strategy")
+    if agent is not None:
+        named = lookup(AGENTS, agent, "agent")
+        settings = named.cls(named.config()).default_strategy_settings()
+        if type(settings) is entry.config:
+            return entry.section(**{f.name: getattr(settings, f.name)
+                                    for f in dataclasses.fields(settings) if f.init})
+    return entry.section()
 
 
 def compose(files: Sequence[str | Path] = (), overrides: Sequence[str] = ()) -> DictConfig:

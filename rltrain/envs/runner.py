@@ -17,6 +17,7 @@ from rltrain.agents.base import Policy
 from rltrain.buffers.observations import layout, map_obs, to_tensor
 from rltrain.envs.checks import unpicklable_layer
 from rltrain.envs.make import call_vector_env, step_timeout_error
+from rltrain.envs import physics
 from rltrain.envs.pickling import env_classes, loads
 from rltrain.observe.events import EpisodeEnd
 from rltrain.runtime.watchdog import EnvCallHung
@@ -206,6 +207,9 @@ class Runner:
             "envs": None,
         }
         if isinstance(self.envs, SyncVectorEnv) and not self.envs_out_of_step:
+            if all(map(physics.saveable, self.envs.envs)):  # MuJoCo's, as arrays
+                state["physics"] = [physics.state(env) for env in self.envs.envs]
+                return state
             try:
                 data = pickle.dumps(list(self.envs.envs))
             except Exception as error:
@@ -241,6 +245,9 @@ class Runner:
         step, with a warning."""
         check_saved_runner(state, self.envs.single_observation_space,
                            self.envs.single_action_space, self.num_envs)
+        if self._restore_physics(state.get("physics")):
+            self._restore_episodes(state)
+            return
         saved_envs = state["envs"]
         restored = None
         if saved_envs is not None and isinstance(self.envs, SyncVectorEnv):
@@ -256,22 +263,44 @@ class Runner:
             for env in self.envs.envs:
                 env.close()
             self.envs.envs = restored
-            self.observations = map_obs(lambda t: t.numpy().copy(), state["observations"])
-            self.episode_returns[:] = state["episode_returns"].numpy()
-            self.episode_starts[:] = state["episode_starts"].numpy()
-            self.policy_state = state["policy_state"]
-        else:
-            # EzPickle envs (Box2D, MuJoCo) pickle only their constructor arguments: what comes
-            # back is a new env, as good as none.
-            warnings.warn(
-                "The environments' state is not in this checkpoint (async vector envs, "
-                "unpicklable envs and EzPickle envs such as Box2D and MuJoCo cannot be saved, "
-                "nor envs that failed part-way through a step): "
-                "they were reset with a new seed, so the episodes running at the checkpoint "
-                "restart and the resumed run is not an exact continuation.", stacklevel=2)
-            self.observations, _ = self._call("reset", self.seed + self.progress.vector_steps)
-            self.episode_returns[:] = 0.0
-            self.episode_starts[:] = self.progress.vector_steps
+            self._restore_episodes(state)
+            return
+        # EzPickle envs (Box2D; MuJoCo's outside rltrain.envs.physics's wrappers) pickle only
+        # their constructor arguments: what comes back is a new env, as good as none.
+        warnings.warn(
+            "The environments' state is not in this checkpoint (async vector envs, "
+            "unpicklable envs and EzPickle envs such as Box2D cannot be saved, nor envs that "
+            "failed part-way through a step; MuJoCo's are saved inside Gymnasium's standard "
+            "wrappers only): they were reset with a new seed, so the episodes running at the "
+            "checkpoint restart and the resumed run is not an exact continuation.",
+            stacklevel=2)
+        self.observations, _ = self._call("reset", self.seed + self.progress.vector_steps)
+        self.episode_returns[:] = 0.0
+        self.episode_starts[:] = self.progress.vector_steps
+        self.envs.action_space.np_random.bit_generator.state = state["action_space_rng"]
+
+    def _restore_physics(self, saved: Any) -> bool:
+        """Put the sub-envs' saved MuJoCo state (:mod:`rltrain.envs.physics`) back, checked
+        first; False when the checkpoint holds none or these envs cannot take it."""
+        if (saved is None or not isinstance(self.envs, SyncVectorEnv)
+                or not all(map(physics.restorable, self.envs.envs))):
+            return False
+        if not isinstance(saved, list) or len(saved) != self.num_envs:
+            count = len(saved) if isinstance(saved, list) else "no list of"
+            raise ValueError(f"The checkpoint holds {count} environment states; this run has "
+                             f"{self.num_envs} (num_envs). Resume with the checkpoint's "
+                             "num_envs.")
+        for index, (env, env_state) in enumerate(zip(self.envs.envs, saved, strict=True)):
+            physics.restore(env, env_state, index)
+        return True
+
+    def _restore_episodes(self, state: dict[str, Any]) -> None:
+        """The observations, episode statistics, policy state and action-space generator of
+        restored sub-envs."""
+        self.observations = map_obs(lambda t: t.numpy().copy(), state["observations"])
+        self.episode_returns[:] = state["episode_returns"].numpy()
+        self.episode_starts[:] = state["episode_starts"].numpy()
+        self.policy_state = state["policy_state"]
         self.envs.action_space.np_random.bit_generator.state = state["action_space_rng"]
 
 

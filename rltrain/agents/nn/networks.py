@@ -182,9 +182,46 @@ class SquashedGaussianActor(nn.Module):
         return torch.tanh(self.distribution(obs)[0]) * self.scale + self.bias
 
 
+class DeterministicActor(nn.Module):
+    """``a = tanh(μ(s))``: a deterministic policy in ``[-1, 1]`` (TD3's and DDPG's actor);
+    :meth:`to_env` maps it into a ``Box``'s bounds (``a * scale + bias``).
+
+    Args:
+        obs: The observation encoder, or a flat observation size.
+        action_dim: Action size.
+        hidden_sizes: Hidden widths (ReLU).
+        low: The action space's lower bounds (finite).
+        high: Its upper bounds.
+    """
+
+    scale: torch.Tensor
+    bias: torch.Tensor
+
+    def __init__(self, obs: int | Encoder, action_dim: int, hidden_sizes: Sequence[int],
+                 low: torch.Tensor, high: torch.Tensor) -> None:
+        super().__init__()
+        self.encoder = as_encoder(obs)
+        self.net = mlp(self.encoder.out_features, hidden_sizes, action_dim)
+        self.register_buffer("scale", (high - low) / 2)
+        self.register_buffer("bias", (high + low) / 2)
+
+    def forward(self, obs: ObsTensors) -> torch.Tensor:
+        """The action in ``[-1, 1]``, ``[B, action_dim]``."""
+        return torch.tanh(self.net(self.encoder(obs)))
+
+    def to_env(self, action: torch.Tensor) -> torch.Tensor:
+        """An action in ``[-1, 1]`` in the env's units."""
+        return action * self.scale + self.bias
+
+    def normalized(self, action: torch.Tensor) -> torch.Tensor:
+        """An env-unit action in ``[-1, 1]`` (the inverse of :meth:`to_env`)."""
+        return (action - self.bias) / self.scale
+
+
 class TwinQ(nn.Module):
     """Two critics ``Q₁(s, a)``, ``Q₂(s, a)`` behind one call (``[2, B]``), over the features
-    of one observation encoder (shared by both, as SB3's critics share theirs).
+    of one observation encoder (shared by both, as SB3's critics share theirs); ``n_critics``
+    makes another number of them (DDPG's one).
 
     Two plain MLPs: stacking their weights into one batched matrix product (as LeanRL does
     with ``torch.func``; ``baddbmm`` against two ``linear`` calls) was slower per forward and
@@ -194,15 +231,22 @@ class TwinQ(nn.Module):
         obs: The observation encoder, or a flat observation size.
         action_dim: Action size.
         hidden_sizes: Hidden widths (ReLU).
+        n_critics: How many critics. Default 2.
     """
 
-    def __init__(self, obs: int | Encoder, action_dim: int, hidden_sizes: Sequence[int]) -> None:
+    def __init__(self, obs: int | Encoder, action_dim: int, hidden_sizes: Sequence[int],
+                 n_critics: int = 2) -> None:
         super().__init__()
         self.encoder = as_encoder(obs)
         self.critics = nn.ModuleList(
-            [mlp(self.encoder.out_features + action_dim, hidden_sizes, 1) for _ in range(2)])
+            [mlp(self.encoder.out_features + action_dim, hidden_sizes, 1)
+             for _ in range(n_critics)])
 
     def forward(self, obs: ObsTensors, action: torch.Tensor) -> torch.Tensor:
-        """``[Q₁(s, a), Q₂(s, a)]``, shape ``[2, B]``."""
+        """``[Q₁(s, a), Q₂(s, a)]``, shape ``[n_critics, B]``."""
         x = torch.cat([self.encoder(obs), action], dim=-1)
         return torch.stack([critic(x).squeeze(-1) for critic in self.critics])
+
+    def first(self, obs: ObsTensors, action: torch.Tensor) -> torch.Tensor:
+        """``Q₁(s, a)`` alone, ``[B]`` (TD3's actor loss)."""
+        return self.critics[0](torch.cat([self.encoder(obs), action], dim=-1)).squeeze(-1)  # type: ignore[no-any-return]
