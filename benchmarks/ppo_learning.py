@@ -51,12 +51,12 @@ from rltrain.trainer import build
 CONFIGS = {"cartpole": "ppo_cartpole", "lunarlander": "ppo_lunarlander",
            "pendulum": "ppo_pendulum", "acrobot": "ppo_acrobot",
            "halfcheetah": "ppo_halfcheetah", "hopper": "ppo_hopper",
-           "walker2d": "ppo_walker2d", "ant": "ppo_ant"}
+           "walker2d": "ppo_walker2d", "ant": "ppo_ant", "pendulum_gsde": "ppo_pendulum_gsde"}
 # MuJoCo's: RL-Zoo's published 1M-step returns (HalfCheetah 5,819, Hopper 2,410), so --full
 # reports the env steps and seconds to them.
 THRESHOLDS = {"ppo_cartpole": 475.0, "ppo_lunarlander": 200.0, "ppo_pendulum": -400.0,
               "ppo_acrobot": -100.0, "ppo_halfcheetah": 5819.0, "ppo_hopper": 2410.0,
-              "ppo_walker2d": 3000.0, "ppo_ant": 3000.0}
+              "ppo_walker2d": 3000.0, "ppo_ant": 3000.0, "ppo_pendulum_gsde": -200.0}
 
 
 def overrides(args: argparse.Namespace, seed: int, run_dir: str) -> list[str]:
@@ -130,6 +130,8 @@ def sb3_settings(config: Any) -> dict[str, Any]:
             "max_grad_norm": float(agent.get("max_grad_norm", 0.5)),
             "normalize_advantage": bool(agent.get("normalize_advantage", True)),
             "target_kl": agent.get("target_kl", None),
+            "use_sde": bool(agent.get("use_sde", False)),
+            "sde_sample_freq": int(agent.get("sde_sample_freq", -1)),
             "policy_kwargs": {"net_arch": {"pi": hidden, "vf": hidden},
                               "activation_fn": activation,
                               "ortho_init": bool(agent.get("ortho_init", True)),

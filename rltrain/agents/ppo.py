@@ -35,6 +35,7 @@ from rltrain.agents.nn.distributions import ActionHead
 from rltrain.agents.nn.encoders import check_observation_space, make_encoder
 from rltrain.agents.nn.normalize import RunningMeanStd
 from rltrain.agents.nn.observation_spaces import check_normalizable, encoder_check
+from rltrain.agents.nn.sde import StateDependentNoise
 from rltrain.agents.returns import gae
 from rltrain.buffers.observations import map_obs
 from rltrain.buffers.rollout import RolloutBatch, RolloutBuffer
@@ -82,6 +83,11 @@ class PPOConfig:
         shared_trunk: One trunk for the policy and value heads (else two networks). Default
             False.
         log_std_init: Initial log-std of the Gaussian for ``Box`` actions. Default 0.0.
+        use_sde: Explore with generalized state-dependent noise (gSDE,
+            :mod:`rltrain.agents.nn.sde`; SB3's ``use_sde``) instead of the state-independent
+            log-std; 1-D ``Box`` actions only. ``log_std_init`` starts its ``log σ``. Default False.
+        sde_sample_freq: Env steps between draws of gSDE's exploration matrices; -1 draws only
+            at each rollout's start (SB3's default). Default -1.
         ortho_init: Initialise the networks orthogonally (gains √2, 0.01 and 1, above); False
             keeps PyTorch's default initialisation (SB3's ``ortho_init=False``, RL-Zoo's MuJoCo
             presets). Default True.
@@ -115,6 +121,8 @@ class PPOConfig:
     activation: str = "tanh"
     shared_trunk: bool = False
     log_std_init: float = 0.0
+    use_sde: bool = False
+    sde_sample_freq: int = -1
     ortho_init: bool = True
     normalize_observations: bool = False
     normalize_rewards: bool = False
@@ -146,6 +154,9 @@ class PPOConfig:
              f"activation must be one of {sorted(ACTIVATIONS)}; got {self.activation!r}."),
             (self.clip_observations > 0 and self.clip_rewards > 0,
              "clip_observations and clip_rewards must be > 0."),
+            (self.sde_sample_freq == -1 or self.sde_sample_freq >= 1,
+             f"sde_sample_freq must be >= 1 env step, or -1 (draw at each rollout's start "
+             f"only); got {self.sde_sample_freq}."),
             (-LOG_STD_LIMIT <= self.log_std_init <= LOG_STD_LIMIT,
              f"log_std_init must be in [-{LOG_STD_LIMIT:g}, {LOG_STD_LIMIT:g}] (a standard "
              f"deviation of exp(log_std_init), from {math.exp(-LOG_STD_LIMIT):.1e} to "
@@ -224,6 +235,10 @@ class PPO(LearningAgent):
                                          gym.spaces.MultiBinary, gym.spaces.Box)):
             raise SpaceError(f"{type(self).__name__} needs a Discrete, MultiDiscrete, "
                              f"MultiBinary or Box action space; got {action_space}.")
+        if self.config.use_sde and not (isinstance(action_space, gym.spaces.Box)
+                                        and len(action_space.shape) == 1):
+            raise SpaceError(f"{type(self).__name__}'s gSDE (use_sde) explores 1-D Box action "
+                             f"spaces; got {action_space}. Set agent.use_sde=false.")
         if (isinstance(action_space, (gym.spaces.MultiDiscrete, gym.spaces.MultiBinary))
                 and len(action_space.shape) > 1):
             raise SpaceError(
@@ -236,9 +251,12 @@ class PPO(LearningAgent):
         c = self.config
         encoder = make_encoder(observation_space, normalize_images=c.normalize_images,
                                encoder=c.encoder)
-        self.net = ActorCritic(encoder, ActionHead(action_space, c.log_std_init),
-                               list(c.hidden_sizes), c.activation, c.shared_trunk,
-                               ortho_init=c.ortho_init)
+        head = ActionHead(action_space, c.log_std_init, state_independent_std=not c.use_sde)
+        latent = c.hidden_sizes[-1] if c.hidden_sizes else encoder.out_features
+        sde = (StateDependentNoise(latent, head.out_features, c.log_std_init, c.sde_sample_freq)
+               if c.use_sde else None)
+        self.net = ActorCritic(encoder, head, list(c.hidden_sizes), c.activation,
+                               c.shared_trunk, ortho_init=c.ortho_init, sde=sde)
         if c.normalize_observations:
             self.obs_rms = RunningMeanStd((encoder.out_features,))
         if c.normalize_rewards:
@@ -292,6 +310,8 @@ class PPO(LearningAgent):
             self.obs_rms.update(obs.flatten(0, 1).flatten(1), self.statistics)
             obs.copy_(normalized.reshape(obs.shape))
         self.set_schedules(rollout)
+        if self.net.sde is not None:  # the next rollout explores with new matrices
+            self.net.sde.new_rollout()
         self.log("explained_variance", explained_variance(values, advantages + values))
 
     def scaled_rewards(self, rollout: RolloutBuffer) -> torch.Tensor:

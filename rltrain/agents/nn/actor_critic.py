@@ -10,6 +10,7 @@ from torch import nn
 from rltrain.agents.nn.distributions import ActionDistribution, ActionHead
 from rltrain.agents.nn.encoders import Encoder, orthogonal
 from rltrain.agents.nn.networks import MLP, check_parameters_fit, linear_parameters
+from rltrain.agents.nn.sde import StateDependentNoise
 from rltrain.types import ObsTensors
 
 #: The trunks' activations by name (``PPOConfig.activation``).
@@ -44,7 +45,8 @@ class ActorCritic(nn.Module):
     layers (SB3's ``ortho_init=False``)."""
 
     def __init__(self, encoder: Encoder, head: ActionHead, hidden_sizes: list[int],
-                 activation: str, shared_trunk: bool, *, ortho_init: bool = True) -> None:
+                 activation: str, shared_trunk: bool, *, ortho_init: bool = True,
+                 sde: StateDependentNoise | None = None) -> None:
         super().__init__()
         hidden, act = list(hidden_sizes), ACTIVATIONS[activation]
         obs_dim = encoder.out_features
@@ -65,17 +67,26 @@ class ActorCritic(nn.Module):
                                                             gain(math.sqrt(2)))
         self.policy_out = layer(features, head.out_features, gain(0.01))
         self.value_out = layer(features, 1, gain(1.0))
+        self.sde = sde
 
     def forward(self, obs: ObsTensors) -> tuple[ActionDistribution, torch.Tensor]:
         """The action distribution and the value (``[B]``) of a batch of observations."""
         features = self.encoder(obs)
         hidden = self.actor(features)
         value_hidden = hidden if self.critic is self.actor else self.critic(features)
-        return self.head(self.policy_out(hidden)), self.value_out(value_hidden).squeeze(-1)
+        return self.policy_head(hidden), self.value_out(value_hidden).squeeze(-1)
 
     def distribution(self, obs: ObsTensors) -> ActionDistribution:
         """``π(·|s)`` alone."""
-        return self.head(self.policy_out(self.actor(self.encoder(obs))))  # type: ignore[no-any-return]
+        return self.policy_head(self.actor(self.encoder(obs)))
+
+    def policy_head(self, hidden: torch.Tensor) -> ActionDistribution:
+        """``π(·|s)`` from the actor trunk's features: the head's distribution, or gSDE's
+        over the detached features (SB3's ``learn_features=False``)."""
+        out = self.policy_out(hidden)
+        if self.sde is not None:
+            return self.sde.distribution(out, hidden.detach())
+        return self.head(out)  # type: ignore[no-any-return]
 
     def value(self, obs: ObsTensors) -> torch.Tensor:
         """``V(s)``, ``[B]``."""

@@ -134,9 +134,12 @@ class ActionHead(nn.Module):
     Args:
         space: ``Discrete``, ``MultiDiscrete``, ``MultiBinary`` or ``Box``.
         log_std_init: Initial log-std of a ``Box`` space's Gaussian. Default 0.
+        state_independent_std: Whether a ``Box`` space's Gaussian has a learned log-std of its
+            own (False where gSDE gives the spread: :mod:`rltrain.agents.nn.sde`). Default True.
     """
 
-    def __init__(self, space: gym.Space[Any], log_std_init: float = 0.0) -> None:
+    def __init__(self, space: gym.Space[Any], log_std_init: float = 0.0,
+                 state_independent_std: bool = True) -> None:
         super().__init__()
         self.kind = type(space).__name__
         self.shape = tuple(space.shape or ())
@@ -150,7 +153,7 @@ class ActionHead(nn.Module):
             self.out_features = int(np.prod(self.shape))
         else:
             raise TypeError(f"No action distribution for {type(space).__name__} spaces.")
-        if isinstance(space, gym.spaces.Box):
+        if isinstance(space, gym.spaces.Box) and state_independent_std:
             self.log_std = nn.Parameter(torch.full((self.out_features,), float(log_std_init)))
 
     def forward(self, out: torch.Tensor) -> ActionDistribution:

@@ -1,0 +1,99 @@
+"""Generalized state-dependent exploration (gSDE; Raffin et al. 2022, arXiv:2005.05719), as
+Stable-Baselines3's ``use_sde`` with its defaults (``full_std=True``, ``use_expln=False``,
+``learn_features=False``).
+
+The exploration noise is a function of the policy's last hidden features ``z(s)`` (detached):
+``ε(s) = z(s) θ`` with ``θ ~ N(0, σ²)`` a ``[latent, action]`` matrix per sub-env, drawn again
+only every ``sample_freq`` env steps (and at each rollout's start), so the noise is smooth in
+time and in the state. The action is ``μ(s) + ε(s)``; its distribution given ``s`` is Gaussian
+with variance ``Σ_j z_j(s)² σ_jk²`` (+1e-6), which gives the log-probability and entropy the
+loss uses. ``σ = exp(log_std)`` is learned; ``log_std`` starts at ``log_std_init``.
+"""
+
+# torch.distributions is untyped: its calls return Any here.
+# mypy: disable-error-code="no-untyped-call,no-any-return"
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch import nn
+from torch.distributions import Normal
+
+from rltrain.agents.nn.distributions import ActionDistribution
+
+#: Added to the variance of the actions' Gaussian (SB3's epsilon).
+VARIANCE_FLOOR = 1e-6
+
+
+class StateDependentNoise(nn.Module):
+    """gSDE's learned ``log_std`` ``[latent, action]`` and the exploration matrices of the
+    sub-envs (saved with the agent, so a resumed run explores on as the straight one).
+
+    Args:
+        latent_dim: Size of the features ``z(s)``.
+        action_dim: Action size.
+        log_std_init: The start of every ``log σ``.
+        sample_freq: Env steps between draws of new matrices; -1 draws only at each
+            rollout's start (:meth:`new_rollout`). Default -1.
+    """
+
+    matrices: torch.Tensor
+    steps: torch.Tensor
+
+    def __init__(self, latent_dim: int, action_dim: int, log_std_init: float,
+                 sample_freq: int = -1) -> None:
+        super().__init__()
+        self.log_std = nn.Parameter(torch.full((latent_dim, action_dim), float(log_std_init)))
+        self.sample_freq = sample_freq
+        self.register_buffer("matrices", torch.zeros(0, latent_dim, action_dim))
+        self.register_buffer("steps", torch.zeros((), dtype=torch.int64))
+
+    def new_rollout(self) -> None:
+        """Draw new matrices at the next env step (a rollout starts)."""
+        self.matrices = self.matrices[:0]
+        self.steps.zero_()
+
+    def noise(self, latent: torch.Tensor) -> torch.Tensor:
+        """``ε(s) = z(s) θ_i`` of each sub-env ``i`` (``latent`` ``[num_envs, latent]``),
+        drawing new matrices first when they are due."""
+        due = self.sample_freq > 0 and int(self.steps) % self.sample_freq == 0
+        if due or self.matrices.shape[0] != latent.shape[0]:
+            std = self.log_std.detach().exp()
+            self.matrices = torch.randn(latent.shape[0], *std.shape, device=std.device) * std
+        self.steps += 1
+        return torch.bmm(latent.unsqueeze(1), self.matrices).squeeze(1)
+
+    def distribution(self, mean: torch.Tensor, latent: torch.Tensor) -> StateDependentActions:
+        """The actions' distribution given the mean ``μ(s)`` and the features ``z(s)``."""
+        variance = latent.square() @ self.log_std.exp().square()
+        return StateDependentActions(mean, (variance + VARIANCE_FLOOR).sqrt(), latent, self)
+
+    def _load_from_state_dict(self, state_dict: dict[str, Any], prefix: str, *args: Any,
+                              **kwargs: Any) -> None:
+        saved = state_dict.get(prefix + "matrices")
+        if isinstance(saved, torch.Tensor) and saved.dim() == 3:  # as many as saved
+            self.matrices = self.matrices.new_zeros(saved.shape)
+        super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
+
+
+class StateDependentActions(ActionDistribution):
+    """Actions ``μ(s) + z(s) θ``: Gaussian given ``s`` (``std`` from gSDE's variance), sampled
+    through the exploration matrices."""
+
+    def __init__(self, mean: torch.Tensor, std: torch.Tensor, latent: torch.Tensor,
+                 noise: StateDependentNoise) -> None:
+        self.mean, self.latent, self.source = mean, latent, noise
+        self.dist = Normal(mean, std, validate_args=False)
+
+    def sample(self) -> torch.Tensor:
+        return self.mean + self.source.noise(self.latent)
+
+    def mode(self) -> torch.Tensor:
+        return self.mean
+
+    def log_prob(self, actions: torch.Tensor) -> torch.Tensor:
+        return self.dist.log_prob(actions.reshape(self.mean.shape)).sum(dim=-1)
+
+    def entropy(self) -> torch.Tensor:
+        return self.dist.entropy().sum(dim=-1)
