@@ -88,11 +88,11 @@ class TD3Config:
             (self.policy_delay >= 1,
              f"policy_delay must be >= 1 gradient step; got {self.policy_delay}."),
             (self.n_critics >= 1, f"n_critics must be >= 1; got {self.n_critics}."),
-            (self.exploration_noise >= 0 and self.target_policy_noise >= 0
-             and self.target_noise_clip >= 0,
-             "exploration_noise, target_policy_noise and target_noise_clip must be >= 0 "
-             "(fractions of the action half-range); got "
-             f"{self.exploration_noise}, {self.target_policy_noise}, {self.target_noise_clip}."),
+            *((value >= 0, f"{name} must be >= 0 (a fraction of the action half-range); "
+                           f"got {value}.")
+              for name, value in [("exploration_noise", self.exploration_noise),
+                                  ("target_policy_noise", self.target_policy_noise),
+                                  ("target_noise_clip", self.target_noise_clip)]),
             (all(h >= 1 for h in self.hidden_sizes),
              f"hidden_sizes must be positive widths; got {list(self.hidden_sizes)}."),
         ])

@@ -127,7 +127,7 @@ def _strategy_section(agent: str | None, strategy: str) -> Any:
     if agent is not None:
         named = lookup(AGENTS, agent, "agent")
         settings = named.cls(named.config()).default_strategy_settings()
-        if type(settings) is entry.config:
+        if type(settings) is entry.config and dataclasses.is_dataclass(settings):
             return entry.section(**{f.name: getattr(settings, f.name)
                                     for f in dataclasses.fields(settings) if f.init})
     return entry.section()

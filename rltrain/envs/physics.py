@@ -34,7 +34,7 @@ from rltrain.envs.make import _SubEnv  # its name is in pickled checkpoints: kep
 
 #: Wrapper classes whose state this module saves, by the attributes that hold it (ints, bools
 #: or None); a wrapper not named here keeps an env out of this path.
-WRAPPER_STATE: dict[type[gym.Wrapper[Any, Any, Any, Any]], tuple[str, ...]] = {
+WRAPPER_STATE: dict[type[gym.Env[Any, Any]], tuple[str, ...]] = {
     gym.wrappers.TimeLimit: ("_elapsed_steps",),
     gym.wrappers.OrderEnforcing: ("_has_reset",),
     gym.wrappers.PassiveEnvChecker: ("checked_reset", "checked_step", "checked_render",

@@ -15,9 +15,9 @@ from gymnasium.vector import SyncVectorEnv, VectorEnv
 
 from rltrain.agents.base import Policy
 from rltrain.buffers.observations import layout, map_obs, to_tensor
+from rltrain.envs import physics
 from rltrain.envs.checks import unpicklable_layer
 from rltrain.envs.make import call_vector_env, step_timeout_error
-from rltrain.envs import physics
 from rltrain.envs.pickling import env_classes, loads
 from rltrain.observe.events import EpisodeEnd
 from rltrain.runtime.watchdog import EnvCallHung

@@ -96,7 +96,7 @@ def test_ppo_with_gsde_has_no_state_independent_log_std_and_learns_sdes() -> Non
 
 
 def test_gsde_is_refused_for_discrete_actions_and_a_zero_sample_freq() -> None:
-    with pytest.raises(SpaceError, match="gSDE.*1-D Box.*use_sde=false"):
+    with pytest.raises(SpaceError, match=r"gSDE.*1-D Box.*use_sde=false"):
         PPO(PPOConfig(use_sde=True)).check_spaces(gym.spaces.Box(-1, 1, (4,)),
                                                   gym.spaces.Discrete(2))
     with pytest.raises(ValueError, match="sde_sample_freq must be >= 1 env step, or -1"):

@@ -171,8 +171,8 @@ def test_td3_refuses_an_unbounded_box() -> None:
 
 @pytest.mark.parametrize("bad, message", [
     (dict(tau=0.0), "tau must be in"), (dict(policy_delay=0), "policy_delay"),
-    (dict(n_critics=0), "n_critics"), (dict(exploration_noise=-0.1), "fractions of the action"),
-    (dict(target_noise_clip=-1.0), "fractions of the action"), (dict(lr=0.0), "lr must"),
+    (dict(n_critics=0), "n_critics"), (dict(exploration_noise=-0.1), "a fraction of the action"),
+    (dict(target_noise_clip=-1.0), "a fraction of the action"), (dict(lr=0.0), "lr must"),
     (dict(hidden_sizes=[0]), "hidden_sizes")])
 def test_td3_config_values_are_checked(bad: dict[str, Any], message: str) -> None:
     with pytest.raises(ValueError, match=message):

@@ -104,7 +104,7 @@ def test_an_altered_state_is_refused_by_name_and_nothing_is_changed(change: Any,
 def test_a_state_of_another_model_is_refused() -> None:
     saved = physics.state(stepped("HalfCheetah-v5", 10, actions_for("HalfCheetah-v5", 10)))
     hopper = stepped("Hopper-v5", 1, actions_for("Hopper-v5", 1))
-    with pytest.raises(ValueError, match="sub-env 0 .HopperEnv.*another model"):
+    with pytest.raises(ValueError, match=r"sub-env 0 .HopperEnv.*another model"):
         physics.restore(hopper, saved, 0)
 
 
