@@ -31,7 +31,7 @@ from typing_extensions import override
 
 from rltrain.agents.base import LearningAgent, Policy, SpaceError
 from rltrain.agents.nn.actor_critic import ACTIVATIONS, ActorCritic
-from rltrain.agents.nn.distributions import ActionHead
+from rltrain.agents.nn.distributions import LOG_STD_LIMIT, ActionHead
 from rltrain.agents.nn.encoders import check_observation_space, make_encoder
 from rltrain.agents.nn.normalize import RunningMeanStd
 from rltrain.agents.nn.observation_spaces import check_normalizable, encoder_check
@@ -44,10 +44,6 @@ from rltrain.config.registry import register_agent
 from rltrain.errors import require
 from rltrain.optim import Optimization, adam
 from rltrain.types import MetricValue, ObsTensors, PolicyState, PolicyStep
-
-#: ``log_std_init`` beyond ±this makes a standard deviation whose log-probabilities and
-#: ratios overflow float32 (the first update's loss is then NaN).
-LOG_STD_LIMIT = 20.0
 
 
 @dataclass

@@ -29,9 +29,11 @@ import torch
 from typing_extensions import override
 
 from rltrain.agents.base import LearningAgent, Policy, SpaceError, require_bounded
+from rltrain.agents.nn.distributions import LOG_STD_LIMIT
 from rltrain.agents.nn.encoders import Encoder, check_observation_space, make_encoder
 from rltrain.agents.nn.networks import SquashedGaussianActor, TwinQ, soft_update
 from rltrain.agents.nn.observation_spaces import encoder_check
+from rltrain.agents.nn.sde import StateDependentSquashedActor
 from rltrain.buffers.replay import ReplayBatch
 from rltrain.config.checks import check_typed_fields
 from rltrain.config.registry import register_agent
@@ -58,6 +60,12 @@ class SACConfig:
         policy_delay: Gradient steps per actor (and temperature) update, TD3's delayed
             updates; 1 updates every step. Default 1.
         target_update_interval: Gradient steps between target updates. Default 1.
+        use_sde: Explore with generalized state-dependent noise (gSDE; SB3's ``use_sde``):
+            ``tanh(μ(s) + z(s) θ)``, the mean clipped to ±2, one ``θ`` per sub-env for acting
+            and one per gradient step in training (:mod:`rltrain.agents.nn.sde`). Default False.
+        sde_sample_freq: Env steps between draws of the acting matrices; -1 draws after each
+            round of gradient steps, as SB3 draws at each collection's start. Default -1.
+        log_std_init: The start of gSDE's ``log σ`` (SB3's SAC default). Default -3.0.
         normalize_images: Scale image pixels to [0, 1] in the CNN encoders (``uint8`` by 255;
             SB3's ``normalize_images``); False feeds them as they are. Default True.
         encoder: How 3-D ``Box`` observations are encoded: ``"auto"`` (a CNN for images,
@@ -74,6 +82,9 @@ class SACConfig:
     target_entropy: float | None = None
     policy_delay: int = 1
     target_update_interval: int = 1
+    use_sde: bool = False
+    sde_sample_freq: int = -1
+    log_std_init: float = -3.0
     normalize_images: bool = True
     encoder: str = "auto"
 
@@ -88,6 +99,12 @@ class SACConfig:
             (self.alpha_init > 0, f"alpha_init must be > 0; got {self.alpha_init}."),
             (self.policy_delay >= 1 and self.target_update_interval >= 1,
              "policy_delay and target_update_interval must be >= 1 gradient step."),
+            (self.sde_sample_freq == -1 or self.sde_sample_freq >= 1,
+             f"sde_sample_freq must be >= 1 env step, or -1 (draw after each round of gradient "
+             f"steps); got {self.sde_sample_freq}."),
+            (-LOG_STD_LIMIT <= self.log_std_init <= LOG_STD_LIMIT,
+             f"log_std_init must be in [-{LOG_STD_LIMIT:g}, {LOG_STD_LIMIT:g}]; got "
+             f"{self.log_std_init}."),
             (all(h >= 1 for h in self.hidden_sizes),
              f"hidden_sizes must be positive widths; got {list(self.hidden_sizes)}."),
         ])
@@ -98,7 +115,7 @@ class SACPolicy(Policy):
     """Samples from the squashed Gaussian while collecting; ``tanh(mean)`` (rescaled) when
     ``deterministic``."""
 
-    def __init__(self, actor: SquashedGaussianActor) -> None:
+    def __init__(self, actor: SquashedGaussianActor | StateDependentSquashedActor) -> None:
         super().__init__()
         self.actor = actor
 
@@ -118,7 +135,7 @@ class SAC(LearningAgent):
         config: Hyperparameters. Default: :class:`SACConfig` ().
     """
 
-    actor: SquashedGaussianActor
+    actor: SquashedGaussianActor | StateDependentSquashedActor
     critic: TwinQ
     critic_target: TwinQ
     log_alpha: torch.nn.Parameter
@@ -151,8 +168,12 @@ class SAC(LearningAgent):
         action_dim = int(np.prod(action_space.shape))
         low, high = (torch.as_tensor(b, dtype=torch.float32).reshape(-1)
                      for b in (action_space.low, action_space.high))
-        self.actor = SquashedGaussianActor(self.encoder(observation_space), action_dim,
-                                           c.hidden_sizes, low, high)
+        self.actor = (
+            StateDependentSquashedActor(self.encoder(observation_space), action_dim,
+                                        c.hidden_sizes, low, high, c.log_std_init,
+                                        c.sde_sample_freq)
+            if c.use_sde else SquashedGaussianActor(self.encoder(observation_space),
+                                                    action_dim, c.hidden_sizes, low, high))
         self.critic = TwinQ(self.encoder(observation_space), action_dim, c.hidden_sizes)
         self.critic_target = copy.deepcopy(self.critic).requires_grad_(False)
         self.log_alpha = torch.nn.Parameter(torch.tensor(math.log(c.alpha_init)),
@@ -202,8 +223,11 @@ class SAC(LearningAgent):
         # draw: a batch split over several processes draws as the whole batch would.
         noise = torch.randn(batch.rewards.shape[0], 2, self.actor.scale.numel(),
                             device=self.device)
+        # gSDE: one θ for the batch, both draws (SB3's reset_noise() per gradient step)
+        theta = self.actor.sde.weights() if isinstance(
+            self.actor, StateDependentSquashedActor) else None
         with torch.no_grad():
-            next_action, next_log_prob = self.actor(next_obs, noise[:, 0])
+            next_action, next_log_prob = self.actor(next_obs, noise[:, 0], *self.matrix(theta))
             next_q = self.critic_target(next_obs, self.normalized(next_action)).min(dim=0).values
             # y = r + γ (1 - terminated) (min_i Q'_i(s', a') - α log π(a'|s'))
             target = batch.rewards + c.gamma * (1.0 - batch.terminated) * (
@@ -215,7 +239,7 @@ class SAC(LearningAgent):
                                            "q": q.detach().mean(), "alpha": alpha}
         done = optim.gradient_step - 1  # gradient steps before this one
         if done % c.policy_delay == 0:
-            action, log_prob = self.actor(obs, noise[:, 1])
+            action, log_prob = self.actor(obs, noise[:, 1], *self.matrix(theta, detach=False))
             q_pi = self.critic(obs, self.normalized(action)).min(dim=0).values
             actor_loss = (alpha * log_prob - q_pi).mean()  # E[α log π(ã|s) - min_i Q_i(s, ã)]
             optim.step("actor", actor_loss)
@@ -227,4 +251,13 @@ class SAC(LearningAgent):
                 metrics["alpha_loss"] = alpha_loss.detach()
         if done % c.target_update_interval == 0:
             soft_update(self.critic_target, self.critic, c.tau)
+        if isinstance(self.actor, StateDependentSquashedActor) and c.sde_sample_freq == -1:
+            self.actor.sde.new_rollout()
         return metrics
+
+    @staticmethod
+    def matrix(theta: torch.Tensor | None, detach: bool = True) -> tuple[torch.Tensor, ...]:
+        """The gSDE actor's extra argument (``θ``, detached for the target), or none."""
+        if theta is None:
+            return ()
+        return (theta.detach() if detach else theta,)

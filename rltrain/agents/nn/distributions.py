@@ -19,6 +19,10 @@ import torch
 from torch import nn
 from torch.distributions import Bernoulli, Categorical, Normal
 
+#: A ``log_std_init`` beyond ±this makes a standard deviation whose log-probabilities and
+#: ratios overflow float32 (the first update's loss is then NaN).
+LOG_STD_LIMIT = 20.0
+
 
 def rejected_parameters(owner: str, error: ValueError, settings: str) -> FloatingPointError:
     """The error to raise when a torch distribution's argument check refuses the parameters

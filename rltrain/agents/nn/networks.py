@@ -133,6 +133,17 @@ def soft_update(target: nn.Module, online: nn.Module, tau: float) -> None:
 LOG_STD_MIN, LOG_STD_MAX = -5.0, 2.0
 
 
+def squash(u: torch.Tensor, mean: torch.Tensor, std: torch.Tensor, scale: torch.Tensor,
+           bias: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """``a = tanh(u) * scale + bias`` for a draw ``u ~ N(mean, std)``, and ``log π(a)``
+    (``[B]``): the Gaussian's, less ``Σ log(1 - tanh(u)²)`` (written ``2 (log 2 - u -
+    softplus(-2u))``, finite where ``tanh(u)`` rounds to ±1) and ``Σ log scale``."""
+    log_prob = (-0.5 * ((u - mean) / std).square() - std.log()
+                - 0.5 * math.log(2 * math.pi)).sum(-1)
+    log_prob = log_prob - (2 * (math.log(2) - u - F.softplus(-2 * u))).sum(-1)
+    return torch.tanh(u) * scale + bias, log_prob - scale.log().sum()
+
+
 class SquashedGaussianActor(nn.Module):
     """``a = tanh(u) * scale + bias`` with ``u ~ N(μ(s), σ(s))``: a Gaussian policy squashed into
     a ``Box``'s bounds, the log-std bounded to ``[LOG_STD_MIN, LOG_STD_MAX]`` by a tanh.
@@ -172,10 +183,7 @@ class SquashedGaussianActor(nn.Module):
         ``noise``: the standard normal draws ``[B, action_dim]`` (default: drawn here)."""
         mean, std = self.distribution(obs)
         u = mean + std * (torch.randn_like(mean) if noise is None else noise)
-        log_prob = (-0.5 * ((u - mean) / std).square() - std.log()
-                    - 0.5 * math.log(2 * math.pi)).sum(-1)
-        log_prob = log_prob - (2 * (math.log(2) - u - F.softplus(-2 * u))).sum(-1)
-        return torch.tanh(u) * self.scale + self.bias, log_prob - self.scale.log().sum()
+        return squash(u, mean, std, self.scale, self.bias)
 
     def mode(self, obs: ObsTensors) -> torch.Tensor:
         """The deterministic action ``tanh(μ(s)) * scale + bias``."""

@@ -14,6 +14,7 @@ loss uses. ``σ = exp(log_std)`` is learned; ``log_std`` starts at ``log_std_ini
 # mypy: disable-error-code="no-untyped-call,no-any-return"
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import torch
@@ -21,6 +22,9 @@ from torch import nn
 from torch.distributions import Normal
 
 from rltrain.agents.nn.distributions import ActionDistribution
+from rltrain.agents.nn.encoders import Encoder
+from rltrain.agents.nn.networks import MLP, as_encoder, check_mlp_fits, squash
+from rltrain.types import ObsTensors
 
 #: Added to the variance of the actions' Gaussian (SB3's epsilon).
 VARIANCE_FLOOR = 1e-6
@@ -49,6 +53,12 @@ class StateDependentNoise(nn.Module):
         self.register_buffer("matrices", torch.zeros(0, latent_dim, action_dim))
         self.register_buffer("steps", torch.zeros((), dtype=torch.int64))
 
+    def weights(self) -> torch.Tensor:
+        """One matrix ``θ ~ N(0, σ²)`` ``[latent, action]``, reparameterised (its gradient
+        reaches ``log_std``), for a batch of training samples."""
+        std = self.log_std.exp()
+        return std * torch.randn_like(std)
+
     def new_rollout(self) -> None:
         """Draw new matrices at the next env step (a rollout starts)."""
         self.matrices = self.matrices[:0]
@@ -64,10 +74,13 @@ class StateDependentNoise(nn.Module):
         self.steps += 1
         return torch.bmm(latent.unsqueeze(1), self.matrices).squeeze(1)
 
+    def std(self, latent: torch.Tensor) -> torch.Tensor:
+        """The actions' standard deviation given the features: ``sqrt(z² σ² + 1e-6)``."""
+        return (latent.square() @ self.log_std.exp().square() + VARIANCE_FLOOR).sqrt()
+
     def distribution(self, mean: torch.Tensor, latent: torch.Tensor) -> StateDependentActions:
         """The actions' distribution given the mean ``μ(s)`` and the features ``z(s)``."""
-        variance = latent.square() @ self.log_std.exp().square()
-        return StateDependentActions(mean, (variance + VARIANCE_FLOOR).sqrt(), latent, self)
+        return StateDependentActions(mean, self.std(latent), latent, self)
 
     def _load_from_state_dict(self, state_dict: dict[str, Any], prefix: str, *args: Any,
                               **kwargs: Any) -> None:
@@ -97,3 +110,62 @@ class StateDependentActions(ActionDistribution):
 
     def entropy(self) -> torch.Tensor:
         return self.dist.entropy().sum(dim=-1)
+
+
+class StateDependentSquashedActor(nn.Module):
+    """SAC's actor with gSDE: ``a = tanh(μ(s) + z(s) θ) * scale + bias`` (SB3's SAC with
+    ``use_sde``): the features ``z(s)`` of a ReLU trunk, the mean clipped to
+    ``±clip_mean``, the same interface as
+    :class:`~rltrain.agents.nn.networks.SquashedGaussianActor`.
+
+    Args:
+        obs: The observation encoder, or a flat observation size.
+        action_dim: Action size.
+        hidden_sizes: Hidden widths (ReLU); the last is the size of ``z(s)``.
+        low: The action space's lower bounds (finite).
+        high: Its upper bounds.
+        log_std_init: The start of gSDE's ``log σ``.
+        sample_freq: Env steps between draws of the acting matrices (-1: at each
+            :meth:`StateDependentNoise.new_rollout`).
+        clip_mean: Bound of ``μ(s)`` before the squash (SB3's ``clip_mean``). Default 2.
+    """
+
+    scale: torch.Tensor
+    bias: torch.Tensor
+
+    def __init__(self, obs: int | Encoder, action_dim: int, hidden_sizes: Sequence[int],
+                 low: torch.Tensor, high: torch.Tensor, log_std_init: float, sample_freq: int,
+                 clip_mean: float = 2.0) -> None:
+        super().__init__()
+        self.encoder = as_encoder(obs)
+        width = self.encoder.out_features
+        check_mlp_fits(width, hidden_sizes, action_dim)
+        layers: list[nn.Module] = []
+        for size in hidden_sizes:
+            layers += [nn.Linear(width, size), nn.ReLU()]
+            width = size
+        self.trunk = MLP(*layers)
+        self.mu = nn.Linear(width, action_dim)
+        self.sde = StateDependentNoise(width, action_dim, log_std_init, sample_freq)
+        self.clip_mean = clip_mean
+        self.register_buffer("scale", (high - low) / 2)
+        self.register_buffer("bias", (high + low) / 2)
+
+    def features(self, obs: ObsTensors) -> tuple[torch.Tensor, torch.Tensor]:
+        """The clipped mean ``μ(s)`` and the detached features ``z(s)``."""
+        latent = self.trunk(self.encoder(obs))
+        return self.mu(latent).clamp(-self.clip_mean, self.clip_mean), latent.detach()
+
+    def forward(self, obs: ObsTensors, noise: torch.Tensor | None = None,
+                matrix: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+        """A sample in the env's bounds and its log-probability ``[B]``: with ``matrix``
+        (one ``θ`` for the whole batch, :meth:`StateDependentNoise.weights`) in training,
+        else with the sub-envs' acting matrices. ``noise`` is not used (the squashed
+        Gaussian's per-sample draws; gSDE's come from ``θ``)."""
+        mean, latent = self.features(obs)
+        offset = latent @ matrix if matrix is not None else self.sde.noise(latent)
+        return squash(mean + offset, mean, self.sde.std(latent), self.scale, self.bias)
+
+    def mode(self, obs: ObsTensors) -> torch.Tensor:
+        """The deterministic action ``tanh(μ(s)) * scale + bias``."""
+        return torch.tanh(self.features(obs)[0]) * self.scale + self.bias

@@ -1,6 +1,6 @@
-"""gSDE (generalized state-dependent exploration) in PPO: the distribution's variance from the
-features, noise that is a fixed linear function of the features between draws, draws every
-``sde_sample_freq`` env steps and at each rollout's start, refusals, and exact resume."""
+"""gSDE (generalized state-dependent exploration) in PPO and SAC: the distribution's variance
+from the features, noise that is a fixed linear function of the features between draws, draws
+every ``sde_sample_freq`` env steps and at each rollout's start, refusals, and exact resume."""
 
 from __future__ import annotations
 
@@ -11,12 +11,30 @@ import gymnasium as gym
 import pytest
 import torch
 from conftest import QUIET, assert_same_tensors, env_snapshot, straight_and_resumed
-from torch.distributions import Normal
+from torch.distributions import (
+    AffineTransform,
+    Independent,
+    Normal,
+    TanhTransform,
+    TransformedDistribution,
+)
 
-from rltrain import PPO, OnPolicyConfig, OnPolicyStrategy, PPOConfig, Trainer
+from rltrain import (
+    PPO,
+    SAC,
+    OffPolicyConfig,
+    OffPolicyStrategy,
+    OnPolicyConfig,
+    OnPolicyStrategy,
+    PPOConfig,
+    SACConfig,
+    Trainer,
+)
 from rltrain.agents.base import SpaceError
-from rltrain.agents.nn.sde import VARIANCE_FLOOR, StateDependentNoise
+from rltrain.agents.nn.sde import VARIANCE_FLOOR, StateDependentNoise, StateDependentSquashedActor
+from rltrain.buffers import ReplayBatch
 from rltrain.checkpoint import Checkpointer
+from rltrain.optim import Optimization
 from rltrain.types import Progress
 
 PENDULUM = "Pendulum-v1"
@@ -90,7 +108,7 @@ def test_ppo_with_gsde_has_no_state_independent_log_std_and_learns_sdes() -> Non
     agent = built(use_sde=True, hidden_sizes=[16, 8], log_std_init=-2.0)
     assert agent.net.sde is not None and agent.net.sde.log_std.shape == (8, 1)
     assert not hasattr(agent.net.head, "log_std")
-    assert float(agent.net.sde.log_std.mean()) == -2.0
+    assert float(agent.net.sde.log_std.detach().mean()) == -2.0
     names = {name for name, _ in agent.named_parameters()}
     assert "net.sde.log_std" in names
 
@@ -126,6 +144,83 @@ def test_a_gsde_run_stopped_mid_rollout_resumes_bit_for_bit(runs: tuple[Path, Pa
     b = Checkpointer.load(split / "checkpoints" / "last.pt")
     half = Checkpointer.load(split / "checkpoints" / "checkpoint-210.pt")
     assert half["agent"]["net.sde.matrices"].shape == (2, 16, 1)  # saved mid-rollout
+    if part == "runner":
+        assert env_snapshot(a["runner"].pop("envs")) == env_snapshot(b["runner"].pop("envs"))
+    assert_same_tensors(a[part], b[part], part)
+
+
+# ------------------------------------------------------------------ SAC
+
+
+def sac(**config: Any) -> SAC:
+    agent = SAC(SACConfig(use_sde=True, **config))
+    env = gym.make(PENDULUM)
+    agent.setup(observation_space=env.observation_space, action_space=env.action_space,
+                device=torch.device("cpu"), progress=Progress())
+    return agent
+
+
+def test_sacs_gsde_actor_is_the_squashed_gaussian_of_gsdes_std_at_the_matrixs_draw() -> None:
+    torch.manual_seed(5)
+    agent = sac(hidden_sizes=[16, 8], log_std_init=-1.0)
+    actor = agent.actor
+    assert isinstance(actor, StateDependentSquashedActor)
+    obs = torch.randn(64, 3) * 3
+    theta = actor.sde.weights()
+    action, log_prob = actor(obs, matrix=theta)
+    mean, latent = actor.features(obs)
+    assert (mean.abs() <= 2).all()  # SB3's clip_mean
+    u = mean + latent @ theta
+    torch.testing.assert_close(action, torch.tanh(u) * actor.scale + actor.bias)
+    reference = TransformedDistribution(
+        Independent(Normal(mean, actor.sde.std(latent)), 1),
+        [TanhTransform(), AffineTransform(actor.bias, actor.scale)])
+    inside = ((action - actor.bias).abs() < actor.scale * (1 - 1e-5)).all(dim=1)
+    torch.testing.assert_close(log_prob[inside], reference.log_prob(action)[inside],
+                               atol=2e-4, rtol=1e-4)
+    (-log_prob.mean()).backward()  # θ is reparameterised: log σ learns through the draw too
+    assert actor.sde.log_std.grad is not None and actor.sde.log_std.grad.abs().sum() > 0
+
+
+def test_sac_draws_new_acting_matrices_after_each_round_of_gradient_steps() -> None:
+    agent = sac(hidden_sizes=[8])
+    actor = agent.actor
+    assert isinstance(actor, StateDependentSquashedActor)
+    policy, obs = agent.policy(torch.device("cpu")), torch.randn(2, 3)
+    with torch.inference_mode():
+        first = policy.act(obs, None, False).action
+        assert torch.equal(policy.act(obs, None, False).action, first)  # same θ, same s
+    optim = Optimization(agent.configure_optimizers(), progress=agent.progress)
+    batch = ReplayBatch(torch.randn(8, 3), torch.zeros(8, 1), torch.randn(8),
+                        torch.randn(8, 3), torch.zeros(8), torch.zeros(8))
+    optim.training_step(agent, batch)
+    with torch.inference_mode():
+        assert not torch.equal(policy.act(obs, None, False).action, first)
+        assert torch.equal(policy.act(obs, None, True).action, actor.mode(obs))
+
+
+def sac_fit(run_dir: Path, num_steps: int, ckpt_path: str | None = None) -> None:
+    strategy = OffPolicyStrategy(OffPolicyConfig(batch_size=32, warmup_steps=50,
+                                                 train_interval=4, train_steps=4,
+                                                 buffer_size=2_000, seed=3))
+    Trainer(num_steps=num_steps, strategy=strategy, run_dir=run_dir, eval_interval=None,
+            **QUIET).fit(PENDULUM, SAC(SACConfig(use_sde=True, sde_sample_freq=3,
+                                                 hidden_sizes=[16])), ckpt_path=ckpt_path)
+
+
+@pytest.fixture(scope="module")
+def sac_runs(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    return straight_and_resumed(sac_fit, tmp_path_factory, 302)  # 151: between rounds
+
+
+@pytest.mark.parametrize("part", ["agent", "optimization", "buffer", "runner", "random",
+                                  "progress"])
+def test_a_sac_gsde_run_stopped_and_resumed_equals_the_straight_run_bit_for_bit(
+        sac_runs: tuple[Path, Path], part: str) -> None:
+    straight, split = sac_runs
+    a = Checkpointer.load(straight / "checkpoints" / "last.pt")
+    b = Checkpointer.load(split / "checkpoints" / "last.pt")
+    assert a["agent"]["actor.sde.matrices"].shape == (1, 16, 1)
     if part == "runner":
         assert env_snapshot(a["runner"].pop("envs")) == env_snapshot(b["runner"].pop("envs"))
     assert_same_tensors(a[part], b[part], part)
