@@ -12,7 +12,8 @@ gives their median (min-max).
 
 The arithmetic's share: rltrain's ``training_step`` timed alone on a batch of the preset's size
 with HalfCheetah's shapes (``--calls`` calls after a warm-up), times the run's gradient steps,
-over the run's wall time. What is left is the env (MuJoCo's step), acting, storing and the framework.
+over the run's wall time. What is left is the env (MuJoCo's step), acting, storing and the
+framework.
 
     python -m benchmarks.mujoco_speed [--agents sac td3 ppo] [--steps 4000] [--repeats 3]
 

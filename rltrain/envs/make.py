@@ -23,6 +23,7 @@ from gymnasium.vector.async_vector_env import AsyncState
 
 from rltrain.config.targets import MODULE_NAME, TRUSTED, Trust, import_modules, locate
 from rltrain.envs.errors import EnvError, EnvStepTimeout, SubEnvError
+from rltrain.envs.mujoco_log import route_mujoco_warnings
 from rltrain.runtime.watchdog import EnvCallHung, call_within, end_processes
 
 Vectorization = Literal["sync", "async"]
@@ -64,6 +65,7 @@ class EnvSpec:
 
     def __call__(self) -> gym.Env[Any, Any]:
         import_modules(self.imports)
+        route_mujoco_warnings(self.id)
         env: gym.Env[Any, Any]
         if self.target is not None:
             env = locate(self.target)(**dict(self.kwargs))

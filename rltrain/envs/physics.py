@@ -31,6 +31,7 @@ import torch
 
 from rltrain.envs.checks import layers
 from rltrain.envs.make import _SubEnv  # its name is in pickled checkpoints: kept
+from rltrain.envs.mujoco_log import MUJOCO_ENVS
 
 #: Wrapper classes whose state this module saves, by the attributes that hold it (ints, bools
 #: or None); a wrapper not named here keeps an env out of this path.
@@ -46,8 +47,6 @@ WRAPPER_STATE: dict[type[gym.Env[Any, Any]], tuple[str, ...]] = {
     _SubEnv: (),
 }
 
-#: The module whose MuJoCo envs keep all their episode state in ``mjData``.
-MUJOCO_ENVS = "gymnasium.envs.mujoco."
 
 
 def _mujoco() -> Any:
@@ -60,7 +59,7 @@ def restorable(env: gym.Env[Any, Any]) -> bool:
     """Whether a state saved by :func:`state` can be put back into ``env``: one of
     Gymnasium's MuJoCo envs in wrappers of :data:`WRAPPER_STATE` only."""
     inner = env.unwrapped
-    return (type(inner).__module__.startswith(MUJOCO_ENVS) and hasattr(inner, "data")
+    return (type(inner).__module__.startswith(MUJOCO_ENVS + ".") and hasattr(inner, "data")
             and all(type(layer) in WRAPPER_STATE for layer in layers(env) if layer is not inner))
 
 
