@@ -22,11 +22,13 @@ from rltrain import (
     DQN,
     PPO,
     SAC,
+    TD3,
     DQNConfig,
     OnPolicyConfig,
     OnPolicyStrategy,
     PPOConfig,
     SACConfig,
+    TD3Config,
     Trainer,
 )
 from rltrain.agents.nn.normalize import RunningMeanStd
@@ -103,7 +105,7 @@ def one_update(agent: Any, batch: Any, context: DistributedContext, *,
 
 
 def case_updates(context: DistributedContext, out: Path) -> dict[str, Any]:
-    """World 2 x batch B/2 against world 1 x batch B, for DQN, PPO and SAC; the gradients each
+    """World 2 x batch B/2 against world 1 x batch B, for DQN, PPO, SAC and TD3; the gradients each
     rank stepped with; and a non-finite loss on one rank only."""
     found: dict[str, Any] = {}
     rank = context.rank
@@ -112,13 +114,16 @@ def case_updates(context: DistributedContext, out: Path) -> dict[str, Any]:
                                ("ppo", lambda: PPO(PPOConfig(hidden_sizes=[32, 32])),
                                 "CartPole-v1"),
                                ("sac", lambda: SAC(SACConfig(hidden_sizes=[32, 32])),
+                                "Pendulum-v1"),
+                               ("td3", lambda: TD3(TD3Config(hidden_sizes=[32, 32])),
                                 "Pendulum-v1")):
         generator = torch.Generator().manual_seed(123)  # the same whole batch everywhere
         reference_agent = built(make(), env_id)
         batch = (ppo_batch(reference_agent, generator) if name == "ppo"
                  else dqn_batch(generator) if name == "dqn" else sac_batch(generator))
-        # SAC draws 2 normals per sample (B/2 x 2 x 1 per rank): rank 1 starts after rank 0's.
-        skip = rank * (B // 2) * 2 if name == "sac" else 0
+        # SAC draws 2 normals per sample (B/2 x 2 x 1 per rank), TD3 one (its smoothing
+        # noise): rank 1 starts after rank 0's.
+        skip = rank * (B // 2) * {"sac": 2, "td3": 1}.get(name, 0)
         reference, reference_grads = one_update(reference_agent, batch, SINGLE, seed=7)
         split, grads = one_update(built(make(), env_id), half(batch, rank), context, seed=7,
                                   skip=skip)

@@ -81,16 +81,16 @@ def cli_runs(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, list[dict[
     return out, launch("cli", out, *f"{straight} --then {first} --then {resumed}".split())
 
 
-@pytest.mark.parametrize("agent", ["dqn", "ppo", "sac"])
+@pytest.mark.parametrize("agent", ["dqn", "ppo", "sac", "td3"])
 def test_every_rank_steps_with_the_same_averaged_gradients(updates: list[dict[str, Any]],
                                                            agent: str) -> None:
     rank0, rank1 = updates[0][agent], updates[1][agent]
-    assert rank0["optimizers"] == rank1["optimizers"] == {"sac": 3}.get(agent, 1)
+    assert rank0["optimizers"] == rank1["optimizers"] == {"sac": 3, "td3": 2}.get(agent, 1)
     assert rank0["grads"] == rank1["grads"]  # exactly: one all-reduce, the same on both
     assert rank0["weights"] == rank1["weights"]
 
 
-@pytest.mark.parametrize("agent", ["dqn", "ppo", "sac"])
+@pytest.mark.parametrize("agent", ["dqn", "ppo", "sac", "td3"])
 def test_two_ranks_on_half_batches_update_as_one_process_on_the_whole_batch(
         updates: list[dict[str, Any]], agent: str) -> None:
     for found in updates:
