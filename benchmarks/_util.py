@@ -129,10 +129,13 @@ def require_sb3(script: str, instead: str = "") -> None:
             "see pyproject.toml)" + (f"; or {instead}" if instead else "")) from None
 
 
-def sb3_curve(evaluate: Callable[[], float], interval: int, label: str) -> Any:
-    """A Stable-Baselines3 callback that calls ``evaluate`` every ``interval`` env steps (in
-    its ``_on_step``, after the env step and before a training round due at the same step) and
-    records ``points`` (env steps, mean return) and ``seconds`` from the start of ``learn``."""
+def sb3_curve(evaluate: Callable[[], float], interval: int, label: str,
+              stop_at: float | None = None) -> Any:
+    """A Stable-Baselines3 callback that calls ``evaluate`` every ``interval`` env steps (at
+    the first vector step reaching each multiple of it, in its ``_on_step``, after the env step
+    and before a training round due at the same step) and records ``points`` (env steps, mean
+    return) and ``seconds`` from the start of ``learn``; with ``stop_at``, training ends at
+    the first evaluation reaching it."""
     from stable_baselines3.common.callbacks import BaseCallback
 
     class SB3Curve(BaseCallback):
@@ -146,11 +149,14 @@ def sb3_curve(evaluate: Callable[[], float], interval: int, label: str) -> Any:
             self.start = time.perf_counter()
 
         def _on_step(self) -> bool:
-            if self.num_timesteps % interval == 0:
+            # at the first env step at or past each multiple of interval (several sub-envs
+            # step num_envs env steps at a time)
+            if self.num_timesteps // interval > len(self.points):
                 self.points.append((self.num_timesteps, evaluate()))
                 self.seconds[self.num_timesteps] = time.perf_counter() - self.start
                 print(f"{label}: {self.num_timesteps:,} env steps, mean evaluation return "
                       f"{self.points[-1][1]:.1f}", flush=True)
+                return stop_at is None or self.points[-1][1] < stop_at
             return True
 
     return SB3Curve()

@@ -15,9 +15,12 @@ return). Everything but checkpoints and summary.json is off; one torch thread.
 from the same config (n_envs, n_steps, batch_size, n_epochs, linear learning-rate and clip-range
 schedules, gamma, GAE lambda, coefficients, gradient clip, 64x64 tanh networks with orthogonal
 init, ``VecNormalize`` for the observation and reward normalisation; Adam eps 1e-5 is SB3's
-default) and the same evaluation (``EvalCallback``, deterministic, every ``eval_interval`` env
-steps, same episodes, same seeds). Extra ``key=value`` overrides apply to the rltrain runs, and
-through the translation to SB3's too.
+default) and the same evaluation: every ``eval_interval`` env steps,
+``model.predict(deterministic=True)`` on raw observations (normalised by the run's
+``VecNormalize`` statistics where it has them), on the episodes rltrain's evaluations start from
+(episode i reset with rltrain's evaluation seed + i, as its Evaluator resets sub-env i).
+Extra ``key=value`` overrides apply to the rltrain runs, and through the translation to SB3's
+too.
 
     python -m benchmarks.ppo_learning --env cartpole [--seeds 0 1 2] [--sb3] [--full] \
         [--steps N] [--threshold R] [--jobs 1] [key=value ...]
@@ -42,10 +45,13 @@ from benchmarks._util import (
     report_seeds,
     require_sb3,
     run_seeds,
+    sb3_curve,
+    sb3_evaluator,
     table,
 )
 from rltrain.config.schema import compose
 from rltrain.observe import EvaluationEnd, Metrics, Subscriber
+from rltrain.runtime.seeding import derive_seeds
 from rltrain.trainer import build
 
 CONFIGS = {"cartpole": "ppo_cartpole", "lunarlander": "ppo_lunarlander",
@@ -142,8 +148,8 @@ def sb3_settings(config: Any) -> dict[str, Any]:
 
 def run_sb3(args: argparse.Namespace, run_root: str, seed: int) -> dict[str, Any]:
     """Train one seed with Stable-Baselines3's PPO on the same settings."""
+    import gymnasium as gym
     from stable_baselines3 import PPO
-    from stable_baselines3.common.callbacks import BaseCallback, EvalCallback
     from stable_baselines3.common.env_util import make_vec_env
     from stable_baselines3.common.vec_env import VecNormalize
 
@@ -153,38 +159,33 @@ def run_sb3(args: argparse.Namespace, run_root: str, seed: int) -> dict[str, Any
     env_id, num_steps = config.env.id, int(config.trainer.num_steps)
     eval_interval = int(config.trainer.eval_interval)
     envs = make_vec_env(env_id, n_envs=settings["n_envs"], seed=seed)
-    eval_env = make_vec_env(env_id, n_envs=1, seed=seed + 1_000_003)
     if settings["normalize_obs"] or settings["normalize_reward"]:
         envs = VecNormalize(envs, norm_obs=settings["normalize_obs"],
                             norm_reward=settings["normalize_reward"],
                             clip_obs=settings["clip_obs"], clip_reward=settings["clip_reward"],
                             gamma=settings["ppo"]["gamma"])
-        eval_env = VecNormalize(eval_env, training=False, norm_obs=settings["normalize_obs"],
-                                norm_reward=False, clip_obs=settings["clip_obs"])
     model = PPO("MlpPolicy", envs, seed=seed, device="cpu", verbose=0, **settings["ppo"])
-    label = f"sb3 seed {seed}"
-    curve: list[tuple[int, float]] = []
-    seconds_at: dict[int, float] = {}
-    start = time.perf_counter()
 
-    class Record(BaseCallback):
-        def _on_step(self) -> bool:
-            parent: Any = self.parent
-            curve.append((self.num_timesteps, float(parent.last_mean_reward)))
-            seconds_at[self.num_timesteps] = time.perf_counter() - start
-            print(f"{label}: {self.num_timesteps:,} env steps, mean evaluation return "
-                  f"{curve[-1][1]:.1f}", flush=True)
-            return bool(args.full or curve[-1][1] < args.threshold)  # stop once reached
+    class Normalized:  # predict on raw observations, normalised as training normalises them
+        @staticmethod
+        def predict(obs: Any, deterministic: bool) -> Any:
+            if isinstance(envs, VecNormalize):
+                obs = envs.normalize_obs(obs)
+            return model.predict(obs, deterministic=deterministic)
 
-    callback = EvalCallback(eval_env, n_eval_episodes=args.eval_episodes,
-                            eval_freq=max(1, eval_interval // settings["n_envs"]),
-                            deterministic=True, verbose=0, callback_after_eval=Record())
+    # rltrain's evaluation start states (its evaluation seed + episode), so both libraries are
+    # scored on the same episodes
+    evaluate = sb3_evaluator(Normalized(), gym.make(env_id), derive_seeds(seed).evaluation,
+                             args.eval_episodes)
+    callback = sb3_curve(evaluate, eval_interval, f"sb3 seed {seed}",
+                         stop_at=None if args.full else args.threshold)
     start = time.perf_counter()
     model.learn(total_timesteps=num_steps, callback=callback)
     wall_time = time.perf_counter() - start
+    curve = callback.points
     reached = first_reaching(curve, args.threshold)
     return {"library": "sb3", "seed": seed, "curve": curve, "threshold_env_steps": reached,
-            "threshold_seconds": None if reached is None else seconds_at[reached],
+            "threshold_seconds": None if reached is None else callback.seconds[reached],
             "best_eval_return": max((v for _, v in curve), default=None),
             "final_eval_return": curve[-1][1] if curve else None,
             "env_steps": model.num_timesteps, "gradient_steps": None,
