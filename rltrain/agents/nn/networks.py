@@ -30,7 +30,8 @@ class MLP(nn.Sequential):
     function itself (``F.linear`` on the layer's weight and bias, the activation's
     ``forward``) rather than each layer's ``__call__``.
 
-    Same parameters, state-dict keys and results as ``nn.Sequential``. ``Module.__call__``
+    A ReLU after a linear layer runs in place on that layer's output (one allocation fewer per
+    layer). Same parameters, state-dict keys and results as ``nn.Sequential``. ``Module.__call__``
     has a fixed cost per layer, which at the batch of one an agent acts on is a large share of
     a small MLP's forward pass (``docs/benchmarks.md``, "Figures behind implementation
     choices"). Hooks registered on the inner layers therefore do not run; register them on the
@@ -38,9 +39,15 @@ class MLP(nn.Sequential):
     """
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        fresh = False  # whether x is a linear layer's output, this call's own tensor
         for layer in self._modules.values():
-            x = (F.linear(x, layer.weight, layer.bias) if type(layer) is nn.Linear
-                 else layer.forward(x))
+            kind = type(layer)
+            if isinstance(layer, nn.Linear) and kind is nn.Linear:
+                x, fresh = F.linear(x, layer.weight, layer.bias), True
+            elif kind is nn.ReLU and fresh:  # in place: a linear's backward needs its input only
+                x = torch.relu_(x)
+            else:
+                x, fresh = layer.forward(x), False
         return x
 
 
@@ -122,11 +129,15 @@ class QNetwork(nn.Module):
 def soft_update(target: nn.Module, online: nn.Module, tau: float) -> None:
     """Polyak-average ``online``'s parameters into ``target``'s: ``θ' ← τθ + (1-τ)θ'``;
     ``tau >= 1`` copies them exactly (a hard update)."""
-    for target_param, param in zip(target.parameters(), online.parameters(), strict=True):
-        if tau >= 1.0:
-            target_param.copy_(param)
-        else:
-            target_param.lerp_(param, tau)
+    targets: list[torch.Tensor] = list(target.parameters())
+    params: list[torch.Tensor] = list(online.parameters())
+    if len(targets) != len(params):
+        raise ValueError(f"soft_update: the target has {len(targets)} parameters, the online "
+                         f"network {len(params)}.")
+    if tau >= 1.0:
+        torch._foreach_copy_(targets, params)
+    else:  # one call for every parameter (a loop of lerp_ costs a call each)
+        torch._foreach_lerp_(targets, params, tau)
 
 
 #: Bounds of a squashed Gaussian's log-std (CleanRL's and SpinningUp's).
