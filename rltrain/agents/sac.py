@@ -24,13 +24,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import gymnasium as gym
-import numpy as np
 import torch
 from typing_extensions import override
 
-from rltrain.agents.base import LearningAgent, Policy, SpaceError, require_bounded
+from rltrain.agents.base import LearningAgent, Policy
+from rltrain.agents.continuous import box_bounds, check_continuous_spaces, sb3_schedule
 from rltrain.agents.nn.distributions import LOG_STD_LIMIT
-from rltrain.agents.nn.encoders import Encoder, check_observation_space, make_encoder
+from rltrain.agents.nn.encoders import Encoder, make_encoder
 from rltrain.agents.nn.networks import SquashedGaussianActor, TwinQ, soft_update
 from rltrain.agents.nn.observation_spaces import encoder_check
 from rltrain.agents.nn.sde import StateDependentSquashedActor
@@ -146,28 +146,17 @@ class SAC(LearningAgent):
 
     @override
     def default_strategy_settings(self) -> OffPolicyConfig:
-        # SB3's SAC schedule: one gradient step per env step on batches of 256, after 100
-        # random steps, from a buffer of a million transitions.
-        return OffPolicyConfig(batch_size=256, warmup_steps=100, train_interval=1,
-                               train_steps=1, buffer_size=1_000_000)
+        return sb3_schedule()
 
     @override
     def check_spaces(self, observation_space: gym.Space[Any], action_space: gym.Space[Any]) -> None:
-        if not isinstance(action_space, gym.spaces.Box):
-            raise SpaceError(
-                f"{type(self).__name__} needs a continuous (Box) action space; got "
-                f"{action_space}. Use DQN or PPO for discrete actions.")
-        require_bounded(type(self).__name__, action_space,
-                        "squashes its actions into the action space's bounds")
-        check_observation_space(type(self).__name__, observation_space, self.config.encoder)
+        check_continuous_spaces(type(self).__name__, observation_space, action_space,
+                                self.config.encoder)
 
     @override
     def build(self, observation_space: gym.Space[Any], action_space: gym.Space[Any]) -> None:
-        assert isinstance(action_space, gym.spaces.Box)
         c = self.config
-        action_dim = int(np.prod(action_space.shape))
-        low, high = (torch.as_tensor(b, dtype=torch.float32).reshape(-1)
-                     for b in (action_space.low, action_space.high))
+        action_dim, low, high = box_bounds(action_space)
         self.actor = (
             StateDependentSquashedActor(self.encoder(observation_space), action_dim,
                                         c.hidden_sizes, low, high, c.log_std_init,
@@ -212,7 +201,7 @@ class SAC(LearningAgent):
 
     def normalized(self, action: torch.Tensor) -> torch.Tensor:
         """Env-unit actions rescaled to [-1, 1], as the critics see them."""
-        return (action - self.actor.bias) / self.actor.scale
+        return self.actor.normalized(action)
 
     @override
     def training_step(self, batch: ReplayBatch, optim: Optimization) -> dict[str, MetricValue]:

@@ -155,7 +155,33 @@ def squash(u: torch.Tensor, mean: torch.Tensor, std: torch.Tensor, scale: torch.
     return torch.tanh(u) * scale + bias, log_prob - scale.log().sum()
 
 
-class SquashedGaussianActor(nn.Module):
+class BoundedActor(nn.Module):
+    """An actor whose actions in ``[-1, 1]`` map into a ``Box``'s bounds: ``a * scale + bias``
+    (``scale``, ``bias``: buffers of the half-range and the centre).
+
+    Args:
+        low: The action space's lower bounds (finite).
+        high: Its upper bounds.
+    """
+
+    scale: torch.Tensor
+    bias: torch.Tensor
+
+    def __init__(self, low: torch.Tensor, high: torch.Tensor) -> None:
+        super().__init__()
+        self.register_buffer("scale", (high - low) / 2)
+        self.register_buffer("bias", (high + low) / 2)
+
+    def to_env(self, action: torch.Tensor) -> torch.Tensor:
+        """An action in ``[-1, 1]`` in the env's units."""
+        return action * self.scale + self.bias
+
+    def normalized(self, action: torch.Tensor) -> torch.Tensor:
+        """An env-unit action in ``[-1, 1]`` (the inverse of :meth:`to_env`)."""
+        return (action - self.bias) / self.scale
+
+
+class SquashedGaussianActor(BoundedActor):
     """``a = tanh(u) * scale + bias`` with ``u ~ N(μ(s), σ(s))``: a Gaussian policy squashed into
     a ``Box``'s bounds, the log-std bounded to ``[LOG_STD_MIN, LOG_STD_MAX]`` by a tanh.
 
@@ -171,16 +197,11 @@ class SquashedGaussianActor(nn.Module):
         high: Its upper bounds.
     """
 
-    scale: torch.Tensor
-    bias: torch.Tensor
-
     def __init__(self, obs: int | Encoder, action_dim: int, hidden_sizes: Sequence[int],
                  low: torch.Tensor, high: torch.Tensor) -> None:
-        super().__init__()
+        super().__init__(low, high)
         self.encoder = as_encoder(obs)
         self.net = mlp(self.encoder.out_features, hidden_sizes, 2 * action_dim)
-        self.register_buffer("scale", (high - low) / 2)
-        self.register_buffer("bias", (high + low) / 2)
 
     def distribution(self, obs: ObsTensors) -> tuple[torch.Tensor, torch.Tensor]:
         """The Gaussian's mean and std before the squash, ``[B, action_dim]`` each."""
@@ -198,10 +219,10 @@ class SquashedGaussianActor(nn.Module):
 
     def mode(self, obs: ObsTensors) -> torch.Tensor:
         """The deterministic action ``tanh(μ(s)) * scale + bias``."""
-        return torch.tanh(self.distribution(obs)[0]) * self.scale + self.bias
+        return self.to_env(torch.tanh(self.distribution(obs)[0]))
 
 
-class DeterministicActor(nn.Module):
+class DeterministicActor(BoundedActor):
     """``a = tanh(μ(s))``: a deterministic policy in ``[-1, 1]`` (TD3's and DDPG's actor);
     :meth:`to_env` maps it into a ``Box``'s bounds (``a * scale + bias``).
 
@@ -213,28 +234,15 @@ class DeterministicActor(nn.Module):
         high: Its upper bounds.
     """
 
-    scale: torch.Tensor
-    bias: torch.Tensor
-
     def __init__(self, obs: int | Encoder, action_dim: int, hidden_sizes: Sequence[int],
                  low: torch.Tensor, high: torch.Tensor) -> None:
-        super().__init__()
+        super().__init__(low, high)
         self.encoder = as_encoder(obs)
         self.net = mlp(self.encoder.out_features, hidden_sizes, action_dim)
-        self.register_buffer("scale", (high - low) / 2)
-        self.register_buffer("bias", (high + low) / 2)
 
     def forward(self, obs: ObsTensors) -> torch.Tensor:
         """The action in ``[-1, 1]``, ``[B, action_dim]``."""
         return torch.tanh(self.net(self.encoder(obs)))
-
-    def to_env(self, action: torch.Tensor) -> torch.Tensor:
-        """An action in ``[-1, 1]`` in the env's units."""
-        return action * self.scale + self.bias
-
-    def normalized(self, action: torch.Tensor) -> torch.Tensor:
-        """An env-unit action in ``[-1, 1]`` (the inverse of :meth:`to_env`)."""
-        return (action - self.bias) / self.scale
 
 
 class TwinQ(nn.Module):

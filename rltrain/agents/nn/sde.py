@@ -23,7 +23,7 @@ from torch.distributions import Normal
 
 from rltrain.agents.nn.distributions import ActionDistribution
 from rltrain.agents.nn.encoders import Encoder
-from rltrain.agents.nn.networks import MLP, as_encoder, check_mlp_fits, squash
+from rltrain.agents.nn.networks import MLP, BoundedActor, as_encoder, check_mlp_fits, squash
 from rltrain.types import ObsTensors
 
 #: Added to the variance of the actions' Gaussian (SB3's epsilon).
@@ -112,7 +112,7 @@ class StateDependentActions(ActionDistribution):
         return self.dist.entropy().sum(dim=-1)
 
 
-class StateDependentSquashedActor(nn.Module):
+class StateDependentSquashedActor(BoundedActor):
     """SAC's actor with gSDE: ``a = tanh(μ(s) + z(s) θ) * scale + bias`` (SB3's SAC with
     ``use_sde``): the features ``z(s)`` of a ReLU trunk, the mean clipped to
     ``±clip_mean``, the same interface as
@@ -130,13 +130,10 @@ class StateDependentSquashedActor(nn.Module):
         clip_mean: Bound of ``μ(s)`` before the squash (SB3's ``clip_mean``). Default 2.
     """
 
-    scale: torch.Tensor
-    bias: torch.Tensor
-
     def __init__(self, obs: int | Encoder, action_dim: int, hidden_sizes: Sequence[int],
                  low: torch.Tensor, high: torch.Tensor, log_std_init: float, sample_freq: int,
                  clip_mean: float = 2.0) -> None:
-        super().__init__()
+        super().__init__(low, high)
         self.encoder = as_encoder(obs)
         width = self.encoder.out_features
         check_mlp_fits(width, hidden_sizes, action_dim)
@@ -148,8 +145,6 @@ class StateDependentSquashedActor(nn.Module):
         self.mu = nn.Linear(width, action_dim)
         self.sde = StateDependentNoise(width, action_dim, log_std_init, sample_freq)
         self.clip_mean = clip_mean
-        self.register_buffer("scale", (high - low) / 2)
-        self.register_buffer("bias", (high + low) / 2)
 
     def features(self, obs: ObsTensors) -> tuple[torch.Tensor, torch.Tensor]:
         """The clipped mean ``μ(s)`` and the detached features ``z(s)``."""
@@ -168,4 +163,4 @@ class StateDependentSquashedActor(nn.Module):
 
     def mode(self, obs: ObsTensors) -> torch.Tensor:
         """The deterministic action ``tanh(μ(s)) * scale + bias``."""
-        return torch.tanh(self.features(obs)[0]) * self.scale + self.bias
+        return self.to_env(torch.tanh(self.features(obs)[0]))
