@@ -12,8 +12,10 @@ off; one torch thread.
 ``--sb3`` trains Stable-Baselines3's SAC or TD3 instead, with the preset's settings translated
 one for one (lr, buffer_size, batch_size, tau, gamma, learning_starts = warmup_steps,
 train_freq = train_interval, gradient_steps = train_steps, net_arch = hidden_sizes; SAC's
-ent_coef "auto" and target entropy; TD3's policy_delay, target_policy_noise,
-target_noise_clip and NormalActionNoise of exploration_noise times the action half-range),
+ent_coef "auto" and target entropy, and gSDE's use_sde, sde_sample_freq and log_std_init;
+TD3's policy_delay, target_policy_noise, target_noise_clip and NormalActionNoise of
+exploration_noise: SB3's noise is on actions rescaled to [-1, 1], as rltrain's fractions of the
+half-range are),
 scored on the episodes rltrain's evaluations start from (episode i reset with rltrain's
 evaluation seed + i).
 
@@ -89,10 +91,14 @@ def sb3_settings(config: Any, action_scale: np.ndarray) -> tuple[str, dict[str, 
     if agent.name == "sac":
         if agent.alpha is not None or agent.alpha_init != 1.0 or agent.policy_delay != 1:
             raise ValueError("only the learned temperature from 1.0 is translated")
+        sde = ({"use_sde": True, "sde_sample_freq": int(agent.sde_sample_freq),
+                "policy_kwargs": {**common["policy_kwargs"],
+                                  "log_std_init": float(agent.log_std_init)}}
+               if agent.use_sde else {})
         return "SAC", {**common, "ent_coef": "auto",
                        "target_update_interval": int(agent.target_update_interval),
                        "target_entropy": ("auto" if agent.target_entropy is None
-                                          else float(agent.target_entropy))}
+                                          else float(agent.target_entropy)), **sde}
     if agent.name != "td3" or agent.n_critics != 2:
         raise ValueError("this comparison translates SAC and TD3")
     from stable_baselines3.common.noise import NormalActionNoise
