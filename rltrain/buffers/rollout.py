@@ -136,22 +136,25 @@ class RolloutBuffer(GeneratorSampler):
                 f"An on-policy rollout needs the policy's {' and '.join(missing)} for each "
                 "action (PolicyStep.info); this policy returned "
                 f"{sorted(info) or 'nothing'}. On-policy agents (PPO) return them.")
+        # Written through NumPy views of the (CPU) storage: one NumPy assignment costs a
+        # fraction of a tensor's indexed copy, and the values (cast to the storage's dtype)
+        # are the same.
         t = self.pos
         _store(self.observations, t, transitions.observations)
-        self.actions[t] = torch.as_tensor(info.get("raw_action", transitions.actions)).reshape(
+        self.actions.numpy()[t] = _array(info.get("raw_action", transitions.actions)).reshape(
             self.actions.shape[1:])
-        self.log_probs[t] = info["log_prob"].reshape(self.num_envs)
-        self.values[t] = info["value"].reshape(self.num_envs)
-        self.rewards[t] = torch.as_tensor(transitions.rewards, dtype=torch.float32)
-        self.terminated[t] = torch.as_tensor(transitions.terminated)
-        self.truncated[t] = truncated = torch.as_tensor(transitions.truncated)
-        next_obs = map_obs(torch.as_tensor, transitions.next_observations)
+        self.log_probs.numpy()[t] = _array(info["log_prob"]).reshape(self.num_envs)
+        self.values.numpy()[t] = _array(info["value"]).reshape(self.num_envs)
+        self.rewards.numpy()[t] = _array(transitions.rewards)
+        self.terminated.numpy()[t] = _array(transitions.terminated)
+        self.truncated.numpy()[t] = truncated = _array(transitions.truncated)
         for final, last, value in _parts(self.final_observations, self.last_observations,
-                                         next_obs):
-            final[t].zero_()
+                                         map_obs(_array, transitions.next_observations)):
+            row = final.numpy()[t]
+            row[...] = 0
             if truncated.any():  # rare: most steps end no episode by a time limit
-                final[t][truncated] = value[truncated].to(final.dtype)
-            last.copy_(value)
+                row[truncated] = value[truncated]
+            last.numpy()[...] = value
         self.pos += 1
 
     def shuffle(self, epochs: int) -> None:
@@ -252,9 +255,19 @@ class RolloutBuffer(GeneratorSampler):
 
 
 def _store(storage: ObsTensors, t: int, values: Any) -> None:
-    """``storage[t] = values``, key by key for a dict of tensors."""
+    """``storage[t] = values``, key by key for a dict of tensors (through NumPy views)."""
     for part, value in _parts(storage, values):
-        part[t] = torch.as_tensor(value)
+        part.numpy()[t] = _array(value)
+
+
+def _array(value: Any) -> np.ndarray:
+    """``value`` (an array, a tensor on any device, a number) as a NumPy array, without a copy
+    where it can (bfloat16, which NumPy lacks, as float32)."""
+    if not isinstance(value, torch.Tensor):
+        return np.asarray(value)
+    value = value.detach().cpu()
+    array: np.ndarray = (value.float() if value.dtype == torch.bfloat16 else value).numpy()
+    return array
 
 
 def _parts(*trees: Any) -> list[tuple[Any, ...]]:
