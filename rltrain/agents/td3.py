@@ -79,7 +79,8 @@ class TD3Config:
     encoder: str = "auto"
 
     def __post_init__(self) -> None:
-        name = type(self).__name__
+        # the config's own name (TD3Config, DDPGConfig), not a schema's subclass of it
+        name = next(c.__name__ for c in type(self).__mro__ if c.__module__ == __name__)
         require(name, [
             encoder_check(self.encoder),
             (self.lr > 0, f"lr must be > 0; got {self.lr}."),
