@@ -105,6 +105,9 @@ class RLComponents:
         env_step_timeout: Seconds each env step or reset (training and evaluation) may take;
             one that takes longer fails the run as an environment error
             (:class:`~rltrain.envs.errors.EnvStepTimeout`). Default None: no limit.
+        frame_stack: Frames per observation when the env stacks them (its
+            ``metadata["frame_stack"]``, as the Atari pipeline declares it), which a replay
+            can store once each; set from the probe env. Default 1: no stack.
     """
 
     num_steps: int
@@ -123,6 +126,7 @@ class RLComponents:
     distributed: DistributedContext = SINGLE
     sync_interval: int = 16
     env_step_timeout: float | None = None
+    frame_stack: int = 1
 
     def saved_state(self) -> dict[str, Any]:
         """What ``checkpoint`` holds: read on the first call (``Checkpointer.load``: checksum

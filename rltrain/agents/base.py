@@ -15,6 +15,7 @@ import torch
 from torch import nn
 
 from rltrain.agents.protocols import RolloutLearner
+from rltrain.buffers.frames import FrameStackReplay, frame_space_ok
 from rltrain.buffers.replay import ReplayBuffer
 from rltrain.buffers.rollout import RolloutBuffer
 from rltrain.config.strategies import OffPolicyConfig, OnPolicyConfig
@@ -200,11 +201,19 @@ class LearningAgent(nn.Module, ABC):
         return OnPolicyConfig() if isinstance(self, RolloutLearner) else OffPolicyConfig()
 
     def make_buffer(self, capacity: int, *, num_envs: int, observation_space: gym.Space[Any],
-                    action_space: gym.Space[Any], seed: int, device: torch.device) -> Buffer:
+                    action_space: gym.Space[Any], seed: int, device: torch.device,
+                    frame_stack: int = 1) -> Buffer:
         """The replay this agent learns from, made by the off-policy strategy (``capacity`` is
-        its ``buffer_size``). Default: a uniform :class:`~rltrain.buffers.ReplayBuffer` of
-        transitions. A world-model agent returns a
-        :class:`~rltrain.buffers.SequenceReplayBuffer` of sequences instead."""
+        its ``buffer_size``; ``frame_stack``: frames per observation when the env stacks them
+        and the strategy's ``frame_stack_replay`` is on). Default: a uniform
+        :class:`~rltrain.buffers.ReplayBuffer` of transitions, or a
+        :class:`~rltrain.buffers.FrameStackReplay` storing each frame once. A world-model agent
+        returns a :class:`~rltrain.buffers.SequenceReplayBuffer` of sequences instead."""
+        if frame_stack > 1 and frame_space_ok(observation_space, frame_stack):
+            return FrameStackReplay(capacity, num_envs=num_envs,
+                                    observation_space=observation_space,
+                                    action_space=action_space, frame_stack=frame_stack,
+                                    seed=seed, device=device)
         return ReplayBuffer(capacity, observation_space=observation_space,
                             action_space=action_space, seed=seed, device=device)
 

@@ -26,7 +26,8 @@ class ReplayLearner(Protocol):
     """An agent the off-policy loop trains: batches sampled from the buffer it makes."""
 
     def make_buffer(self, capacity: int, *, num_envs: int, observation_space: gym.Space[Any],
-                    action_space: gym.Space[Any], seed: int, device: torch.device) -> Buffer: ...
+                    action_space: gym.Space[Any], seed: int, device: torch.device,
+                    frame_stack: int = 1) -> Buffer: ...
 
     def training_step(self, batch: Any, optim: Any) -> Any: ...
 

@@ -3,6 +3,7 @@ rollouts (on-policy agents)."""
 
 from typing import TYPE_CHECKING, Any, Protocol
 
+from rltrain.buffers.frames import FrameStackReplay
 from rltrain.buffers.replay import ReplayBatch, ReplayBuffer
 from rltrain.buffers.rollout import RolloutBatch, RolloutBuffer
 from rltrain.buffers.sequence import SequenceBatch, SequenceReplayBuffer
@@ -50,5 +51,5 @@ class Buffer(Protocol):
         """Restore :meth:`state_dict`'s output."""
 
 
-__all__ = ["Buffer", "ReplayBatch", "ReplayBuffer", "RolloutBatch", "RolloutBuffer",
-           "SequenceBatch", "SequenceReplayBuffer"]
+__all__ = ["Buffer", "FrameStackReplay", "ReplayBatch", "ReplayBuffer", "RolloutBatch",
+           "RolloutBuffer", "SequenceBatch", "SequenceReplayBuffer"]

@@ -78,7 +78,99 @@ def storage_dtypes(observation_space: gym.Space[Any],
     return storage_dtype(observation_space), np.dtype(np.int64 if discrete else np.float32)
 
 
-class ReplayBuffer:
+class SampledReplay:
+    """What a replay of transitions shares: uniform draws from its own generator (``rng``),
+    one at a time (:meth:`sample`) or a training round's at once (:meth:`prefetch`), and the
+    sampler state a failed gradient step puts back. A subclass stores the transitions: it
+    keeps ``size``, draws indices below it (:meth:`_draw`) and gathers them (:meth:`_gather`).
+    """
+
+    size: int
+    rng: np.random.Generator
+    _plan: _Plan | None
+
+    def __len__(self) -> int:
+        return self.size
+
+    def can_sample(self) -> bool:
+        """True once the buffer holds a transition."""
+        return self.size > 0
+
+    def sample(self, batch_size: int) -> ReplayBatch:
+        """``batch_size`` transitions drawn uniformly with replacement (the next prefetched
+        batch, when :meth:`prefetch` drew some of this size)."""
+        plan = self._plan
+        if (plan is not None and plan.sampled < len(plan.indices)
+                and plan.indices.shape[1] == batch_size):
+            row = plan.sampled
+            plan.sampled += 1
+            rows = slice(row * batch_size, (row + 1) * batch_size)
+
+            def part(tensor: torch.Tensor) -> torch.Tensor:
+                return tensor[rows]
+
+            batch = plan.rows
+            return ReplayBatch(map_obs(part, batch.observations), part(batch.actions),
+                               part(batch.rewards), map_obs(part, batch.next_observations),
+                               part(batch.terminated), part(batch.truncated))
+        if self.size == 0:
+            raise ValueError(f"Cannot sample from an empty {type(self).__name__}; add "
+                             "transitions first.")
+        return self._gather(self._draw((batch_size,)))
+
+    def prefetch(self, batches: int, batch_size: int) -> None:
+        """Draw the next ``batches`` batches of ``batch_size`` now, for the next ``batches``
+        calls of ``sample(batch_size)`` (until the next ``add``, which drops the rest).
+
+        One draw and one gather per field for them all, much cheaper per batch on a CPU than a
+        draw and gathers for each (``docs/benchmarks.md``, "Figures behind implementation
+        choices"). The batches are saved with the buffer, so a run resumed part-way through
+        them samples the same ones.
+        """
+        if batches < 1 or self.size == 0:
+            self._plan = None
+            return
+        indices = self._draw((batches, batch_size))
+        self._plan = _Plan(indices, self._gather(indices.reshape(-1)))
+
+    def _draw(self, shape: tuple[int, ...]) -> np.ndarray:
+        """Indices of stored transitions, uniform, of ``shape``."""
+        return self.rng.integers(0, self.size, size=shape)
+
+    def _gather(self, idx: np.ndarray) -> ReplayBatch:
+        raise NotImplementedError
+
+    @property
+    def sampler_state(self) -> tuple[Any, int]:
+        """The sampling generator's state and how many prefetched batches were sampled:
+        what a failed gradient step puts back (:attr:`sampler_state` assigned)."""
+        return self.rng.bit_generator.state, 0 if self._plan is None else self._plan.sampled
+
+    @sampler_state.setter
+    def sampler_state(self, state: tuple[Any, int]) -> None:
+        self.rng.bit_generator.state, sampled = state
+        if self._plan is not None:
+            self._plan.sampled = sampled
+
+    def _plan_state(self) -> dict[str, Any]:
+        """The sampler's part of a state dict: the generator and the prefetched draws left."""
+        plan = self._plan
+        left = None if plan is None else plan.indices[plan.sampled:]
+        return {"rng": self.rng.bit_generator.state,
+                "prefetched": torch.from_numpy(left.copy()) if left is not None and len(left)
+                else None}
+
+    def _load_plan(self, state: dict[str, Any]) -> None:
+        """Restore :meth:`_plan_state`'s output (after the transitions)."""
+        self.rng.bit_generator.state = state["rng"]
+        self._plan = None
+        prefetched = state.get("prefetched")  # absent from checkpoints before prefetching
+        if prefetched is not None:
+            indices = _checked_indices(prefetched, self.size)
+            self._plan = _Plan(indices, self._gather(indices.reshape(-1)))
+
+
+class ReplayBuffer(SampledReplay):
     """A ring of the last ``capacity`` transitions, sampled uniformly.
 
     Storage is reserved up front and checked against the memory available, so a buffer that
@@ -127,9 +219,6 @@ class ReplayBuffer:
         #: rows gathered for them, and how many of them were sampled already.
         self._plan: _Plan | None = None
 
-    def __len__(self) -> int:
-        return self.size
-
     @property
     def nbytes(self) -> int:
         """Bytes held by the storage arrays."""
@@ -151,46 +240,6 @@ class ReplayBuffer:
         self.size = min(self.size + n, self.capacity)
         self._plan = None  # drawn from the buffer as it was
 
-    def can_sample(self) -> bool:
-        """True once the buffer holds a transition."""
-        return self.size > 0
-
-    def sample(self, batch_size: int) -> ReplayBatch:
-        """``batch_size`` transitions drawn uniformly with replacement (the next prefetched
-        batch, when :meth:`prefetch` drew some of this size)."""
-        plan = self._plan
-        if (plan is not None and plan.sampled < len(plan.indices)
-                and plan.indices.shape[1] == batch_size):
-            row = plan.sampled
-            plan.sampled += 1
-            rows = slice(row * batch_size, (row + 1) * batch_size)
-
-            def part(tensor: torch.Tensor) -> torch.Tensor:
-                return tensor[rows]
-
-            batch = plan.rows
-            return ReplayBatch(map_obs(part, batch.observations), part(batch.actions),
-                               part(batch.rewards), map_obs(part, batch.next_observations),
-                               part(batch.terminated), part(batch.truncated))
-        if self.size == 0:
-            raise ValueError("Cannot sample from an empty ReplayBuffer; add transitions first.")
-        return self._gather(self.rng.integers(0, self.size, size=batch_size))
-
-    def prefetch(self, batches: int, batch_size: int) -> None:
-        """Draw the next ``batches`` batches of ``batch_size`` now, for the next ``batches``
-        calls of ``sample(batch_size)`` (until the next :meth:`add`, which drops the rest).
-
-        One draw and one gather per field for them all, much cheaper per batch on a CPU than a
-        draw and gathers for each (``docs/benchmarks.md``, "Figures behind implementation
-        choices"). The batches are saved with the buffer, so a run resumed part-way through
-        them samples the same ones.
-        """
-        if batches < 1 or self.size == 0:
-            self._plan = None
-            return
-        indices = self.rng.integers(0, self.size, size=(batches, batch_size))
-        self._plan = _Plan(indices, self._gather(indices.reshape(-1)))
-
     def _gather(self, idx: np.ndarray) -> ReplayBatch:
         device = self.device
 
@@ -202,30 +251,13 @@ class ReplayBuffer:
                            take(self.rewards), map_obs(take, self.next_observations),
                            take(self.terminated), take(self.truncated))
 
-    @property
-    def sampler_state(self) -> tuple[Any, int]:
-        """The sampling generator's state and how many prefetched batches were sampled:
-        what a failed gradient step puts back (:attr:`sampler_state` assigned)."""
-        return self.rng.bit_generator.state, 0 if self._plan is None else self._plan.sampled
-
-    @sampler_state.setter
-    def sampler_state(self, state: tuple[Any, int]) -> None:
-        self.rng.bit_generator.state, sampled = state
-        if self._plan is not None:
-            self._plan.sampled = sampled
-
     def state_dict(self) -> dict[str, Any]:
         """The stored transitions (as tensors), cursor, size and sampler state."""
         n = self.size
         state: dict[str, Any] = {
             name: map_obs(lambda a: torch.from_numpy(a[:n].copy()), getattr(self, name))
             for name in _FIELDS}
-        plan = self._plan
-        left = None if plan is None else plan.indices[plan.sampled:]
-        state.update(cursor=self.cursor, size=n, capacity=self.capacity,
-                     rng=self.rng.bit_generator.state,
-                     prefetched=torch.from_numpy(left.copy()) if left is not None and len(left)
-                     else None)
+        state.update(cursor=self.cursor, size=n, capacity=self.capacity, **self._plan_state())
         return state
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
@@ -248,12 +280,7 @@ class ReplayBuffer:
             _store(getattr(self, name), slice(0, n), map_obs(torch.Tensor.numpy, state[name]))
         self.size = n
         self.cursor = int(state["cursor"])
-        self.rng.bit_generator.state = state["rng"]
-        self._plan = None
-        prefetched = state.get("prefetched")  # absent from checkpoints before prefetching
-        if prefetched is not None:
-            indices = _checked_indices(prefetched, n)
-            self._plan = _Plan(indices, self._gather(indices.reshape(-1)))
+        self._load_plan(state)
 
 
 @dataclass

@@ -40,6 +40,7 @@ from rltrain.config.targets import (
     locate,
     split_target,
 )
+from rltrain.envs.atari import AtariConfig
 from rltrain.envs.make import EnvInit, EnvSpec, check_env_id, env_factory
 from rltrain.strategies.base import RLStrategy
 
@@ -70,6 +71,8 @@ def make_env(section: DictConfig, trust: Trust = TRUSTED) -> EnvInit:
             "Trainer.evaluate(env, agent, ckpt_path=...).")
     try:
         imports = [str(name) for name in section.imports]
+        if str(section.id).startswith("ALE/") and "ale_py" not in imports:
+            imports.append("ale_py")  # registers the ids (in env workers too)
         import_modules(imports, trust)
         kwargs = to_container(section.kwargs) if section.kwargs else {}
         if section._target_ is not None:
@@ -84,13 +87,17 @@ def make_env(section: DictConfig, trust: Trust = TRUSTED) -> EnvInit:
             wrappers = (Target("gymnasium.wrappers.TimeLimit",
                                {"max_episode_steps": int(section.max_episode_steps)}),
                         *wrappers)
+        atari = (None if section.atari is None
+                 else AtariConfig(**to_container(section.atari)))
+        backend = str(section.backend)
         if section._target_ is not None:
             return EnvSpec(target=str(section._target_), kwargs=kwargs, wrappers=wrappers,
-                           imports=imports)
+                           imports=imports, atari=atari, backend=backend)  # type: ignore[arg-type]
+        if kwargs or wrappers or imports or atari is not None or backend != "gymnasium":
+            return EnvSpec(str(section.id), kwargs, wrappers, imports, atari=atari,
+                           backend=backend)  # type: ignore[arg-type]
     except ValueError as error:
         raise ConfigError(str(error)) from None
-    if kwargs or wrappers or imports:
-        return EnvSpec(str(section.id), kwargs, wrappers, imports)
     return str(section.id)
 
 

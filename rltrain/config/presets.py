@@ -4,7 +4,7 @@ A preset is tuned for one env and agent (``ppo_cartpole``: PPO on CartPole-v1). 
 only where it fits what the command line names:
 
 - ``env.id`` and the agent (``dqn`` by default) both named, and a preset tuned for that pair:
-  that preset;
+  that preset (an ``<agent>_atari`` preset is tuned for every ALE game: ``ALE/Pong-v5``);
 - ``env.id`` named, and no preset tuned for it with that agent: none. The run starts from the
   agent's and strategy's own defaults, never from another env's tuned settings (a discount,
   a learning-rate schedule, a return threshold of CartPole's would silently misfit);
@@ -26,6 +26,7 @@ import gymnasium as gym
 from omegaconf import OmegaConf
 
 from rltrain.config.files import load_yaml, shipped_configs
+from rltrain.envs.atari import is_atari_id
 
 
 @dataclass(frozen=True)
@@ -57,9 +58,12 @@ def choose_preset(overrides: list[str], *, use_presets: bool = True) -> PresetCh
     env_id = keys.get("env.id")
     if env_id is not None:
         tuned = [name for name in presets if _value(name, "env.id") == env_id]
-        if tuned:
-            return PresetChoice(tuned[:1], f"starting from the preset {tuned[0]}, tuned for "
-                                           f"{env_id} with {agent}")
+        family = [name for name in presets if name.endswith("_atari") and is_atari_id(env_id)]
+        if tuned or family:
+            chosen = (tuned or family)[0]
+            what = env_id if tuned else f"every Atari game ({env_id})"
+            return PresetChoice([chosen], f"starting from the preset {chosen}, tuned for "
+                                          f"{what} with {agent}")
         return PresetChoice([], f"no shipped preset is tuned for {env_id} with {agent}: "
                                 f"starting from {agent}'s own defaults (presets of {agent}: "
                                 f"{', '.join(presets) or 'none'})")

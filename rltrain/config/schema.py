@@ -50,6 +50,7 @@ from rltrain.config.registry import (
     load_plugins,
 )
 from rltrain.config.trainer_config import TrainerConfig as TrainerConfig
+from rltrain.envs.atari import AtariConfig
 from rltrain.envs.make import check_env_id
 
 
@@ -71,6 +72,13 @@ class EnvConfig:
         max_episode_steps: A time limit in env steps (Gymnasium's ``TimeLimit``, applied
             before ``wrappers``) for an env that has none or a longer one. Default null: the
             env's own.
+        atari: The standard Atari pipeline (no-op reset, frame skip with max-pooling,
+            episodic life and reward clipping for training only, fire reset, 84x84 grayscale,
+            frame stack; :class:`~rltrain.envs.atari.AtariConfig`, docs/atari.md), applied
+            before ``wrappers``; ``{}`` for its defaults. Default null: none.
+        backend: ``gymnasium`` or ``envpool`` (envpool's C++ vector env for an id it knows,
+            Atari with its own pipeline; no Python wrappers; evaluation runs on Gymnasium's).
+            Default ``gymnasium``.
         unrecorded: Set by rltrain when the run's env was a Python callable with no import
             path: why the env cannot be rebuilt from this config. Default null.
     """
@@ -81,6 +89,8 @@ class EnvConfig:
     wrappers: list[Any] = field(default_factory=list)
     _target_: str | None = None
     max_episode_steps: int | None = None
+    atari: AtariConfig | None = None
+    backend: str = "gymnasium"  # str, not a Literal: omegaconf cannot type-check Literals
     unrecorded: str | None = None
 
     def __post_init__(self) -> None:
@@ -93,6 +103,8 @@ class EnvConfig:
                     f"wrappers[{index}] is {wrapper!r}; each wrapper is a mapping with the "
                     "import path of its class and its keyword arguments, e.g. {_target_: "
                     "gymnasium.wrappers.TimeLimit, max_episode_steps: 200}.")
+        if self.backend not in ("gymnasium", "envpool"):
+            raise ValueError(f"backend must be 'gymnasium' or 'envpool'; got {self.backend!r}.")
         if self.id is None and self._target_ is None and self.unrecorded is None:
             raise ValueError("give the environment an id (a Gymnasium id) or a _target_ "
                              "(the import path of an env class or function).")

@@ -14,7 +14,7 @@ from gymnasium.vector import SyncVectorEnv
 
 from rltrain.agents.base import Policy
 from rltrain.components import EvaluationSettings
-from rltrain.envs.make import EnvInit, env_factory, env_name, make_vector_env
+from rltrain.envs.make import EnvInit, env_factory, env_name, evaluation_env, make_vector_env
 from rltrain.envs.runner import Runner
 from rltrain.envs.video import EpisodeRecorder, find_recorder, recorded_env
 from rltrain.observe.events import EvaluationEnd, EvaluationStart, EvaluationStep
@@ -33,6 +33,8 @@ class Evaluator:
     episodes are not over-represented (as Stable-Baselines3's ``evaluate_policy``). An
     episode that reaches ``max_episode_steps`` is truncated there (a ``TimeLimit`` around each
     evaluation sub-env), so an environment that never terminates cannot hang an evaluation.
+    An Atari pipeline's training-only steps are off (whole games in the game's score) and
+    envpool's envs are evaluated as Gymnasium's (:func:`~rltrain.envs.make.evaluation_env`).
 
     Args:
         env: The environment to evaluate on.
@@ -64,6 +66,7 @@ class Evaluator:
         if video_interval < 1:
             raise ValueError(f"video_interval must be >= 1 evaluation; got {video_interval}.")
         num_envs = min(episodes, 10) if num_envs is None else num_envs
+        env = evaluation_env(env)
         name = env_name(env)
         limit = (None if max_episode_steps is None
                  else functools.partial(_time_limited, max_episode_steps=max_episode_steps))

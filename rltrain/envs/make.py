@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ctypes
+import dataclasses
 import difflib
 import functools
 import os
@@ -22,11 +23,14 @@ from gymnasium.vector import AsyncVectorEnv, AutoresetMode, SyncVectorEnv, Vecto
 from gymnasium.vector.async_vector_env import AsyncState
 
 from rltrain.config.targets import MODULE_NAME, TRUSTED, Trust, import_modules, locate
+from rltrain.envs.atari import AtariConfig, AtariPipeline
+from rltrain.envs.envpool import EnvpoolVectorEnv, check_envpool_env, envpool_kwargs
 from rltrain.envs.errors import EnvError, EnvStepTimeout, SubEnvError
 from rltrain.envs.mujoco_log import route_mujoco_warnings
 from rltrain.runtime.watchdog import EnvCallHung, call_within, end_processes
 
 Vectorization = Literal["sync", "async"]
+Backend = Literal["gymnasium", "envpool"]
 
 
 @dataclass(frozen=True)
@@ -47,6 +51,12 @@ class EnvSpec:
             e.g. ``("minigrid",)``). Default none.
         target: Instead of ``id``: the import path of an env class or of a function returning
             an env (``"my_envs.Corridor"``), called with ``kwargs``. Default None.
+        atari: The standard Atari pipeline's settings (:mod:`rltrain.envs.atari`), applied
+            before ``wrappers``; None: none. Default None.
+        training: Whether the pipeline's training-only steps (episodic life, reward clipping)
+            apply; :func:`evaluation_env` turns them off. Default True.
+        backend: ``"gymnasium"`` or ``"envpool"`` (:mod:`rltrain.envs.envpool`: an id envpool
+            knows, no Python wrappers). Default ``"gymnasium"``.
     """
 
     id: str | None = None
@@ -54,27 +64,47 @@ class EnvSpec:
     wrappers: Sequence[Callable[[gym.Env[Any, Any]], gym.Env[Any, Any]]] = ()
     imports: Sequence[str] = ()
     target: str | None = None
+    atari: AtariConfig | None = None
+    training: bool = True
+    backend: Backend = "gymnasium"
 
     def __post_init__(self) -> None:
         if (self.id is None) == (self.target is None):
             raise ValueError("An EnvSpec names its environment by id or by target (an import "
                              f"path), exactly one; got id={self.id!r}, target={self.target!r}.")
+        if self.backend not in ("gymnasium", "envpool"):
+            raise ValueError(f"backend must be 'gymnasium' or 'envpool'; got {self.backend!r}.")
         import_modules(self.imports)
         if self.id is not None:
             check_env_id(self.id)
+        if self.backend == "envpool":
+            check_envpool_env(self.id, tuple(self.wrappers), self.target)
 
     def __call__(self) -> gym.Env[Any, Any]:
         import_modules(self.imports)
         route_mujoco_warnings(self.id)
         env: gym.Env[Any, Any]
+        pipeline = None if self.atari is None else AtariPipeline(self.atari, self.training)
+        kwargs = {**dict(self.kwargs), **(pipeline.make_kwargs() if pipeline else {})}
         if self.target is not None:
-            env = locate(self.target)(**dict(self.kwargs))
+            env = locate(self.target)(**kwargs)
         else:
             assert self.id is not None
-            env = gym.make(self.id, **dict(self.kwargs))
+            env = gym.make(self.id, **kwargs)
+        if pipeline is not None:
+            env = pipeline(env)
         for wrapper in self.wrappers:
             env = wrapper(env)
         return env
+
+
+def evaluation_env(env: EnvInit) -> EnvInit:
+    """The environment evaluations run on: ``env`` itself, or for an :class:`EnvSpec` its
+    Gymnasium build without the training-only steps of its Atari pipeline (whole games in the
+    game's own score)."""
+    if isinstance(env, EnvSpec) and (env.atari is not None or env.backend != "gymnasium"):
+        return dataclasses.replace(env, training=False, backend="gymnasium")
+    return env
 
 
 #: What a strategy accepts as an environment: an id, an :class:`EnvSpec`, or a callable making one.
@@ -88,6 +118,8 @@ def check_env_id(env_id: str, trust: Trust = TRUSTED) -> None:
     if sep and MODULE_NAME.fullmatch(module):
         import_modules([module], trust, what="env.id")
         env_id = name
+    if env_id.startswith("ALE/") and env_id not in gym.registry:
+        _register_ale(env_id)
     if env_id in gym.registry:
         return
     close = difflib.get_close_matches(env_id, list(gym.registry), n=3, cutoff=0.5)
@@ -97,6 +129,15 @@ def check_env_id(env_id: str, trust: Trust = TRUSTED) -> None:
         "`python -c 'import gymnasium; gymnasium.pprint_registry()'`; an environment from another "
         "package needs that package imported (or pass a callable that makes the env)."
     )
+
+
+def _register_ale(env_id: str) -> None:
+    """Register the ALE's games (``import ale_py``), or say which extra installs them."""
+    try:
+        import_modules(["ale_py"])
+    except ImportError as error:
+        raise ValueError(f"{env_id} is an Atari game: it needs ale-py (pip install "
+                         f"'rltrain[atari]'; {error}).") from error
 
 
 def env_factory(env: EnvInit) -> Callable[[], gym.Env[Any, Any]]:
@@ -375,10 +416,19 @@ def make_vector_env(
     :class:`SubEnvError` naming ``i``. ``first_env``: makes sub-env 0 instead of ``env`` (the
     evaluation's recorded copy, :mod:`rltrain.envs.video`). ``"async"`` makes a
     :class:`WorkerVectorEnv` (workers that leave signals to the main process, die with it on
-    Linux when made from its main thread, and are ended by ``close`` even when hung).
+    Linux when made from its main thread, and are ended by ``close`` even when hung). An
+    :class:`EnvSpec` with ``backend="envpool"`` is an
+    :class:`~rltrain.envs.envpool.EnvpoolVectorEnv` (envpool's threads; ``vectorization`` does
+    not apply).
     """
     if num_envs < 1:
         raise ValueError(f"num_envs must be >= 1; got {num_envs}.")
+    if isinstance(env, EnvSpec) and env.backend == "envpool":
+        assert env.id is not None and first_env is None
+        pool = EnvpoolVectorEnv(env.id, num_envs=num_envs, seed=seed,
+                                **envpool_kwargs(env.atari), **dict(env.kwargs))
+        pool.action_space.seed(seed)
+        return pool
     factory = env_factory(env)
     makers = [first_env if i == 0 and first_env is not None else factory
               for i in range(num_envs)]

@@ -65,16 +65,19 @@ class OffPolicyStrategy(RLStrategy):
                 "Lower strategy.warmup_steps or raise trainer.num_steps.", stacklevel=3)
         # The agent's replay, made once and dropped (its pages are never touched): its own
         # checks (memory, sequence length) then fail before the run directory is written.
+        stack = components.frame_stack if cfg.frame_stack_replay else 1
         agent.make_buffer(cfg.buffer_size, num_envs=cfg.num_envs,
                           observation_space=observation_space, action_space=action_space,
-                          seed=derive_seeds(cfg.seed).storage, device=components.device)
+                          seed=derive_seeds(cfg.seed).storage, device=components.device,
+                          **({"frame_stack": stack} if stack > 1 else {}))
         check_resumed_envs(components, observation_space, action_space, cfg.num_envs)
 
     @override
     def train_loop(self, agent: LearningAgent, components: RLComponents,
                    env_init: EnvInit) -> Policy:
         cfg = self.config
-        with Run(self, agent, components, env_init, seed=cfg.seed, storage=replay(cfg.buffer_size),
+        storage = replay(cfg.buffer_size, cfg.frame_stack_replay)
+        with Run(self, agent, components, env_init, seed=cfg.seed, storage=storage,
                  num_envs=cfg.num_envs,
                  vectorization=cast(Vectorization, cfg.vectorization)) as run:
             buffer, progress = run.storage, run.progress

@@ -14,6 +14,7 @@ from rltrain.checkpoint import LoadedCheckpoint
 from rltrain.config.instantiate import make_agent, make_env
 from rltrain.config.schema import validate
 from rltrain.config.targets import TRUSTED, Trust
+from rltrain.envs.atari import is_atari_id, warn_raw_pixels
 from rltrain.envs.make import EnvInit
 from rltrain.strategies.base import RLResult
 from rltrain.trainer.trainer import Trainer
@@ -48,6 +49,8 @@ def build(config: DictConfig | Mapping[str, Any], trust: Trust = TRUSTED,
     a checkpoint is untrusted (``Trust(stored_in=run_dir)``), the default trusts the config
     as the user's own."""
     cfg = validate(config)
+    if is_atari_id(cfg.env.id) and cfg.env.atari is None and not cfg.env.wrappers:
+        warn_raw_pixels(str(cfg.env.id), cfg.agent.get("name"))
     return BuiltRun(trainer=Trainer.from_config(cfg, trust, **trainer_overrides),
                     agent=make_agent(cfg.agent, trust), env=make_env(cfg.env, trust))
 

@@ -15,6 +15,7 @@ from rltrain.agents.base import LearningAgent
 from rltrain.checkpoint import Checkpointer
 from rltrain.components import RLComponents
 from rltrain.config.registry import strategy_taking
+from rltrain.envs.atari import frame_stack_of
 from rltrain.envs.checks import check_env
 from rltrain.envs.make import EnvInit, env_name, file_name, make_probe_env
 from rltrain.envs.video import check_rendering
@@ -35,7 +36,7 @@ def default_run_dir(agent_name: str, env_name: str) -> Path:
 #: hparams, they are not compared (its networks are, when loaded). ``agent/encoder``: a
 #: vector or image run from before it resumes with ``auto``; a float or non-image 3-D ``Box``
 #: run, whose networks were CNNs, with ``agent.encoder=cnn``.
-ADDED_SETTINGS = frozenset({"agent/encoder"})
+ADDED_SETTINGS = frozenset({"agent/encoder", "strategy/frame_stack_replay"})
 
 
 def check_resume_settings(checkpoint: Path, state: dict[str, Any],
@@ -76,6 +77,7 @@ def setup_agent(env: EnvInit, agent: LearningAgent, components: RLComponents,
         check_env(probe, env_name(env), seed=seed,
                   eval_max_episode_steps=components.evaluation.max_episode_steps,
                   step_timeout=components.env_step_timeout)
+        components.frame_stack = frame_stack_of(probe)
         seed_everything(seed)
         agent.setup(observation_space=probe.observation_space, action_space=probe.action_space,
                     device=components.device, progress=components.progress,

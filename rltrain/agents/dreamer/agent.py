@@ -215,7 +215,9 @@ class Dreamer(LearningAgent):
                                train_steps=10)
 
     def make_buffer(self, capacity: int, *, num_envs: int, observation_space: gym.Space[Any],
-                    action_space: gym.Space[Any], seed: int, device: torch.device) -> Buffer:
+                    action_space: gym.Space[Any], seed: int, device: torch.device,
+                    frame_stack: int = 1) -> Buffer:
+        # sequences of whole observations: a frame stack is stored as it comes
         return SequenceReplayBuffer(capacity, num_envs=num_envs,
                                     observation_space=observation_space,
                                     action_space=action_space,

@@ -36,6 +36,7 @@ from typing import TYPE_CHECKING, Any
 from rltrain.agents.base import LearningAgent, Policy
 from rltrain.checkpoint import SavedCheckpoint, Stateful, resume, training_state
 from rltrain.components import RLComponents
+from rltrain.envs.atari import frame_stack_of
 from rltrain.envs.evaluator import Evaluator, video_options
 from rltrain.envs.make import EnvInit, Vectorization, env_name, make_vector_env
 from rltrain.envs.runner import Runner
@@ -122,8 +123,10 @@ class Run:
             agent.setup(observation_space=spaces[0], action_space=spaces[1],
                         device=components.device, progress=self.progress, dtype=components.dtype,
                         num_steps=components.num_steps)
+        stack = frame_stack_of(envs)
         self.storage: Any = None if storage is None else storage(
-            agent, *spaces, envs.num_envs, self.seeds.storage, components.device)
+            agent, *spaces, envs.num_envs, self.seeds.storage, components.device,
+            **({"frame_stack": stack} if stack > 1 else {}))
         self.optim = Optimization(agent.configure_optimizers(), progress=self.progress,
                                   settings=components.optimization,
                                   interrupter=self.interrupter, sync=self.distributed)

@@ -15,7 +15,8 @@ from rltrain.components import RLComponents
 from rltrain.envs.runner import check_saved_runner
 
 #: Makes a run's experience storage: ``(agent, observation_space, action_space, num_envs, seed,
-#: device) -> storage`` (the spaces are a sub-env's).
+#: device, frame_stack=1) -> storage`` (the spaces are a sub-env's; ``frame_stack``: frames per
+#: observation when the env stacks them).
 StorageFactory = Callable[..., "Buffer | RolloutBuffer"]
 
 
@@ -32,14 +33,17 @@ def check_resumed_envs(components: RLComponents, observation_space: gym.Space[An
         raise ValueError(f"{components.checkpoint}: {error}") from None
 
 
-def replay(capacity: int) -> StorageFactory:
+def replay(capacity: int, frame_stack_replay: bool = True) -> StorageFactory:
     """The agent's own replay (``LearningAgent.make_buffer``) of ``capacity`` transitions, as a
-    :class:`Run`'s ``storage``. The run's agent is passed in by the run."""
+    :class:`Run`'s ``storage``; with ``frame_stack_replay``, told the env's frame stack (so the
+    default replay stores each frame once). The run's agent is passed in by the run."""
 
     def make(agent: LearningAgent, observation_space: gym.Space[Any],
-             action_space: gym.Space[Any], num_envs: int, seed: int, device: Any) -> Buffer:
+             action_space: gym.Space[Any], num_envs: int, seed: int, device: Any,
+             frame_stack: int = 1) -> Buffer:
+        stack = {"frame_stack": frame_stack} if frame_stack_replay and frame_stack > 1 else {}
         return agent.make_buffer(capacity, num_envs=num_envs, observation_space=observation_space,
-                                 action_space=action_space, seed=seed, device=device)
+                                 action_space=action_space, seed=seed, device=device, **stack)
 
     return make
 
@@ -49,8 +53,8 @@ def rollout(n_steps: int) -> StorageFactory:
     as a :class:`Run`'s ``storage``."""
 
     def make(agent: LearningAgent, observation_space: gym.Space[Any],
-             action_space: gym.Space[Any], num_envs: int, seed: int, device: Any
-             ) -> RolloutBuffer:
+             action_space: gym.Space[Any], num_envs: int, seed: int, device: Any,
+             frame_stack: int = 1) -> RolloutBuffer:
         return agent.make_rollout(n_steps, num_envs=num_envs, observation_space=observation_space,
                                   action_space=action_space, seed=seed, device=device)
 

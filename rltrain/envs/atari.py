@@ -1,0 +1,216 @@
+"""The standard Atari pipeline (the ALE protocol of Machado et al. 2018 as SB3's ``AtariWrapper``
+and CleanRL's ``ppo_atari.py`` apply it), as wrappers chosen by the ``env.atari`` config.
+
+Per sub-env, innermost first:
+
+1. the ALE env made with ``frameskip=1`` (the pipeline skips frames itself), the configured
+   sticky-action probability and action set;
+2. Gymnasium's ``AtariPreprocessing``: up to ``noop_max`` no-op actions after a reset, each
+   action repeated ``frame_skip`` times with the last two frames max-pooled, the screen
+   grayscaled and resized to ``screen_size`` (OpenCV's area interpolation);
+3. :class:`EpisodicLife` (training only): a lost life ends the episode for the learner
+   (``terminated``), and the next reset continues the same game;
+4. :class:`FireReset`: games that wait for FIRE get it after every reset;
+5. :class:`SignReward` (training only): rewards clipped to their sign, -1, 0 or +1;
+6. :class:`FrameStack`: the last ``frame_stack`` frames, channels first
+   (``[frame_stack, 84, 84]`` ``uint8``), which a frame-stack replay stores once per frame.
+
+Evaluation runs the same pipeline without 3 and 5 (:meth:`AtariPipeline.for_evaluation`), so
+evaluation returns are whole games in the game's own score.
+"""
+
+from __future__ import annotations
+
+import warnings
+from dataclasses import asdict, dataclass, replace
+from typing import Any, SupportsFloat
+
+import gymnasium as gym
+import numpy as np
+
+from rltrain.config.checks import check_typed_fields
+from rltrain.errors import require
+
+#: Where :class:`FrameStack` declares its stack depth in an env's (and so a vector env's)
+#: ``metadata``: what a replay reads to store each frame once.
+FRAME_STACK_KEY = "frame_stack"
+
+
+@dataclass
+class AtariConfig:
+    """The ``env.atari`` section: the standard Atari pipeline's settings (module docstring).
+
+    The defaults are SB3's ``AtariWrapper`` with CleanRL's and RL-Zoo's protocol (sticky
+    actions off, as in their published scores; Machado et al. 2018 recommend 0.25).
+
+    Attributes:
+        noop_max: Most no-op actions after a reset (a random number from 1 to it). Default 30.
+        frame_skip: Emulator frames per action; the last two are max-pooled. Default 4.
+        screen_size: Side of the square, resized grayscale frame in pixels. Default 84.
+        episodic_life: A lost life ends the learner's episode (training only). Default True.
+        fire_reset: Press FIRE after each reset in games that need it. Default True.
+        clip_rewards: Rewards clipped to their sign (training only). Default True.
+        frame_stack: Frames per observation. Default 4.
+        repeat_action_probability: Sticky actions: the probability that the emulator repeats
+            the previous action. Default 0.0.
+        full_action_space: All 18 actions, whatever the game uses. Default False.
+    """
+
+    noop_max: int = 30
+    frame_skip: int = 4
+    screen_size: int = 84
+    episodic_life: bool = True
+    fire_reset: bool = True
+    clip_rewards: bool = True
+    frame_stack: int = 4
+    repeat_action_probability: float = 0.0
+    full_action_space: bool = False
+
+    def __post_init__(self) -> None:
+        require("AtariConfig", [
+            (self.noop_max >= 0, f"noop_max must be >= 0; got {self.noop_max}."),
+            (self.frame_skip >= 1, f"frame_skip must be >= 1 frame; got {self.frame_skip}."),
+            (self.screen_size >= 8, f"screen_size must be >= 8 pixels; got {self.screen_size}."),
+            (self.frame_stack >= 1, f"frame_stack must be >= 1 frame; got {self.frame_stack}."),
+            (0.0 <= self.repeat_action_probability <= 1.0,
+             "repeat_action_probability must be in [0, 1]; got "
+             f"{self.repeat_action_probability}."),
+        ])
+        check_typed_fields("AtariConfig", self)
+
+
+def is_atari_id(env_id: str | None) -> bool:
+    """Whether ``env_id`` names an ALE game (``ALE/Pong-v5``, ``PongNoFrameskip-v4``)."""
+    if not env_id:
+        return False
+    spec = gym.registry.get(env_id)
+    point = getattr(spec, "entry_point", None)
+    return env_id.startswith("ALE/") or (isinstance(point, str) and point.startswith("ale_py"))
+
+
+@dataclass(frozen=True)
+class AtariPipeline:
+    """The pipeline as a picklable wrapper factory: called on the ALE env made with
+    :meth:`make_kwargs`, it returns the wrapped env.
+
+    Attributes:
+        config: The pipeline's settings.
+        training: Whether the training-only steps (episodic life, reward clipping) apply.
+            Default True.
+    """
+
+    config: AtariConfig
+    training: bool = True
+
+    def make_kwargs(self) -> dict[str, Any]:
+        """What the ALE env is made with under this pipeline."""
+        return {"frameskip": 1,
+                "repeat_action_probability": self.config.repeat_action_probability,
+                "full_action_space": self.config.full_action_space}
+
+    def for_evaluation(self) -> AtariPipeline:
+        """The same pipeline without the training-only steps: whole games, unclipped."""
+        return replace(self, training=False)
+
+    def __call__(self, env: gym.Env[Any, Any]) -> gym.Env[Any, Any]:
+        c = self.config
+        env = gym.wrappers.AtariPreprocessing(
+            env, noop_max=c.noop_max, frame_skip=c.frame_skip, screen_size=c.screen_size,
+            grayscale_obs=True)
+        if self.training and c.episodic_life:
+            env = EpisodicLife(env)
+        if c.fire_reset and needs_fire(env):
+            env = FireReset(env)
+        if self.training and c.clip_rewards:
+            env = SignReward(env)
+        return FrameStack(env, c.frame_stack)
+
+    def describe(self) -> str:
+        """The settings in one line, for logs."""
+        return ", ".join(f"{k}={v}" for k, v in asdict(self.config).items())
+
+
+def needs_fire(env: gym.Env[Any, Any]) -> bool:
+    """Whether the game waits for FIRE to start (its action 1 is FIRE)."""
+    meanings = env.unwrapped.get_action_meanings()  # type: ignore[attr-defined]
+    return len(meanings) >= 3 and meanings[1] == "FIRE"
+
+
+class EpisodicLife(gym.Wrapper[Any, Any, Any, Any]):
+    """A lost life ends the learner's episode (``terminated``, Mnih et al. 2015); the reset
+    that follows takes one no-op step in the same game instead of starting a new one, unless
+    the game is over. Training only: evaluation plays whole games."""
+
+    def __init__(self, env: gym.Env[Any, Any]) -> None:
+        super().__init__(env)
+        self.lives = 0
+        self.game_over = True
+
+    def step(self, action: Any) -> tuple[Any, SupportsFloat, bool, bool, dict[str, Any]]:
+        obs, reward, terminated, truncated, info = self.env.step(action)
+        self.game_over = terminated or truncated
+        lives = self.env.unwrapped.ale.lives()  # type: ignore[attr-defined]
+        if 0 < lives < self.lives:
+            terminated = True
+        self.lives = lives
+        return obs, reward, terminated, truncated, info
+
+    def reset(self, **kwargs: Any) -> tuple[Any, dict[str, Any]]:
+        if self.game_over:
+            obs, info = self.env.reset(**kwargs)
+        else:
+            obs, _, terminated, truncated, info = self.env.step(0)
+            if terminated or truncated:
+                obs, info = self.env.reset(**kwargs)
+        self.game_over = False
+        self.lives = self.env.unwrapped.ale.lives()  # type: ignore[attr-defined]
+        return obs, info
+
+
+class FireReset(gym.Wrapper[Any, Any, Any, Any]):
+    """After a reset, FIRE then action 2 (SB3's ``FireResetEnv``): games such as Breakout
+    wait for FIRE before play starts."""
+
+    def reset(self, **kwargs: Any) -> tuple[Any, dict[str, Any]]:
+        self.env.reset(**kwargs)
+        for action in (1, 2):
+            obs, _, terminated, truncated, info = self.env.step(action)
+            if terminated or truncated:
+                obs, info = self.env.reset(**kwargs)
+        return obs, info
+
+
+class SignReward(gym.RewardWrapper[Any, Any]):
+    """Rewards clipped to their sign, -1, 0 or +1 (Mnih et al. 2015). Training only."""
+
+    def reward(self, reward: SupportsFloat) -> float:
+        return float(np.sign(float(reward)))
+
+
+class FrameStack(gym.wrappers.FrameStackObservation[Any, Any]):
+    """Gymnasium's ``FrameStackObservation`` (a reset fills the stack with its frame),
+    declaring its depth in ``metadata["frame_stack"]`` so
+    that a replay can store each frame once."""
+
+    def __init__(self, env: gym.Env[Any, Any], stack_size: int) -> None:
+        super().__init__(env, stack_size)
+        self.metadata = {**env.metadata, FRAME_STACK_KEY: stack_size}
+
+
+def frame_stack_of(env: gym.Env[Any, Any] | gym.vector.VectorEnv[Any, Any, Any]) -> int:
+    """Frames per observation an env declares it stacks (``metadata["frame_stack"]``, set by
+    :class:`FrameStack` and the envpool backend); 1 when it declares none (or nonsense)."""
+    declared = env.metadata.get(FRAME_STACK_KEY, 1)
+    return declared if isinstance(declared, int) and declared >= 1 else 1
+
+
+def warn_raw_pixels(env_id: str, agent: str | None) -> None:
+    """Warn that ``env_id`` (an ALE game) trains on raw frames without the pipeline, naming the
+    preset that applies it."""
+    preset = f"{agent}_atari" if agent in ("ppo", "dqn") else "ppo_atari or dqn_atari"
+    warnings.warn(
+        f"{env_id} is an Atari game, made here without the standard Atari pipeline: the agent "
+        "sees raw 210x160 RGB frames, one at a time, with unclipped rewards (slow and hard to "
+        f"learn from). Start from the preset ({preset}: `rltrain fit {preset.split()[0]} "
+        f"env.id={env_id}`) or add the pipeline with env.atari={{}} (docs/atari.md).",
+        stacklevel=2)
