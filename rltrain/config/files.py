@@ -21,6 +21,7 @@ from rltrain.config.registry import (
     AGENTS,
 )
 from rltrain.config.trainer_config import TrainerConfig as TrainerConfig
+from rltrain.envs.atari import is_atari_id
 
 #: Where the shipped YAML configs live (``configs/`` in the repository links here).
 SHIPPED_CONFIGS = Path(__file__).parent.parent / "configs"
@@ -186,6 +187,13 @@ def _holds_interpolation(value: str) -> bool:
 def shipped_configs() -> list[str]:
     """The names of the YAML configs that ship with rltrain (``dqn_cartpole``, ...)."""
     return sorted(p.stem for p in SHIPPED_CONFIGS.glob("*.yaml"))
+
+
+def preset_fits(preset: str, env_id: str | None) -> bool:
+    """Whether the shipped ``preset`` is tuned for ``env_id``: its own ``env.id``, or, for an
+    ``<agent>_atari`` preset, any ALE game."""
+    return (OmegaConf.select(load_yaml(preset), "env.id") == env_id
+            or (preset.endswith("_atari") and is_atari_id(env_id)))
 
 
 def save_config(config: DictConfig | Mapping[str, Any], path: str | Path) -> None:

@@ -280,7 +280,8 @@ def describe_env(env: EnvInit) -> dict[str, Any]:
                                "lambda or a local function); use a wrapper class, or "
                                "functools.partial of one")
         return {"id": env.id, "kwargs": dict(env.kwargs), "imports": list(env.imports),
-                "wrappers": wrappers, "_target_": env.target}
+                "wrappers": wrappers, "_target_": env.target, "backend": env.backend,
+                "atari": None if env.atari is None else dataclasses.asdict(env.atari)}
     factory = env_factory(env)
     described = describe_callable(factory)
     if described is None:

@@ -25,8 +25,7 @@ from dataclasses import dataclass
 import gymnasium as gym
 from omegaconf import OmegaConf
 
-from rltrain.config.files import load_yaml, shipped_configs
-from rltrain.envs.atari import is_atari_id
+from rltrain.config.files import load_yaml, preset_fits, shipped_configs
 
 
 @dataclass(frozen=True)
@@ -57,13 +56,11 @@ def choose_preset(overrides: list[str], *, use_presets: bool = True) -> PresetCh
                and strategy in (None, _value(name, "strategy.name"))]
     env_id = keys.get("env.id")
     if env_id is not None:
-        tuned = [name for name in presets if _value(name, "env.id") == env_id]
-        family = [name for name in presets if name.endswith("_atari") and is_atari_id(env_id)]
-        if tuned or family:
-            chosen = (tuned or family)[0]
-            what = env_id if tuned else f"every Atari game ({env_id})"
-            return PresetChoice([chosen], f"starting from the preset {chosen}, tuned for "
-                                          f"{what} with {agent}")
+        tuned = [name for name in presets if preset_fits(name, env_id)]
+        if tuned:
+            what = f"every Atari game ({env_id})" if tuned[0].endswith("_atari") else env_id
+            return PresetChoice(tuned[:1], f"starting from the preset {tuned[0]}, tuned for "
+                                           f"{what} with {agent}")
         return PresetChoice([], f"no shipped preset is tuned for {env_id} with {agent}: "
                                 f"starting from {agent}'s own defaults (presets of {agent}: "
                                 f"{', '.join(presets) or 'none'})")

@@ -39,6 +39,7 @@ from rltrain.config.files import (
     load_yaml,
     omegaconf_message,
     parse_overrides,
+    preset_fits,
     shipped_configs,
     to_container_raw,
 )
@@ -156,7 +157,8 @@ def compose(files: Sequence[str | Path] = (), overrides: Sequence[str] = ()) -> 
                       else OmegaConf.create())
     for path, layer in zip(files, layers, strict=True):
         tuned = OmegaConf.select(layer, "env.id")
-        if _is_shipped(path) and tuned is not None and config.env.id != tuned:
+        if (_is_shipped(path) and tuned is not None
+                and not preset_fits(Path(path).stem, config.env.id)):
             warnings.warn(retuned_message(Path(path).stem, str(tuned), config), stacklevel=2)
     return config
 
@@ -171,7 +173,7 @@ def _is_shipped(path: str | Path) -> bool:
 def presets_for(env_id: str | None, agent: str | None = None) -> list[str]:
     """The shipped configs tuned for ``env_id`` (and ``agent``, when given)."""
     return [name for name in shipped_configs()
-            if OmegaConf.select(load_yaml(name), "env.id") == env_id
+            if preset_fits(name, env_id)
             and agent in (None, OmegaConf.select(load_yaml(name), "agent.name"))]
 
 

@@ -54,6 +54,9 @@ class AtariConfig:
         repeat_action_probability: Sticky actions: the probability that the emulator repeats
             the previous action. Default 0.0.
         full_action_space: All 18 actions, whatever the game uses. Default False.
+        max_episode_frames: Emulator frames after which a game is truncated (the ALE's cap,
+            Machado et al. 2018): ``max_episode_frames / frame_skip`` env steps. Default
+            108,000 (27,000 env steps, 30 minutes of play).
     """
 
     noop_max: int = 30
@@ -65,6 +68,7 @@ class AtariConfig:
     frame_stack: int = 4
     repeat_action_probability: float = 0.0
     full_action_space: bool = False
+    max_episode_frames: int = 108_000
 
     def __post_init__(self) -> None:
         require("AtariConfig", [
@@ -72,6 +76,9 @@ class AtariConfig:
             (self.frame_skip >= 1, f"frame_skip must be >= 1 frame; got {self.frame_skip}."),
             (self.screen_size >= 8, f"screen_size must be >= 8 pixels; got {self.screen_size}."),
             (self.frame_stack >= 1, f"frame_stack must be >= 1 frame; got {self.frame_stack}."),
+            (self.max_episode_frames >= self.frame_skip,
+             f"max_episode_frames must be >= frame_skip ({self.frame_skip}); got "
+             f"{self.max_episode_frames}."),
             (0.0 <= self.repeat_action_probability <= 1.0,
              "repeat_action_probability must be in [0, 1]; got "
              f"{self.repeat_action_probability}."),
@@ -104,7 +111,7 @@ class AtariPipeline:
 
     def make_kwargs(self) -> dict[str, Any]:
         """What the ALE env is made with under this pipeline."""
-        return {"frameskip": 1,
+        return {"frameskip": 1, "max_num_frames_per_episode": self.config.max_episode_frames,
                 "repeat_action_probability": self.config.repeat_action_probability,
                 "full_action_space": self.config.full_action_space}
 
@@ -114,6 +121,7 @@ class AtariPipeline:
 
     def __call__(self, env: gym.Env[Any, Any]) -> gym.Env[Any, Any]:
         c = self.config
+        env = gym.wrappers.TimeLimit(env, c.max_episode_frames)  # the ALE's cap, in frames
         env = gym.wrappers.AtariPreprocessing(
             env, noop_max=c.noop_max, frame_skip=c.frame_skip, screen_size=c.screen_size,
             grayscale_obs=True)
@@ -139,7 +147,7 @@ def needs_fire(env: gym.Env[Any, Any]) -> bool:
 class EpisodicLife(gym.Wrapper[Any, Any, Any, Any]):
     """A lost life ends the learner's episode (``terminated``, Mnih et al. 2015); the reset
     that follows takes one no-op step in the same game instead of starting a new one, unless
-    the game is over. Training only: evaluation plays whole games."""
+    the game is over or the reset is seeded. Training only: evaluation plays whole games."""
 
     def __init__(self, env: gym.Env[Any, Any]) -> None:
         super().__init__(env)
@@ -156,7 +164,7 @@ class EpisodicLife(gym.Wrapper[Any, Any, Any, Any]):
         return obs, reward, terminated, truncated, info
 
     def reset(self, **kwargs: Any) -> tuple[Any, dict[str, Any]]:
-        if self.game_over:
+        if self.game_over or kwargs.get("seed") is not None:  # a seeded reset starts anew
             obs, info = self.env.reset(**kwargs)
         else:
             obs, _, terminated, truncated, info = self.env.step(0)

@@ -13,7 +13,10 @@ envpool's state cannot be saved: a resumed run resets its envs, with the runner'
 
 from __future__ import annotations
 
+import contextlib
 import importlib
+import warnings
+from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
@@ -46,7 +49,8 @@ def envpool_kwargs(atari: AtariConfig | None) -> dict[str, Any]:
             "use_fire_reset": atari.fire_reset, "reward_clip": atari.clip_rewards,
             "stack_num": atari.frame_stack,
             "repeat_action_probability": atari.repeat_action_probability,
-            "full_action_space": atari.full_action_space}
+            "full_action_space": atari.full_action_space,
+            "max_episode_steps": atari.max_episode_frames // atari.frame_skip}
 
 
 class EnvpoolVectorEnv(VectorEnv[Any, Any, Any]):
@@ -67,8 +71,9 @@ class EnvpoolVectorEnv(VectorEnv[Any, Any, Any]):
         self.task, self.kwargs = envpool_task(env_id), kwargs
         self.num_envs = num_envs
         self.pool = self._make_pool(seed)
-        self.single_observation_space = self.pool.single_observation_space
-        self.single_action_space = self.pool.single_action_space
+        with _float32_bounds():
+            self.single_observation_space = self.pool.single_observation_space
+            self.single_action_space = self.pool.single_action_space
         self.observation_space = batch_space(self.single_observation_space, num_envs)
         self.action_space = batch_space(self.single_action_space, num_envs)
         self.metadata = {"autoreset_mode": AutoresetMode.SAME_STEP}
@@ -78,8 +83,9 @@ class EnvpoolVectorEnv(VectorEnv[Any, Any, Any]):
 
     def _make_pool(self, seed: int) -> Any:
         self.pool_seed = seed
-        return _import_envpool().make(self.task, env_type="gymnasium", num_envs=self.num_envs,
-                                      seed=seed, **self.kwargs)
+        with _float32_bounds():
+            return _import_envpool().make(self.task, env_type="gymnasium",
+                                          num_envs=self.num_envs, seed=seed, **self.kwargs)
 
     def reset(self, *, seed: int | list[int] | None = None,
               options: dict[str, Any] | None = None) -> tuple[Any, dict[str, Any]]:
@@ -88,12 +94,14 @@ class EnvpoolVectorEnv(VectorEnv[Any, Any, Any]):
         if seed is not None and seed != self.pool_seed:
             self.pool.close()
             self.pool = self._make_pool(seed)
-        observations, _ = self.pool.reset()
+        with _float32_bounds():  # envpool builds its spaces again on each call
+            observations, _ = self.pool.reset()
         return observations, {}
 
     def step(self, actions: Any) -> tuple[Any, np.ndarray, np.ndarray, np.ndarray,
                                           dict[str, Any]]:
-        observations, rewards, terminated, truncated, info = self.pool.step(actions)
+        with _float32_bounds():
+            observations, rewards, terminated, truncated, info = self.pool.step(actions)
         observations, rewards, terminated, truncated = _in_env_order(
             info, observations, rewards, terminated, truncated)
         ended = terminated | truncated
@@ -101,7 +109,8 @@ class EnvpoolVectorEnv(VectorEnv[Any, Any, Any]):
         if ended.any():
             ids = np.flatnonzero(ended)
             # envpool's reset step: the action is ignored, the first observation returned
-            first, *_, first_info = self.pool.step(np.asarray(actions)[ids], env_id=ids)
+            with _float32_bounds():
+                first, *_, first_info = self.pool.step(np.asarray(actions)[ids], env_id=ids)
             order = np.argsort(first_info["env_id"])
             final = np.empty(self.num_envs, dtype=object)
             for i in ids:
@@ -114,6 +123,14 @@ class EnvpoolVectorEnv(VectorEnv[Any, Any, Any]):
 
     def close_extras(self, **kwargs: Any) -> None:
         self.pool.close()
+
+
+@contextlib.contextmanager
+def _float32_bounds() -> Iterator[None]:
+    """Without Gymnasium's warning that envpool's float64 bounds of float32 spaces are cast."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=".*precision lowered by casting")
+        yield
 
 
 def _in_env_order(info: dict[str, Any], *arrays: np.ndarray) -> tuple[np.ndarray, ...]:

@@ -203,10 +203,14 @@ class ImageEncoder(Encoder):
             shape[0], shape[1], shape[2])
 
     def forward(self, obs: torch.Tensor) -> torch.Tensor:
-        x = obs.float()
-        if self.channels_last:
-            x = x.permute(0, 3, 1, 2)
-        return self.linear(self.cnn((x - self.low) / self.span))  # type: ignore[no-any-return]
+        # Channels last (laid out while still in the storage dtype, a byte an element for
+        # images): oneDNN's convolutions on the CPU take that layout (a Nature-CNN gradient step
+        # on 256 Atari stacks about 23% faster, docs/benchmarks.md "Atari"); scaled into one new
+        # float tensor.
+        x = (obs.permute(0, 3, 1, 2) if self.channels_last
+             else obs.contiguous(memory_format=torch.channels_last))
+        x = torch.sub(x.float(), self.low).div_(self.span)
+        return self.linear(self.cnn(x))  # type: ignore[no-any-return]
 
 
 class DictEncoder(Encoder):

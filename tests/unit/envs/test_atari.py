@@ -1,0 +1,146 @@
+"""The standard Atari pipeline (env.atari): its wrappers in training and in evaluation, the
+raw-pixel warning, the presets chosen for every ALE game, and an Atari run evaluated, loaded
+and exported from its run directory."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import warnings
+from pathlib import Path
+
+import gymnasium as gym
+import numpy as np
+import pytest
+import torch
+
+from rltrain.config.files import ConfigError
+from rltrain.config.presets import choose_preset
+from rltrain.config.schema import compose
+from rltrain.envs.atari import AtariConfig, EpisodicLife, FireReset, FrameStack, SignReward
+from rltrain.envs.make import EnvSpec, evaluation_env
+
+pytest.importorskip("ale_py")
+pytest.importorskip("cv2")
+
+
+def layers(env: gym.Env) -> list[type]:
+    found = []
+    while isinstance(env, gym.Wrapper):
+        found.append(type(env))
+        env = env.env
+    return found
+
+
+def test_training_pipeline_stacks_84x84_frames_clips_rewards_and_ends_episodes_on_lost_lives(
+) -> None:
+    spec = EnvSpec("ALE/Breakout-v5", atari=AtariConfig())
+    env = spec()
+    try:
+        assert env.observation_space == gym.spaces.Box(0, 255, (4, 84, 84), np.uint8)
+        assert env.metadata["frame_stack"] == 4
+        assert {EpisodicLife, FireReset, SignReward, FrameStack} <= set(layers(env))
+        assert env.unwrapped.spec.kwargs["frameskip"] == 1  # the pipeline skips frames
+        obs, _ = env.reset(seed=0)
+        assert (obs == obs[-1]).all()  # a reset fills the stack with its frame
+        ale = env.unwrapped.ale
+        lives, ended_on_life = ale.lives(), False
+        for _ in range(2_000):
+            obs, reward, terminated, _, _ = env.step(env.action_space.sample())
+            assert reward in (-1.0, 0.0, 1.0)
+            if terminated:
+                ended_on_life = ale.lives() > 0  # the game goes on
+                break
+        assert ended_on_life and ale.lives() == lives - 1
+        env.reset()
+        assert ale.lives() == lives - 1  # the reset continued the game
+    finally:
+        env.close()
+
+
+def test_evaluation_pipeline_plays_whole_games_with_the_games_score() -> None:
+    spec = evaluation_env(EnvSpec("ALE/Breakout-v5", atari=AtariConfig(),
+                                  backend="envpool"))
+    assert isinstance(spec, EnvSpec) and spec.backend == "gymnasium" and not spec.training
+    env = spec()
+    try:
+        kinds = set(layers(env))
+        assert FireReset in kinds and FrameStack in kinds
+        assert EpisodicLife not in kinds and SignReward not in kinds
+        env.reset(seed=1)
+        for _ in range(5_000):
+            _, _, terminated, truncated, _ = env.step(env.action_space.sample())
+            if terminated or truncated:
+                break
+        assert terminated and env.unwrapped.ale.lives() == 0  # the whole game
+    finally:
+        env.close()
+
+
+def test_sign_reward_keeps_the_sign_only() -> None:
+    wrapper = SignReward(gym.make("CartPole-v1"))
+    assert [wrapper.reward(r) for r in (7.0, -3.5, 0.0, 0.2)] == [1.0, -1.0, 0.0, 1.0]
+
+
+def test_sticky_actions_and_action_set_reach_the_emulator() -> None:
+    env = EnvSpec("ALE/Pong-v5", atari=AtariConfig(repeat_action_probability=0.25,
+                                                   full_action_space=True))()
+    try:
+        assert env.unwrapped.spec.kwargs["repeat_action_probability"] == 0.25
+        assert env.action_space == gym.spaces.Discrete(18)
+    finally:
+        env.close()
+
+
+@pytest.mark.parametrize("override, named", [
+    ("env.atari.frame_stack=0", "frame_stack must be >= 1"),
+    ("env.atari.repeat_action_probability=1.5", "repeat_action_probability must be in"),
+    ("env.backend=jax", "backend must be 'gymnasium' or 'envpool'"),
+])
+def test_bad_atari_settings_are_refused_by_name(override: str, named: str) -> None:
+    from rltrain.trainer.build import build
+    with pytest.raises((ConfigError, ValueError), match=named):
+        build(compose(["ppo_atari"], [override]))
+
+
+def test_raw_atari_pixels_get_a_warning_naming_the_preset() -> None:
+    from rltrain.trainer.build import build
+    with pytest.warns(UserWarning, match=r"ppo_atari.*env.id=ALE/Pong-v5"):
+        build(compose([], ["agent.name=ppo", "strategy.name=on_policy", "env.id=ALE/Pong-v5"]))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        build(compose(["ppo_atari"], ["env.id=ALE/Pong-v5"]))
+
+
+@pytest.mark.parametrize("game", ["ALE/Pong-v5", "ALE/SpaceInvaders-v5", "ALE/Breakout-v5"])
+@pytest.mark.parametrize("agent", ["ppo", "dqn"])
+def test_atari_presets_are_chosen_for_every_game(game: str, agent: str) -> None:
+    choice = choose_preset([f"agent.name={agent}", f"env.id={game}"])
+    assert choice.files == [f"{agent}_atari"] and game in choice.note
+
+
+def test_an_atari_run_is_evaluated_loaded_and_exported(tmp_path: Path) -> None:
+    run = tmp_path / "pong"
+    command = [sys.executable, "-m", "rltrain.cli", "fit", "ppo_atari", "env.id=ALE/Pong-v5",
+               "env.backend=envpool", "trainer.num_steps=1024", "trainer.eval_interval=null",
+               "strategy.num_envs=4", "strategy.n_steps=64", "strategy.batch_size=128",
+               f"trainer.run_dir={run}"]
+    subprocess.run(command, check=True, capture_output=True, timeout=300)
+    evaluated = subprocess.run(
+        [sys.executable, "-m", "rltrain.cli", "evaluate", str(run), "--episodes", "1",
+         "trainer.eval_max_episode_steps=200"], capture_output=True, text=True, timeout=300)
+    assert evaluated.returncode == 0, evaluated.stderr
+    assert "return" in evaluated.stdout
+    from rltrain import load_policy
+    policy = load_policy(run)
+    env = EnvSpec("ALE/Pong-v5", atari=AtariConfig(), training=False)()
+    obs, _ = env.reset(seed=0)
+    action = policy(obs)
+    assert env.action_space.contains(int(action))
+    exported = tmp_path / "pong.pt2"
+    subprocess.run([sys.executable, "-m", "rltrain.cli", "export", str(run), str(exported)],
+                   check=True, capture_output=True, timeout=300)
+    program = torch.export.load(str(exported)).module()
+    batch = torch.as_tensor(obs[None])
+    assert int(program(batch).reshape(-1)[0]) == int(action)
+    env.close()
