@@ -29,16 +29,15 @@ def atari_config(game: str, steps: int, run_dir: str, extra: list[str] | None = 
                                    f"trainer.run_dir={run_dir}", *QUIET, *(extra or [])])
 
 
-def sb3_atari_envs(game: str, num_envs: int, seed: int, sticky: float, *, training: bool = True,
+def sb3_atari_envs(game: str, num_envs: int, seed: int, sticky: float, *,
                    subprocess: bool = True) -> Any:
-    """SB3's Atari vector env: ``AtariWrapper`` (training: episodic life and clipped rewards;
-    else whole games, unclipped) in ``SubprocVecEnv`` workers, 4 frames stacked."""
+    """SB3's Atari vector env: ``AtariWrapper`` (episodic life, clipped rewards; its
+    ``Monitor``, inside them, records whole games in the game's score) in ``SubprocVecEnv``
+    workers, 4 frames stacked."""
     from stable_baselines3.common.env_util import make_atari_env
     from stable_baselines3.common.vec_env import SubprocVecEnv, VecFrameStack
 
-    wrapper = {} if training else {"terminal_on_life_loss": False, "clip_reward": False}
     envs = make_atari_env(partial(make_ale, game), n_envs=num_envs, seed=seed,
-                          wrapper_kwargs=wrapper,
                           env_kwargs={"frameskip": 1, "repeat_action_probability": sticky},
                           vec_env_cls=SubprocVecEnv if subprocess else None)
     return VecFrameStack(envs, n_stack=4)

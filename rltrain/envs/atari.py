@@ -8,15 +8,17 @@ Per sub-env, innermost first:
 2. Gymnasium's ``AtariPreprocessing``: up to ``noop_max`` no-op actions after a reset, each
    action repeated ``frame_skip`` times with the last two frames max-pooled, the screen
    grayscaled and resized to ``screen_size`` (OpenCV's area interpolation);
-3. :class:`EpisodicLife` (training only): a lost life ends the episode for the learner
-   (``terminated``), and the next reset continues the same game;
+3. :class:`EpisodicLife`: a lost life ends the episode for the learner (``terminated``), and
+   the next reset continues the same game;
 4. :class:`FireReset`: games that wait for FIRE get it after every reset;
 5. :class:`SignReward` (training only): rewards clipped to their sign, -1, 0 or +1;
 6. :class:`FrameStack`: the last ``frame_stack`` frames, channels first
    (``[frame_stack, 84, 84]`` ``uint8``), which a frame-stack replay stores once per frame.
 
-Evaluation runs the same pipeline without 3 and 5 (:meth:`AtariPipeline.for_evaluation`), so
-evaluation returns are whole games in the game's own score.
+Evaluation runs the same pipeline without 5, and with :class:`LifeLossContinue` around it
+(:meth:`AtariPipeline.for_evaluation`): a lost life goes on with the game as the agent saw it in
+training, so evaluation returns are whole games in the game's own score (as Stable-Baselines3's
+``Monitor`` and CleanRL's ``RecordEpisodeStatistics`` report them).
 """
 
 from __future__ import annotations
@@ -47,7 +49,8 @@ class AtariConfig:
         noop_max: Most no-op actions after a reset (a random number from 1 to it). Default 30.
         frame_skip: Emulator frames per action; the last two are max-pooled. Default 4.
         screen_size: Side of the square, resized grayscale frame in pixels. Default 84.
-        episodic_life: A lost life ends the learner's episode (training only). Default True.
+        episodic_life: A lost life ends the learner's episode (in training; evaluation goes on
+            with the game as the agent saw it in training). Default True.
         fire_reset: Press FIRE after each reset in games that need it. Default True.
         clip_rewards: Rewards clipped to their sign (training only). Default True.
         frame_stack: Frames per observation. Default 4.
@@ -102,8 +105,8 @@ class AtariPipeline:
 
     Attributes:
         config: The pipeline's settings.
-        training: Whether the training-only steps (episodic life, reward clipping) apply.
-            Default True.
+        training: Whether episodes end at a lost life and rewards are clipped (else whole
+            games, unclipped: evaluation). Default True.
     """
 
     config: AtariConfig
@@ -116,7 +119,7 @@ class AtariPipeline:
                 "full_action_space": self.config.full_action_space}
 
     def for_evaluation(self) -> AtariPipeline:
-        """The same pipeline without the training-only steps: whole games, unclipped."""
+        """The same pipeline for evaluation: whole games, unclipped."""
         return replace(self, training=False)
 
     def __call__(self, env: gym.Env[Any, Any]) -> gym.Env[Any, Any]:
@@ -125,13 +128,14 @@ class AtariPipeline:
         env = gym.wrappers.AtariPreprocessing(
             env, noop_max=c.noop_max, frame_skip=c.frame_skip, screen_size=c.screen_size,
             grayscale_obs=True)
-        if self.training and c.episodic_life:
+        if c.episodic_life:
             env = EpisodicLife(env)
         if c.fire_reset and needs_fire(env):
             env = FireReset(env)
         if self.training and c.clip_rewards:
             env = SignReward(env)
-        return FrameStack(env, c.frame_stack)
+        env = FrameStack(env, c.frame_stack)
+        return env if self.training or not c.episodic_life else LifeLossContinue(env)
 
     def describe(self) -> str:
         """The settings in one line, for logs."""
@@ -173,6 +177,21 @@ class EpisodicLife(gym.Wrapper[Any, Any, Any, Any]):
         self.game_over = False
         self.lives = self.env.unwrapped.ale.lives()  # type: ignore[attr-defined]
         return obs, info
+
+
+class LifeLossContinue(gym.Wrapper[Any, Any, Any, Any]):
+    """Evaluation of an agent trained with :class:`EpisodicLife`: a lost life does not end the
+    episode; the game goes on as the agent saw it in training (the reset that continues the
+    game: a no-op, FIRE where the game needs it, the stack refilled), so the episode is the
+    whole game and its return the game's score. Without it a greedy agent that never learnt
+    to press FIRE would wait out the ALE's cap after its first lost life."""
+
+    def step(self, action: Any) -> tuple[Any, SupportsFloat, bool, bool, dict[str, Any]]:
+        obs, reward, terminated, truncated, info = self.env.step(action)
+        if terminated and not truncated and self.env.unwrapped.ale.lives() > 0:  # type: ignore[attr-defined]
+            obs, info = self.env.reset()
+            terminated = False
+        return obs, reward, terminated, truncated, info
 
 
 class FireReset(gym.Wrapper[Any, Any, Any, Any]):

@@ -17,7 +17,14 @@ import torch
 from rltrain.config.files import ConfigError
 from rltrain.config.presets import choose_preset
 from rltrain.config.schema import compose
-from rltrain.envs.atari import AtariConfig, EpisodicLife, FireReset, FrameStack, SignReward
+from rltrain.envs.atari import (
+    AtariConfig,
+    EpisodicLife,
+    FireReset,
+    FrameStack,
+    LifeLossContinue,
+    SignReward,
+)
 from rltrain.envs.make import EnvSpec, evaluation_env
 
 pytest.importorskip("ale_py")
@@ -65,14 +72,16 @@ def test_evaluation_pipeline_plays_whole_games_with_the_games_score() -> None:
     env = spec()
     try:
         kinds = set(layers(env))
-        assert FireReset in kinds and FrameStack in kinds
-        assert EpisodicLife not in kinds and SignReward not in kinds
+        assert {FireReset, FrameStack, LifeLossContinue} <= kinds and SignReward not in kinds
         env.reset(seed=1)
+        lives = [env.unwrapped.ale.lives()]
         for _ in range(5_000):
-            _, _, terminated, truncated, _ = env.step(env.action_space.sample())
+            _, _, terminated, truncated, _ = env.step(0)  # NOOP: never FIRE
+            lives.append(env.unwrapped.ale.lives())
             if terminated or truncated:
                 break
-        assert terminated and env.unwrapped.ale.lives() == 0  # the whole game
+        # the whole game, though the agent never pressed FIRE: each lost life went on
+        assert terminated and lives[-1] == 0 and lives[0] == 5 and len(lives) < 5_000
     finally:
         env.close()
 
