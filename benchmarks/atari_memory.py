@@ -2,9 +2,10 @@
 FrameStackReplay beside whole stacks stored twice (obs and next obs, as a plain replay) and
 Stable-Baselines3's ``ReplayBuffer`` with and without ``optimize_memory_usage``.
 
-Each buffer is allocated at ``--capacity`` transitions (1,000,000) and its arrays' bytes summed
-(NumPy reserves them without touching the pages); the plain replay's are counted from its
-arrays' shapes (it refuses to reserve more than the memory available). A FrameStackReplay of
+rltrain's FrameStackReplay is allocated at ``--capacity`` transitions (1,000,000) and its
+arrays' bytes summed (NumPy reserves them without touching the pages); the others are counted
+from their arrays' shapes (rltrain's plain replay refuses to reserve more than the memory
+available, and this machine cannot reserve SB3's 28 or 56 GB). A FrameStackReplay of
 ``--fill`` transitions (100,000) is then filled from 8 sub-envs of random 84x84 frames in
 episodes of 100 to 1,000 steps, and the process's resident memory measured before and after: the
 bytes it holds once every page is written, checked against its formula at that size.
@@ -40,16 +41,13 @@ def formula(capacity: int, num_envs: int) -> int:
     return (slots + int(slots * EXTRA_FRAMES) + 4) * num_envs * FRAME + capacity * (8 + 12 + 16)
 
 
-def sb3_bytes(capacity: int, optimize: bool) -> int | None:
-    try:
-        from stable_baselines3.common.buffers import ReplayBuffer as SB3Replay
-    except ImportError:
-        return None
-    buffer = SB3Replay(capacity, SPACE, ACTIONS, device="cpu", n_envs=1,
-                       optimize_memory_usage=optimize, handle_timeout_termination=True)
-    arrays = [buffer.observations, buffer.actions, buffer.rewards, buffer.dones,
-              buffer.timeouts] + ([] if optimize else [buffer.next_observations])
-    return int(sum(a.nbytes for a in arrays))
+def sb3_bytes(capacity: int, optimize: bool) -> int:
+    """SB3's ``ReplayBuffer`` arrays at ``capacity`` (one env), from their shapes in its
+    ``__init__`` (this machine's 24 GB cannot reserve them): observations (and
+    next_observations unless ``optimize_memory_usage``) in the space's ``uint8``, int64
+    actions, float32 rewards, dones and timeouts."""
+    stacks = (1 if optimize else 2) * capacity * 4 * FRAME
+    return stacks + capacity * (8 + 3 * 4)
 
 
 def resident_bytes() -> int:

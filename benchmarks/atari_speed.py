@@ -2,7 +2,9 @@
 async vector env, beside Stable-Baselines3 (``AtariWrapper`` + ``SubprocVecEnv``), alternated
 in one run, with where each step's time goes.
 
-All three train ``ppo_atari``'s settings (8 envs x 128 steps, 4 epochs of 4 minibatches of 256,
+All three train ``ppo_atari``'s settings (``envpool-bf16``, an extra setup: rltrain's envpool
+run with ``trainer.dtype=bfloat16``, its training forward passes under bfloat16 autocast, which
+SB3 has no setting for) (8 envs x 128 steps, 4 epochs of 4 minibatches of 256,
 the Nature CNN) on ``--game`` (Breakout) for ``--steps`` env steps, no evaluation, at each
 torch thread count of ``--threads``. Each repeat runs every (setup, threads) pair once, in an
 order rotated from repeat to repeat; the table gives medians (min-max) and the ratios to SB3 at
@@ -23,6 +25,7 @@ Writes ``benchmarks/results/atari_speed.json``.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import tempfile
 import time
 from typing import Any
@@ -38,7 +41,8 @@ from rltrain.optim import Optimization
 from rltrain.trainer import build
 
 SETUPS = {"envpool": ["env.backend=envpool"], "async": ["strategy.vectorization=async"],
-          "sync": ["strategy.vectorization=sync"]}
+          "sync": ["strategy.vectorization=sync"],
+          "envpool-bf16": ["env.backend=envpool", "trainer.dtype=bfloat16"]}
 
 
 def rltrain_run(game: str, setup: str, steps: int, threads: int) -> dict[str, Any]:
@@ -72,7 +76,9 @@ def step_costs(run: dict[str, Any], calls: int) -> dict[str, float]:
     """Seconds of one gradient step and of one acting call (8 stacks) of the trained agent."""
     agent, cfg = run["built"].agent, run["config"]
     size, num_envs = int(cfg.strategy.batch_size), int(cfg.strategy.num_envs)
-    optim = Optimization(agent.configure_optimizers(), progress=agent.progress)
+    settings = dataclasses.replace(run["built"].trainer.optimization, on_nan_loss="raise")
+    optim = Optimization(agent.configure_optimizers(), progress=agent.progress,
+                         settings=settings)
     obs = torch.randint(0, 255, (size, 4, 84, 84), dtype=torch.uint8)
     actions = torch.randint(0, 4, (size,))
     with torch.no_grad():

@@ -80,9 +80,11 @@ class TrainerConfig:
         num_threads: ``torch.set_num_threads`` while ``fit`` and ``evaluate`` run (restored
             after): a count, None (leave torch's, one per core), or ``"auto"`` (default): one
             thread for an agent with fewer than :data:`AUTO_ONE_THREAD_BELOW` trainable
-            parameters (every shipped preset's MLP or small CNN), torch's own otherwise.
-            Measured in ``docs/benchmarks.md`` (``python -m benchmarks.threads``): small
-            networks run several times slower on 2 threads than on 1. A run's console says
+            parameters (every shipped preset's MLP or small CNN), torch's own for larger ones
+            and for the Nature CNN over images (the Atari presets). Measured in
+            ``docs/benchmarks.md`` (``python -m benchmarks.threads``; "Atari"): small
+            networks run several times slower on 2 threads than on 1; PPO on Atari runs 1.2 to
+            1.5 times faster on 2. A run's console says
             what was chosen (``torch threads: 1 (num_threads=auto: ...)``).
         keep_freed_memory: With glibc (Linux), ``fit`` first raises the C allocator's trim
             threshold, top pad and mmap threshold for the rest of the process
@@ -222,12 +224,16 @@ class TrainerConfig:
                                  f"({', '.join(LOGGER_PACKAGES)}); pass logger objects to "
                                  "Trainer(logger=[...]) in Python.")
 
-    def torch_threads(self, trainable_parameters: int) -> tuple[int | None, str]:
-        """The torch threads a run of an agent with ``trainable_parameters`` uses (None:
-        torch's own, left as it is) and why, in words (for the run's console)."""
+    def torch_threads(self, trainable_parameters: int, image_cnn: bool = False
+                      ) -> tuple[int | None, str]:
+        """The torch threads a run of an agent with ``trainable_parameters`` (and with the
+        Nature CNN over images, ``image_cnn``) uses (None: torch's own, left as it is) and why,
+        in words (for the run's console)."""
         if self.num_threads != "auto":
             assert self.num_threads is None or isinstance(self.num_threads, int)
             return self.num_threads, f"num_threads={self.num_threads}"
+        if image_cnn:
+            return None, "num_threads=auto: the Nature CNN's convolutions share between cores"
         if trainable_parameters < AUTO_ONE_THREAD_BELOW:
             return 1, (f"num_threads=auto: {trainable_parameters:,} trainable parameters "
                        f"< {AUTO_ONE_THREAD_BELOW:,}")

@@ -268,7 +268,7 @@ class Runner:
         # EzPickle envs (Box2D; MuJoCo's outside rltrain.envs.physics's wrappers) pickle only
         # their constructor arguments: what comes back is a new env, as good as none.
         warnings.warn(
-            "The environments' state is not in this checkpoint (async vector envs, "
+            "The environments' state is not in this checkpoint (async vector envs, envpool's, "
             "unpicklable envs and EzPickle envs such as Box2D cannot be saved, nor envs that "
             "failed part-way through a step; MuJoCo's are saved inside Gymnasium's standard "
             "wrappers only): they were reset with a new seed, so the episodes running at the "

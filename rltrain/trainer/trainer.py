@@ -11,6 +11,7 @@ from typing import Any
 import torch
 from omegaconf import DictConfig, OmegaConf
 
+from rltrain.agents.nn.encoders import ImageEncoder
 from rltrain.agents.base import LearningAgent
 from rltrain.checkpoint import (
     LoadedCheckpoint,
@@ -57,6 +58,14 @@ from rltrain.trainer.settings import TrainerSettings
 def trainable_parameters(agent: LearningAgent) -> int:
     """The agent's trainable parameters (a target network's copies not counted)."""
     return sum(p.numel() for p in agent.parameters() if p.requires_grad)
+
+
+def network_size(agent: LearningAgent) -> tuple[int, bool]:
+    """What ``num_threads="auto"`` decides by: the agent's trainable parameters, and whether
+    it convolves images with the Nature CNN (whose convolutions share well between cores)."""
+    nature = any(isinstance(m, ImageEncoder) and m.cnn_name == "NatureCNN"
+                 for m in agent.modules())
+    return trainable_parameters(agent), nature
 
 
 class Trainer(TrainerSettings):
@@ -177,7 +186,7 @@ class Trainer(TrainerSettings):
         try:
             if main:
                 write_model_summary(self, agent, run_dir)
-            threads, why = self.torch_threads(trainable_parameters(agent))
+            threads, why = self.torch_threads(*network_size(agent))
             heap = keep_freed_memory() if self.keep_freed_memory else "keep_freed_memory=False"
             if self.enable_console and main:
                 count = torch.get_num_threads() if threads is None else threads
@@ -226,7 +235,7 @@ class Trainer(TrainerSettings):
                               max_episode_steps=self.eval_max_episode_steps,
                               video_dir=video_dir, step_timeout=self.env_step_timeout)
         try:
-            with self._threads(self.torch_threads(trainable_parameters(agent))[0]):
+            with self._threads(self.torch_threads(*network_size(agent))[0]):
                 result = evaluator.run(agent.policy(device), env_steps=0,
                                        events=EventProcessor())
         finally:
