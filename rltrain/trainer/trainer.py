@@ -11,8 +11,8 @@ from typing import Any
 import torch
 from omegaconf import DictConfig, OmegaConf
 
-from rltrain.agents.nn.encoders import ImageEncoder
 from rltrain.agents.base import LearningAgent
+from rltrain.agents.nn.encoders import ImageEncoder
 from rltrain.checkpoint import (
     LoadedCheckpoint,
     atomic_save,
