@@ -8,7 +8,9 @@ SB3 has no setting for) (8 envs x 128 steps, 4 epochs of 4 minibatches of 256,
 the Nature CNN) on ``--game`` (Breakout) for ``--steps`` env steps, no evaluation, at each
 torch thread count of ``--threads``. Each repeat runs every (setup, threads) pair once, in an
 order rotated from repeat to repeat; the table gives medians (min-max) and the ratios to SB3 at
-the same thread count, per repeat.
+the same thread count, per repeat: of the whole run (rltrain's from building the run to its
+final checkpoint, SB3's from building the model, its envs made before), and steady, from the
+first env step past the first rollout (1,024 env steps) to the last env step in both.
 
 Where the time goes (rltrain, per rollout of 1,024 env steps): the gradient steps (PPO's
 ``training_step`` on a minibatch of 256 stacks, timed alone, times the run's gradient steps:
@@ -37,6 +39,7 @@ from benchmarks._util import median_range, table, write_results
 from benchmarks.atari_common import atari_config, sb3_atari_envs, sb3_ppo
 from rltrain.buffers import RolloutBatch
 from rltrain.envs.make import make_vector_env
+from rltrain.observe import EnvStep, Metrics, Subscriber
 from rltrain.optim import Optimization
 from rltrain.trainer import build
 
@@ -45,29 +48,68 @@ SETUPS = {"envpool": ["env.backend=envpool"], "async": ["strategy.vectorization=
           "envpool-bf16": ["env.backend=envpool", "trainer.dtype=bfloat16"]}
 
 
+#: Env steps of the first rollout (8 x 128): the steady window starts when it is collected.
+FIRST_ROLLOUT = 1_024
+
+
+class Window(Subscriber):
+    """The time at which the run's env steps first reach :data:`FIRST_ROLLOUT` and ``last``."""
+
+    def __init__(self, last: int) -> None:
+        self.last = last
+        self.times: dict[int, float] = {}
+
+    def on_env_step(self, event: EnvStep, metrics: Metrics) -> None:
+        for mark in (FIRST_ROLLOUT, self.last):
+            if event.env_steps >= mark and mark not in self.times:
+                self.times[mark] = time.perf_counter()
+
+    def steady(self) -> float:
+        """Env steps per second between the two marks."""
+        return float((self.last - FIRST_ROLLOUT)
+                     / (self.times[self.last] - self.times[FIRST_ROLLOUT]))
+
+
 def rltrain_run(game: str, setup: str, steps: int, threads: int) -> dict[str, Any]:
+    window = Window(steps)
     with tempfile.TemporaryDirectory() as run_dir:
         cfg = atari_config(game, steps, run_dir, [*SETUPS[setup], "trainer.eval_interval=null",
                                                   f"trainer.num_threads={threads}"])
-        built = build(cfg)
+        built = build(cfg, callbacks=[window])
         start = time.perf_counter()
         summary = built.fit().summary
         seconds = time.perf_counter() - start
     return {"env_steps": summary.env_steps, "gradient_steps": summary.gradient_steps,
-            "seconds": seconds, "built": built, "config": cfg}
+            "seconds": seconds, "steady": window.steady(), "built": built, "config": cfg}
 
 
 def sb3_run(game: str, steps: int, threads: int) -> dict[str, Any]:
     torch.set_num_threads(threads)
     with tempfile.TemporaryDirectory() as run_dir:
         cfg = atari_config(game, steps, run_dir)
+    from stable_baselines3.common.callbacks import BaseCallback
+
+    class SB3Window(BaseCallback):
+        def __init__(self) -> None:
+            super().__init__()
+            self.times: dict[int, float] = {}
+
+        def _on_step(self) -> bool:
+            for mark in (FIRST_ROLLOUT, steps):
+                if self.num_timesteps >= mark and mark not in self.times:
+                    self.times[mark] = time.perf_counter()
+            return True
+
     envs = sb3_atari_envs(game, int(cfg.strategy.num_envs), 0,
                           float(cfg.env.atari.repeat_action_probability))
+    window = SB3Window()
     try:
         start = time.perf_counter()
         model = sb3_ppo(cfg, envs, seed=0)
-        model.learn(total_timesteps=steps)
-        return {"env_steps": model.num_timesteps, "seconds": time.perf_counter() - start}
+        model.learn(total_timesteps=steps, callback=window)
+        steady = (steps - FIRST_ROLLOUT) / (window.times[steps] - window.times[FIRST_ROLLOUT])
+        return {"env_steps": model.num_timesteps, "seconds": time.perf_counter() - start,
+                "steady": steady}
     finally:
         envs.close()
 
@@ -133,6 +175,7 @@ def main() -> None:
     args = parser.parse_args()
     pairs = [(setup, threads) for threads in args.threads for setup in args.setups]
     sps: dict[tuple[str, int], list[float]] = {pair: [] for pair in pairs}
+    steady: dict[tuple[str, int], list[float]] = {pair: [] for pair in pairs}
     shares: dict[tuple[str, int], list[dict[str, float]]] = {pair: [] for pair in pairs}
     for repeat in range(args.repeats):
         shift = repeat % len(pairs)
@@ -142,8 +185,10 @@ def main() -> None:
             else:
                 run = rltrain_run(args.game, setup, args.steps, threads)
             sps[setup, threads].append(run["env_steps"] / run["seconds"])
+            steady[setup, threads].append(run["steady"])
             print(f"repeat {repeat} {setup} threads={threads}: "
-                  f"{sps[setup, threads][-1]:.0f} env steps/s", flush=True)
+                  f"{sps[setup, threads][-1]:.0f} env steps/s whole, "
+                  f"{steady[setup, threads][-1]:.0f} steady", flush=True)
             if setup != "sb3" and repeat == 0:
                 torch.set_num_threads(threads)
                 costs = step_costs(run, args.calls)
@@ -155,19 +200,24 @@ def main() -> None:
                     {name: seconds / run["seconds"] for name, seconds in parts.items()})
     rows = []
     for setup, threads in pairs:
-        base = sps.get(("sb3", threads))
+        base, steady_base = sps.get(("sb3", threads)), steady.get(("sb3", threads))
         ratio = (median_range([a / b for a, b in zip(sps[setup, threads], base, strict=True)],
                               "{:.2f}") if base and setup != "sb3" else "-")
+        steady_ratio = (median_range([a / b for a, b in zip(steady[setup, threads],
+                                                             steady_base, strict=True)],
+                                     "{:.2f}") if steady_base and setup != "sb3" else "-")
         split = shares[setup, threads]
         where = ("; ".join(f"{name} {100 * share:.0f}%" for name, share in split[0].items())
                  + f"; the rest {100 * (1 - sum(split[0].values())):.0f}%") if split else "-"
-        rows.append([setup, str(threads), median_range(sps[setup, threads]), ratio, where])
+        rows.append([setup, str(threads), median_range(sps[setup, threads]), ratio,
+                     median_range(steady[setup, threads]), steady_ratio, where])
     print(f"PPO ppo_atari on {args.game}, {args.steps:,} env steps a run, {args.repeats} repeats")
-    print(table(["setup", "torch threads", "env steps/s", "/ SB3 (same threads)",
-                 "rltrain's time: where it goes"], rows))
+    print(table(["setup", "torch threads", "env steps/s, whole run", "/ SB3 (same threads)",
+                 "steady env steps/s", "/ SB3", "rltrain's time: where it goes"], rows))
     write_results("atari_speed", {
         "args": vars(args),
         "steps_per_second": {f"{s}/{t}": v for (s, t), v in sps.items()},
+        "steady_steps_per_second": {f"{s}/{t}": v for (s, t), v in steady.items()},
         "time_shares": {f"{s}/{t}": v for (s, t), v in shares.items()},
         "numpy": np.__version__})
 
