@@ -14,6 +14,8 @@ import numpy as np
 import pytest
 import torch
 
+from rltrain import load_policy
+from rltrain.checkpoint import Checkpointer
 from rltrain.config.files import ConfigError
 from rltrain.config.presets import choose_preset
 from rltrain.config.schema import compose
@@ -26,6 +28,7 @@ from rltrain.envs.atari import (
     SignReward,
 )
 from rltrain.envs.make import EnvSpec, evaluation_env
+from rltrain.trainer.build import build
 
 pytest.importorskip("ale_py")
 pytest.importorskip("cv2")
@@ -107,13 +110,11 @@ def test_sticky_actions_and_action_set_reach_the_emulator() -> None:
     ("env.backend=jax", "backend must be 'gymnasium' or 'envpool'"),
 ])
 def test_bad_atari_settings_are_refused_by_name(override: str, named: str) -> None:
-    from rltrain.trainer.build import build
     with pytest.raises((ConfigError, ValueError), match=named):
         build(compose(["ppo_atari"], [override]))
 
 
 def test_raw_atari_pixels_get_a_warning_naming_the_preset() -> None:
-    from rltrain.trainer.build import build
     with pytest.warns(UserWarning, match=r"ppo_atari.*env.id=ALE/Pong-v5"):
         build(compose([], ["agent.name=ppo", "strategy.name=on_policy", "env.id=ALE/Pong-v5"]))
     with warnings.catch_warnings():
@@ -140,7 +141,6 @@ def test_an_atari_run_is_evaluated_loaded_and_exported(tmp_path: Path) -> None:
          "trainer.eval_max_episode_steps=200"], capture_output=True, text=True, timeout=300)
     assert evaluated.returncode == 0, evaluated.stderr
     assert "return" in evaluated.stdout
-    from rltrain import load_policy
     policy = load_policy(run)
     env = EnvSpec("ALE/Pong-v5", atari=AtariConfig(), training=False)()
     obs, _ = env.reset(seed=0)
@@ -153,3 +153,30 @@ def test_an_atari_run_is_evaluated_loaded_and_exported(tmp_path: Path) -> None:
     batch = torch.as_tensor(obs[None])
     assert int(program(batch).reshape(-1)[0]) == int(action)
     env.close()
+
+
+@pytest.mark.parametrize("backend", ["gymnasium", "envpool"])
+def test_dqn_atari_replays_frames_stored_once_and_resumes(tmp_path: Path, backend: str) -> None:
+    if backend == "envpool":
+        pytest.importorskip("envpool")
+    run = tmp_path / "dqn"
+    common = [f"env.backend={backend}", "strategy.buffer_size=2000", "trainer.eval_interval=null",
+              "strategy.warmup_steps=200", "trainer.logger=false",
+              "trainer.enable_progress_bar=false"]
+    first = subprocess.run(
+        [sys.executable, "-m", "rltrain.cli", "fit", "dqn_atari", "env.id=ALE/Pong-v5",
+         "trainer.num_steps=400", f"trainer.run_dir={run}", *common],
+        capture_output=True, text=True, timeout=300)
+    assert first.returncode == 0, first.stderr
+    state = Checkpointer.load(run / "checkpoints" / "last.pt")
+    buffer = state["buffer"]
+    assert buffer["frame_stack"] == 4 and buffer["steps"] == 400
+    assert tuple(buffer["frames"].shape[1:]) == (1, 84, 84)  # frames, not stacks
+    again = subprocess.run(
+        [sys.executable, "-m", "rltrain.cli", "fit", "--resume", str(run),
+         "trainer.num_steps=600"], capture_output=True, text=True, timeout=300)
+    assert again.returncode == 0, again.stderr
+    # the ALE's envs (EzPickle) and envpool's cannot be saved: the episodes restart, with a word
+    assert "not in this checkpoint" in again.stderr
+    resumed = Checkpointer.load(run / "checkpoints" / "last.pt")
+    assert resumed["buffer"]["steps"] == 600 and resumed["progress"]["gradient_steps"] == 101
