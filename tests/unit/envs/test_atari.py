@@ -1,6 +1,6 @@
 """The standard Atari pipeline (env.atari): its wrappers in training and in evaluation, the
 raw-pixel warning, the presets chosen for every ALE game, and an Atari run evaluated, loaded
-and exported from its run directory."""
+and exported from its run directory, and DQN replaying frames stored once across a resume."""
 
 from __future__ import annotations
 
