@@ -114,7 +114,7 @@ class EnvpoolVectorEnv(VectorEnv[Any, Any, Any]):
             order = np.argsort(first_info["env_id"])
             final = np.empty(self.num_envs, dtype=object)
             for i in ids:
-                final[i] = observations[i]
+                final[i] = observations[i].copy()  # whatever envpool does with its arrays
             observations = observations.copy()
             observations[ids] = first[order]
             infos = {"final_obs": final, "_final_obs": ended}
