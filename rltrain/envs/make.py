@@ -23,7 +23,7 @@ from gymnasium.vector import AsyncVectorEnv, AutoresetMode, SyncVectorEnv, Vecto
 from gymnasium.vector.async_vector_env import AsyncState
 
 from rltrain.config.targets import MODULE_NAME, TRUSTED, Trust, import_modules, locate
-from rltrain.envs.atari import AtariConfig, AtariPipeline
+from rltrain.envs.atari import AtariConfig, AtariPipeline, is_atari_id
 from rltrain.envs.envpool import EnvpoolVectorEnv, check_envpool_env, envpool_kwargs
 from rltrain.envs.errors import EnvError, EnvStepTimeout, SubEnvError
 from rltrain.envs.mujoco_log import route_mujoco_warnings
@@ -77,6 +77,9 @@ class EnvSpec:
         import_modules(self.imports)
         if self.id is not None:
             check_env_id(self.id)
+            if self.atari is not None and not is_atari_id(self.id):
+                raise ValueError(f"env.atari is the Atari pipeline, for ALE games "
+                                 f"(ALE/Pong-v5, ...); {self.id} is not one. Drop env.atari.")
         if self.backend == "envpool":
             check_envpool_env(self.id, tuple(self.wrappers), self.target)
 

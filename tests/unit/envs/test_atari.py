@@ -108,6 +108,7 @@ def test_sticky_actions_and_action_set_reach_the_emulator() -> None:
     ("env.atari.frame_stack=0", "frame_stack must be >= 1"),
     ("env.atari.repeat_action_probability=1.5", "repeat_action_probability must be in"),
     ("env.backend=jax", "backend must be 'gymnasium' or 'envpool'"),
+    ("env.id=CartPole-v1", "CartPole-v1 is not one. Drop env.atari"),
 ])
 def test_bad_atari_settings_are_refused_by_name(override: str, named: str) -> None:
     with pytest.raises((ConfigError, ValueError), match=named):
