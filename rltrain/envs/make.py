@@ -79,7 +79,8 @@ class EnvSpec:
             check_env_id(self.id)
             if self.atari is not None and not is_atari_id(self.id):
                 raise ValueError(f"env.atari is the Atari pipeline, for ALE games "
-                                 f"(ALE/Pong-v5, ...); {self.id} is not one. Drop env.atari (env.atari=null).")
+                                 f"(ALE/Pong-v5, ...); {self.id} is not one. Drop env.atari "
+                                 "(env.atari=null).")
         if self.backend == "envpool":
             check_envpool_env(self.id, tuple(self.wrappers), self.target)
 
