@@ -24,7 +24,7 @@ training, so evaluation returns are whole games in the game's own score (as Stab
 from __future__ import annotations
 
 import warnings
-from dataclasses import asdict, dataclass, replace
+from dataclasses import dataclass, replace
 from typing import Any, SupportsFloat
 
 import gymnasium as gym
@@ -136,10 +136,6 @@ class AtariPipeline:
             env = SignReward(env)
         env = FrameStack(env, c.frame_stack)
         return env if self.training or not c.episodic_life else LifeLossContinue(env)
-
-    def describe(self) -> str:
-        """The settings in one line, for logs."""
-        return ", ".join(f"{k}={v}" for k, v in asdict(self.config).items())
 
 
 def needs_fire(env: gym.Env[Any, Any]) -> bool:

@@ -77,6 +77,9 @@ class EnvpoolVectorEnv(VectorEnv[Any, Any, Any]):
         self.observation_space = batch_space(self.single_observation_space, num_envs)
         self.action_space = batch_space(self.single_action_space, num_envs)
         self.metadata = {"autoreset_mode": AutoresetMode.SAME_STEP}
+        # envpool rebuilds its spaces at each call: float ones warn of float64 bounds, each time
+        floats = np.dtype(self.single_observation_space.dtype).kind == "f"
+        self._quiet = _float32_bounds if floats else contextlib.nullcontext
         stack = int(self.pool.config.get("stack_num", 1))
         if stack > 1:
             self.metadata[FRAME_STACK_KEY] = stack
@@ -94,13 +97,13 @@ class EnvpoolVectorEnv(VectorEnv[Any, Any, Any]):
         if seed is not None and seed != self.pool_seed:
             self.pool.close()
             self.pool = self._make_pool(seed)
-        with _float32_bounds():  # envpool builds its spaces again on each call
+        with self._quiet():
             observations, _ = self.pool.reset()
         return observations, {}
 
     def step(self, actions: Any) -> tuple[Any, np.ndarray, np.ndarray, np.ndarray,
                                           dict[str, Any]]:
-        with _float32_bounds():
+        with self._quiet():
             observations, rewards, terminated, truncated, info = self.pool.step(actions)
         observations, rewards, terminated, truncated = _in_env_order(
             info, observations, rewards, terminated, truncated)
@@ -109,7 +112,7 @@ class EnvpoolVectorEnv(VectorEnv[Any, Any, Any]):
         if ended.any():
             ids = np.flatnonzero(ended)
             # envpool's reset step: the action is ignored, the first observation returned
-            with _float32_bounds():
+            with self._quiet():
                 first, *_, first_info = self.pool.step(np.asarray(actions)[ids], env_id=ids)
             order = np.argsort(first_info["env_id"])
             final = np.empty(self.num_envs, dtype=object)
