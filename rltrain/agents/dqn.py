@@ -25,6 +25,7 @@ from rltrain.agents.base import LearningAgent, Policy, SpaceError
 from rltrain.agents.nn.encoders import check_observation_space, make_encoder
 from rltrain.agents.nn.networks import QNetwork, soft_update
 from rltrain.agents.nn.observation_spaces import encoder_check
+from rltrain.agents.replay_terms import discount, send_td_errors, weighted
 from rltrain.buffers.observations import layout, leading_tensor
 from rltrain.buffers.replay import ReplayBatch
 from rltrain.config.checks import check_typed_fields
@@ -154,6 +155,8 @@ class DQN(LearningAgent):
         config: Hyperparameters. Default: :class:`DQNConfig` ().
     """
 
+    replay_sampling = frozenset({"n_step", "prioritized"})
+
     q_network: QNetwork
     target_network: QNetwork
 
@@ -215,12 +218,15 @@ class DQN(LearningAgent):
             else:
                 next_q = next_q_target.max(dim=1).values
             # Bootstrap unless the MDP terminated; a time-limit truncation still bootstraps from
-            # the real final observation the runner kept.
-            td_target = batch.rewards + c.gamma * (1.0 - batch.terminated) * next_q
+            # the real final observation the runner kept. An n-step window of k transitions
+            # bootstraps with γ^k, its reward the window's discounted sum.
+            td_target = batch.rewards + discount(batch, c.gamma) * (1.0 - batch.terminated) * next_q
         q_values = self.q_network(batch.observations)
         q_taken = q_values.gather(1, batch.actions.long().unsqueeze(1)).squeeze(1)
-        loss = F.huber_loss(q_taken, td_target, delta=c.huber_delta)
+        loss = weighted(F.huber_loss(q_taken, td_target, delta=c.huber_delta, reduction="none"),
+                        batch)
         optim.step("q", loss)
+        send_td_errors(batch, q_taken - td_target)
 
         if optim.gradient_step % c.target_update_interval == 0:
             self._update_target()

@@ -19,6 +19,7 @@ if TYPE_CHECKING:
     import torch
 
     from rltrain.buffers import Buffer, RolloutBuffer
+    from rltrain.buffers.sampling import ReplaySampling
 
 
 @runtime_checkable
@@ -27,7 +28,8 @@ class ReplayLearner(Protocol):
 
     def make_buffer(self, capacity: int, *, num_envs: int, observation_space: gym.Space[Any],
                     action_space: gym.Space[Any], seed: int, device: torch.device,
-                    frame_stack: int = 1) -> Buffer: ...
+                    frame_stack: int = 1, sampling: ReplaySampling | None = None
+                    ) -> Buffer: ...
 
     def training_step(self, batch: Any, optim: Any) -> Any: ...
 

@@ -34,6 +34,7 @@ from rltrain.agents.nn.encoders import Encoder, make_encoder
 from rltrain.agents.nn.networks import SquashedGaussianActor, TwinQ, soft_update
 from rltrain.agents.nn.observation_spaces import encoder_check
 from rltrain.agents.nn.sde import StateDependentSquashedActor
+from rltrain.agents.replay_terms import discount, send_td_errors, weighted
 from rltrain.buffers.replay import ReplayBatch
 from rltrain.config.checks import check_typed_fields
 from rltrain.config.registry import register_agent
@@ -135,6 +136,8 @@ class SAC(LearningAgent):
         config: Hyperparameters. Default: :class:`SACConfig` ().
     """
 
+    replay_sampling = frozenset({"n_step", "prioritized"})
+
     actor: SquashedGaussianActor | StateDependentSquashedActor
     critic: TwinQ
     critic_target: TwinQ
@@ -218,12 +221,15 @@ class SAC(LearningAgent):
         with torch.no_grad():
             next_action, next_log_prob = self.actor(next_obs, noise[:, 0], *self.matrix(theta))
             next_q = self.critic_target(next_obs, self.normalized(next_action)).min(dim=0).values
-            # y = r + γ (1 - terminated) (min_i Q'_i(s', a') - α log π(a'|s'))
-            target = batch.rewards + c.gamma * (1.0 - batch.terminated) * (
+            # y = r + γ (1 - terminated) (min_i Q'_i(s', a') - α log π(a'|s')); γ^k for an
+            # n-step window of k transitions, r its discounted sum
+            target = batch.rewards + discount(batch, c.gamma) * (1.0 - batch.terminated) * (
                 next_q - alpha * next_log_prob)
         q = self.critic(obs, self.normalized(batch.actions.reshape(next_action.shape)))
-        critic_loss = (q - target).square().mean(dim=1).sum()  # Σ_i E[(Q_i(s, a) - y)²]
+        td = q - target
+        critic_loss = weighted(td.square().sum(dim=0), batch)  # Σ_i E[(Q_i(s, a) - y)²]
         optim.step("critic", critic_loss)
+        send_td_errors(batch, td.abs().mean(dim=0))
         metrics: dict[str, MetricValue] = {"critic_loss": critic_loss.detach(),
                                            "q": q.detach().mean(), "alpha": alpha}
         done = optim.gradient_step - 1  # gradient steps before this one

@@ -35,6 +35,7 @@ from rltrain.agents.continuous import box_bounds, check_continuous_spaces, sb3_s
 from rltrain.agents.nn.encoders import Encoder, make_encoder
 from rltrain.agents.nn.networks import DeterministicActor, TwinQ, soft_update
 from rltrain.agents.nn.observation_spaces import encoder_check
+from rltrain.agents.replay_terms import discount, send_td_errors, weighted
 from rltrain.buffers.replay import ReplayBatch
 from rltrain.config.checks import check_typed_fields
 from rltrain.config.registry import register_agent
@@ -138,6 +139,8 @@ class TD3(LearningAgent):
         config: Hyperparameters. Default: the class's config type's defaults.
     """
 
+    replay_sampling = frozenset({"n_step", "prioritized"})
+
     config_type: type[TD3Config] = TD3Config
     actor: DeterministicActor
     actor_target: DeterministicActor
@@ -197,11 +200,14 @@ class TD3(LearningAgent):
                      * c.target_policy_noise).clamp(-c.target_noise_clip, c.target_noise_clip)
             next_action = (next_action + noise).clamp(-1.0, 1.0)  # ã' = clip(μ'(s') + ε, -1, 1)
             next_q = self.critic_target(next_obs, next_action).min(dim=0).values
-            target = batch.rewards + c.gamma * (1.0 - batch.terminated) * next_q  # y
+            # y = r + γ (1 - terminated) min_i Q'_i(s', ã'); γ^k for an n-step window
+            target = batch.rewards + discount(batch, c.gamma) * (1.0 - batch.terminated) * next_q
         actions = self.actor.normalized(batch.actions.reshape(next_action.shape))
         q = self.critic(obs, actions)
-        critic_loss = (q - target).square().mean(dim=1).sum()  # Σ_i E[(Q_i(s, a) - y)²]
+        td = q - target
+        critic_loss = weighted(td.square().sum(dim=0), batch)  # Σ_i E[(Q_i(s, a) - y)²]
         optim.step("critic", critic_loss)
+        send_td_errors(batch, td.abs().mean(dim=0))
         metrics: dict[str, MetricValue] = {"critic_loss": critic_loss.detach(),
                                            "q": q.detach().mean()}
         if (optim.gradient_step - 1) % c.policy_delay == 0:

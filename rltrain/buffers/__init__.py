@@ -1,11 +1,12 @@
-"""Experience storage: uniform replay (off-policy agents), sequence replay (Dreamer) and
-rollouts (on-policy agents)."""
+"""Experience storage: replay (off-policy agents; uniform or prioritized, n-step), sequence
+replay (Dreamer) and rollouts (on-policy agents)."""
 
 from typing import TYPE_CHECKING, Any, Protocol
 
 from rltrain.buffers.frames import FrameStackReplay
 from rltrain.buffers.replay import ReplayBatch, ReplayBuffer
 from rltrain.buffers.rollout import RolloutBatch, RolloutBuffer
+from rltrain.buffers.sampling import PriorityConfig
 from rltrain.buffers.sequence import SequenceBatch, SequenceReplayBuffer
 
 if TYPE_CHECKING:
@@ -51,5 +52,5 @@ class Buffer(Protocol):
         """Restore :meth:`state_dict`'s output."""
 
 
-__all__ = ["Buffer", "FrameStackReplay", "ReplayBatch", "ReplayBuffer", "RolloutBatch",
-           "RolloutBuffer", "SequenceBatch", "SequenceReplayBuffer"]
+__all__ = ["Buffer", "FrameStackReplay", "PriorityConfig", "ReplayBatch", "ReplayBuffer",
+           "RolloutBatch", "RolloutBuffer", "SequenceBatch", "SequenceReplayBuffer"]

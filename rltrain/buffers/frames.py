@@ -31,6 +31,7 @@ import torch
 
 from rltrain.buffers.observations import mismatch
 from rltrain.buffers.replay import ReplayBatch, SampledReplay, check_fits
+from rltrain.buffers.sampling import PriorityConfig
 
 if TYPE_CHECKING:
     from rltrain.types import Transitions
@@ -61,11 +62,15 @@ class FrameStackReplay(SampledReplay):
         frame_stack: Frames per observation (>= 2).
         seed: Seed of the sampling generator. Default 0.
         device: Where sampled batches go. Default CPU.
+        n_step: Transitions per n-step window (``docs/replay.md``). Default 1.
+        gamma: The learner's discount, for n-step returns. Default 0.99.
+        priority: Prioritized replay's settings; None samples uniformly. Default None.
     """
 
     def __init__(self, capacity: int, *, num_envs: int, observation_space: gym.Space[Any],
                  action_space: gym.Space[Any], frame_stack: int, seed: int = 0,
-                 device: torch.device | str = "cpu") -> None:
+                 device: torch.device | str = "cpu", n_step: int = 1, gamma: float = 0.99,
+                 priority: PriorityConfig | None = None) -> None:
         if not frame_space_ok(observation_space, frame_stack):
             raise ValueError(f"A FrameStackReplay of {frame_stack} frames needs a Box "
                              f"observation space of shape ({frame_stack}, ...); got "
@@ -107,6 +112,12 @@ class FrameStackReplay(SampledReplay):
         self._plan = None
         self._envs = np.arange(num_envs)
         self._offsets = np.arange(-frame_stack, 0)
+        self._sampling(num_envs=num_envs, n_step=n_step, gamma=gamma, priority=priority)
+
+    @property
+    def next_row(self) -> int:
+        """The flat index the next :meth:`add` writes its first row to."""
+        return (self.steps % self.slots) * self.num_envs
 
     @property
     def nbytes(self) -> int:
@@ -135,9 +146,9 @@ class FrameStackReplay(SampledReplay):
         self.truncated[slot] = transitions.truncated
         ended = np.logical_or(transitions.terminated, transitions.truncated)
         self.episode_first[ended] = -1
+        self._added(slot * self.num_envs + self._envs)
         self.steps += 1
         self.size = min(self.steps, self.slots) * self.num_envs
-        self._plan = None  # drawn from the buffer as it was
 
     def _start_episode(self, env: int, stack: np.ndarray) -> None:
         """Append an episode's first observation: its reset frame once when the stack repeats
@@ -149,36 +160,27 @@ class FrameStackReplay(SampledReplay):
         self.frames_added[env] += len(frames)
         self.episode_first[env] = first
 
-    def _draw(self, shape: tuple[int, ...]) -> np.ndarray:
-        """Uniform indices of transitions whose frames are all still in the ring (a draw of
-        one whose oldest frame was overwritten is drawn again)."""
-        idx = self.rng.integers(0, self.size, size=shape)
-        while True:
-            lost = ~self._kept(idx)
-            if not lost.any():
-                return idx
-            idx[lost] = self.rng.integers(0, self.size, size=int(lost.sum()))
-
     def _kept(self, idx: np.ndarray) -> np.ndarray:
+        """Transitions whose frames are all still in the ring (the oldest lose theirs first
+        when episodes are short)."""
         slot, env = np.divmod(idx, self.num_envs)
         oldest = np.maximum(self.next_frame[slot, env] - self.k, self.first_frame[slot, env])
         return oldest >= self.frames_added[env] - self.ring
 
-    def _gather(self, idx: np.ndarray) -> ReplayBatch:
+    def _rows(self, idx: np.ndarray, last: np.ndarray) -> ReplayBatch:
         slot, env = np.divmod(idx, self.num_envs)
-        newest, first = self.next_frame[slot, env, None], self.first_frame[slot, env, None]
-        before = np.maximum(newest + self._offsets, first) % self.ring
-        after = np.maximum(newest + self._offsets + 1, first) % self.ring
-        device = self.device
+        end, _ = np.divmod(last, self.num_envs)  # the same sub-env
+        first = self.first_frame[slot, env, None]
+        before = np.maximum(self.next_frame[slot, env, None] + self._offsets, first)
+        after = np.maximum(self.next_frame[end, env, None] + self._offsets + 1, first)
 
         def tensor(array: np.ndarray) -> torch.Tensor:
-            out = torch.from_numpy(array)
-            return out if device.type == "cpu" else out.to(device, non_blocking=True)
+            return self._to_device(torch.from_numpy(array))
 
-        return ReplayBatch(tensor(self.frames[before, env[:, None]]),
-                           tensor(self.actions[slot, env]), tensor(self.rewards[slot, env]),
-                           tensor(self.frames[after, env[:, None]]),
-                           tensor(self.terminated[slot, env]), tensor(self.truncated[slot, env]))
+        return ReplayBatch(tensor(self.frames[before % self.ring, env[:, None]]),
+                           tensor(self.actions[slot, env]), tensor(self.rewards[end, env]),
+                           tensor(self.frames[after % self.ring, env[:, None]]),
+                           tensor(self.terminated[end, env]), tensor(self.truncated[end, env]))
 
     def state_dict(self) -> dict[str, Any]:
         """The stored frames and transitions (as tensors), counters and sampler state."""

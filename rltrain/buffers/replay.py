@@ -3,8 +3,7 @@
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import TYPE_CHECKING, Any
 
 import gymnasium as gym
 import numpy as np
@@ -18,29 +17,17 @@ from rltrain.buffers.observations import (
     row_nbytes,
     storage_dtype,
 )
+from rltrain.buffers.sampled import STORED_FIELDS, Plan, ReplayBatch, SampledReplay
+from rltrain.buffers.sampling import PriorityConfig
+
+__all__ = ["ReplayBatch", "ReplayBuffer", "SampledReplay", "available_memory", "check_fits",
+           "storage_dtypes"]
 
 if TYPE_CHECKING:
-    from rltrain.types import ObsTensors, Transitions
+    from rltrain.types import Transitions
 
 
-class ReplayBatch(NamedTuple):
-    """A sampled batch as tensors on the learner's device (first dimension: batch).
-
-    ``terminated`` and ``truncated`` are float tensors (1.0 or 0.0) kept apart: a target
-    bootstraps unless the transition ``terminated``. Observations are in their storage dtype
-    (``uint8`` images stay ``uint8``: the agent's encoder scales them), a dict of tensors for a
-    ``Dict`` observation space.
-    """
-
-    observations: ObsTensors
-    actions: torch.Tensor
-    rewards: torch.Tensor
-    next_observations: ObsTensors
-    terminated: torch.Tensor
-    truncated: torch.Tensor
-
-
-_FIELDS = ReplayBatch._fields
+_FIELDS = STORED_FIELDS
 
 
 def available_memory() -> int | None:
@@ -78,98 +65,6 @@ def storage_dtypes(observation_space: gym.Space[Any],
     return storage_dtype(observation_space), np.dtype(np.int64 if discrete else np.float32)
 
 
-class SampledReplay:
-    """What a replay of transitions shares: uniform draws from its own generator (``rng``),
-    one at a time (:meth:`sample`) or a training round's at once (:meth:`prefetch`), and the
-    sampler state a failed gradient step puts back. A subclass stores the transitions: it
-    keeps ``size``, draws indices below it (:meth:`_draw`) and gathers them (:meth:`_gather`).
-    """
-
-    size: int
-    rng: np.random.Generator
-    _plan: _Plan | None
-
-    def __len__(self) -> int:
-        return self.size
-
-    def can_sample(self) -> bool:
-        """True once the buffer holds a transition."""
-        return self.size > 0
-
-    def sample(self, batch_size: int) -> ReplayBatch:
-        """``batch_size`` transitions drawn uniformly with replacement (the next prefetched
-        batch, when :meth:`prefetch` drew some of this size)."""
-        plan = self._plan
-        if (plan is not None and plan.sampled < len(plan.indices)
-                and plan.indices.shape[1] == batch_size):
-            row = plan.sampled
-            plan.sampled += 1
-            rows = slice(row * batch_size, (row + 1) * batch_size)
-
-            def part(tensor: torch.Tensor) -> torch.Tensor:
-                return tensor[rows]
-
-            batch = plan.rows
-            return ReplayBatch(map_obs(part, batch.observations), part(batch.actions),
-                               part(batch.rewards), map_obs(part, batch.next_observations),
-                               part(batch.terminated), part(batch.truncated))
-        if self.size == 0:
-            raise ValueError(f"Cannot sample from an empty {type(self).__name__}; add "
-                             "transitions first.")
-        return self._gather(self._draw((batch_size,)))
-
-    def prefetch(self, batches: int, batch_size: int) -> None:
-        """Draw the next ``batches`` batches of ``batch_size`` now, for the next ``batches``
-        calls of ``sample(batch_size)`` (until the next ``add``, which drops the rest).
-
-        One draw and one gather per field for them all, much cheaper per batch on a CPU than a
-        draw and gathers for each (``docs/benchmarks.md``, "Figures behind implementation
-        choices"). The batches are saved with the buffer, so a run resumed part-way through
-        them samples the same ones.
-        """
-        if batches < 1 or self.size == 0:
-            self._plan = None
-            return
-        indices = self._draw((batches, batch_size))
-        self._plan = _Plan(indices, self._gather(indices.reshape(-1)))
-
-    def _draw(self, shape: tuple[int, ...]) -> np.ndarray:
-        """Indices of stored transitions, uniform, of ``shape``."""
-        return self.rng.integers(0, self.size, size=shape)
-
-    def _gather(self, idx: np.ndarray) -> ReplayBatch:
-        raise NotImplementedError
-
-    @property
-    def sampler_state(self) -> tuple[Any, int]:
-        """The sampling generator's state and how many prefetched batches were sampled:
-        what a failed gradient step puts back (:attr:`sampler_state` assigned)."""
-        return self.rng.bit_generator.state, 0 if self._plan is None else self._plan.sampled
-
-    @sampler_state.setter
-    def sampler_state(self, state: tuple[Any, int]) -> None:
-        self.rng.bit_generator.state, sampled = state
-        if self._plan is not None:
-            self._plan.sampled = sampled
-
-    def _plan_state(self) -> dict[str, Any]:
-        """The sampler's part of a state dict: the generator and the prefetched draws left."""
-        plan = self._plan
-        left = None if plan is None else plan.indices[plan.sampled:]
-        return {"rng": self.rng.bit_generator.state,
-                "prefetched": torch.from_numpy(left.copy()) if left is not None and len(left)
-                else None}
-
-    def _load_plan(self, state: dict[str, Any]) -> None:
-        """Restore :meth:`_plan_state`'s output (after the transitions)."""
-        self.rng.bit_generator.state = state["rng"]
-        self._plan = None
-        prefetched = state.get("prefetched")  # absent from checkpoints before prefetching
-        if prefetched is not None:
-            indices = _checked_indices(prefetched, self.size)
-            self._plan = _Plan(indices, self._gather(indices.reshape(-1)))
-
-
 class ReplayBuffer(SampledReplay):
     """A ring of the last ``capacity`` transitions, sampled uniformly.
 
@@ -191,11 +86,16 @@ class ReplayBuffer(SampledReplay):
         action_space: The sub-env's action space (``Discrete`` or ``Box``).
         seed: Seed of the sampling generator. Default 0.
         device: Where sampled batches go. Default CPU.
+        num_envs: Sub-envs adding a row each per :meth:`add` (for n-step windows). Default 1.
+        n_step: Transitions per n-step window (``docs/replay.md``). Default 1.
+        gamma: The learner's discount, for n-step returns. Default 0.99.
+        priority: Prioritized replay's settings; None samples uniformly. Default None.
     """
 
     def __init__(self, capacity: int, *, observation_space: gym.Space[Any],
                  action_space: gym.Space[Any], seed: int = 0,
-                 device: torch.device | str = "cpu") -> None:
+                 device: torch.device | str = "cpu", num_envs: int = 1, n_step: int = 1,
+                 gamma: float = 0.99, priority: PriorityConfig | None = None) -> None:
         if capacity < 1:
             raise ValueError(f"ReplayBuffer capacity must be >= 1 transition; got {capacity}.")
         self.capacity = capacity
@@ -217,7 +117,13 @@ class ReplayBuffer(SampledReplay):
         self.rng = np.random.default_rng(seed)
         #: The prefetched draws not yet sampled: their indices ``[batches, batch_size]``, the
         #: rows gathered for them, and how many of them were sampled already.
-        self._plan: _Plan | None = None
+        self._plan: Plan | None = None
+        self._sampling(num_envs=num_envs, n_step=n_step, gamma=gamma, priority=priority)
+
+    @property
+    def next_row(self) -> int:
+        """The flat index the next :meth:`add` writes its first row to."""
+        return self.cursor
 
     @property
     def nbytes(self) -> int:
@@ -227,6 +133,9 @@ class ReplayBuffer(SampledReplay):
     def add(self, transitions: Transitions) -> None:
         """Append one vector step's transitions (one row per sub-env), overwriting the oldest."""
         n = len(transitions.rewards)
+        if n != self.num_envs and (self.n_step > 1 or self.prioritized is not None):
+            raise ValueError(f"This ReplayBuffer was built for {self.num_envs} sub-envs (its "
+                             f"n-step windows and priorities need them); got {n} rows.")
         end = self.cursor + n
         idx: slice | np.ndarray = (slice(self.cursor, end) if end <= self.capacity
                                    else np.arange(self.cursor, end) % self.capacity)
@@ -236,20 +145,20 @@ class ReplayBuffer(SampledReplay):
         _store(self.next_observations, idx, transitions.next_observations)
         self.terminated[idx] = transitions.terminated
         self.truncated[idx] = transitions.truncated
+        self._added(np.arange(self.cursor, end) % self.capacity)
         self.cursor = (self.cursor + n) % self.capacity
         self.size = min(self.size + n, self.capacity)
-        self._plan = None  # drawn from the buffer as it was
 
-    def _gather(self, idx: np.ndarray) -> ReplayBatch:
-        device = self.device
+    def _rows(self, idx: np.ndarray, last: np.ndarray) -> ReplayBatch:
+        def take(array: np.ndarray, at: np.ndarray = idx) -> torch.Tensor:
+            return self._to_device(torch.from_numpy(array.take(at, axis=0)))
 
-        def take(array: np.ndarray) -> torch.Tensor:
-            tensor = torch.from_numpy(array.take(idx, axis=0))
-            return tensor if device.type == "cpu" else tensor.to(device, non_blocking=True)
+        def take_last(array: np.ndarray) -> torch.Tensor:
+            return take(array, last)
 
         return ReplayBatch(map_obs(take, self.observations), take(self.actions),
-                           take(self.rewards), map_obs(take, self.next_observations),
-                           take(self.terminated), take(self.truncated))
+                           take_last(self.rewards), map_obs(take_last, self.next_observations),
+                           take_last(self.terminated), take_last(self.truncated))
 
     def state_dict(self) -> dict[str, Any]:
         """The stored transitions (as tensors), cursor, size and sampler state."""
@@ -281,30 +190,6 @@ class ReplayBuffer(SampledReplay):
         self.size = n
         self.cursor = int(state["cursor"])
         self._load_plan(state)
-
-
-@dataclass
-class _Plan:
-    """Prefetched batches: their indices, their gathered rows, how many were sampled."""
-
-    indices: np.ndarray
-    rows: ReplayBatch
-    sampled: int = 0
-
-
-def _checked_indices(saved: Any, size: int) -> np.ndarray:
-    """Saved prefetched indices, refused unless they are a non-empty ``[batches,
-    batch_size]`` integer tensor within the ``size`` stored transitions (an altered file)."""
-    if (not isinstance(saved, torch.Tensor) or saved.dim() != 2 or saved.numel() == 0
-            or saved.dtype != torch.int64
-            or int(saved.min()) < 0 or int(saved.max()) >= size):
-        found = (f"{saved.dtype} {tuple(saved.shape)}" if isinstance(saved, torch.Tensor)
-                 else type(saved).__name__)
-        raise ValueError(f"The saved ReplayBuffer's prefetched indices ({found}) are not "
-                         f"batches of indices below its {size:,} transitions; the checkpoint "
-                         "was altered.")
-    indices: np.ndarray = saved.numpy().copy()
-    return indices
 
 
 def _store(storage: np.ndarray | dict[str, np.ndarray], idx: slice | np.ndarray,

@@ -7,6 +7,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from rltrain.buffers.sampling import PriorityConfig, ReplaySampling
 from rltrain.config.checks import check_typed_fields
 from rltrain.errors import require
 
@@ -31,6 +32,16 @@ class OffPolicyConfig:
         frame_stack_replay: When the env stacks frames (the Atari pipeline), store each frame
             once (:class:`~rltrain.buffers.FrameStackReplay`: 1M Atari transitions in 7.5 GB
             instead of 56 GB); False stores whole observations. Default True.
+        n_step: Transitions per n-step return: targets bootstrap ``n_step`` env steps ahead
+            (fewer where the episode ended or the replay's newest transition is reached),
+            ``docs/replay.md``. Default 1.
+        prioritized: Proportional prioritized replay (Schaul et al. 2016): transitions drawn in
+            proportion to ``|TD error|**priority_alpha``, losses weighted by importance
+            weights. Default False.
+        priority_alpha: Priority exponent (0: uniform). Default 0.6.
+        priority_beta: Importance-sampling exponent at the start, annealed linearly to 1 over
+            ``trainer.num_steps``. Default 0.4.
+        priority_epsilon: Added to ``|TD error|`` so that no priority is 0. Default 1e-6.
     """
 
     num_envs: int = 1
@@ -42,6 +53,11 @@ class OffPolicyConfig:
     train_steps: int = 128
     seed: int = 0
     frame_stack_replay: bool = True
+    n_step: int = 1
+    prioritized: bool = False
+    priority_alpha: float = 0.6
+    priority_beta: float = 0.4
+    priority_epsilon: float = 1e-6
 
     def __post_init__(self) -> None:
         checks = [
@@ -57,9 +73,23 @@ class OffPolicyConfig:
             (self.train_interval >= 1,
              f"train_interval must be >= 1 env step; got {self.train_interval}."),
             (self.train_steps >= 0, f"train_steps must be >= 0; got {self.train_steps}."),
+            (self.n_step >= 1, f"n_step must be >= 1 transition; got {self.n_step}."),
+            (0.0 <= self.priority_alpha <= 1.0,
+             f"priority_alpha must be in [0, 1]; got {self.priority_alpha}."),
+            (0.0 <= self.priority_beta <= 1.0,
+             f"priority_beta must be in [0, 1]; got {self.priority_beta}."),
+            (self.priority_epsilon > 0,
+             f"priority_epsilon must be > 0; got {self.priority_epsilon}."),
         ]
         require("OffPolicyConfig", checks)
         check_typed_fields("OffPolicyConfig", self)
+
+    @property
+    def sampling(self) -> ReplaySampling:
+        """How the replay samples: n-step windows, uniform or prioritized draws."""
+        priority = (PriorityConfig(alpha=self.priority_alpha, beta_start=self.priority_beta,
+                                   epsilon=self.priority_epsilon) if self.prioritized else None)
+        return ReplaySampling(n_step=self.n_step, priority=priority)
 
 
 @dataclass

@@ -11,6 +11,7 @@ from typing_extensions import override
 
 from rltrain.agents.base import LearningAgent, Policy
 from rltrain.agents.protocols import ReplayLearner, RolloutLearner
+from rltrain.buffers.sampling import beta_at
 from rltrain.components import RLComponents
 from rltrain.config.registry import register_strategy
 from rltrain.config.strategies import OffPolicyConfig
@@ -63,26 +64,31 @@ class OffPolicyStrategy(RLStrategy):
                 f"warmup_steps ({cfg.warmup_steps:,}) >= num_steps ({components.num_steps:,}): "
                 "the run ends before its first gradient step, so the agent will not learn. "
                 "Lower strategy.warmup_steps or raise trainer.num_steps.", stacklevel=3)
+        check_sampling(agent, cfg)
         # The agent's replay, made once and dropped (its pages are never touched): its own
         # checks (memory, sequence length) then fail before the run directory is written.
-        stack = components.frame_stack if cfg.frame_stack_replay else 1
-        agent.make_buffer(cfg.buffer_size, num_envs=cfg.num_envs,
-                          observation_space=observation_space, action_space=action_space,
-                          seed=derive_seeds(cfg.seed).storage, device=components.device,
-                          **({"frame_stack": stack} if stack > 1 else {}))
+        replay(cfg.buffer_size, cfg.frame_stack_replay, cfg.sampling)(
+            agent, observation_space, action_space, cfg.num_envs,
+            derive_seeds(cfg.seed).storage, components.device, components.frame_stack)
         check_resumed_envs(components, observation_space, action_space, cfg.num_envs)
 
     @override
     def train_loop(self, agent: LearningAgent, components: RLComponents,
                    env_init: EnvInit) -> Policy:
         cfg = self.config
-        storage = replay(cfg.buffer_size, cfg.frame_stack_replay)
+        sampling = cfg.sampling
+        storage = replay(cfg.buffer_size, cfg.frame_stack_replay, sampling)
         with Run(self, agent, components, env_init, seed=cfg.seed, storage=storage,
                  num_envs=cfg.num_envs,
                  vectorization=cast(Vectorization, cfg.vectorization)) as run:
             buffer, progress = run.storage, run.progress
+            priority = sampling.priority
+            prioritized = getattr(buffer, "prioritized", None) if priority else None
 
             def batch() -> Any:
+                if prioritized is not None and priority is not None:  # β annealed to 1
+                    prioritized.beta = beta_at(priority, progress.env_steps,
+                                               components.num_steps)
                 return buffer.sample(cfg.batch_size)
 
             owed = functools.partial(self.owed, run)
@@ -111,3 +117,18 @@ class OffPolicyStrategy(RLStrategy):
         buffer.prefetch(progress.pending_gradient_steps + rounds * cfg.train_steps,
                         cfg.batch_size)
         return rounds * cfg.train_steps
+
+
+def check_sampling(agent: LearningAgent, config: OffPolicyConfig) -> None:
+    """Refuse n-step or prioritized sampling for an agent whose ``training_step`` does not
+    use them (``LearningAgent.replay_sampling``): its targets would be silently wrong."""
+    asked = {"n_step": config.n_step > 1, "prioritized": config.prioritized}
+    supported: frozenset[str] = getattr(agent, "replay_sampling", frozenset())
+    for name, on in asked.items():
+        if on and name not in supported:
+            value = config.n_step if name == "n_step" else "true"
+            raise ValueError(
+                f"strategy.{name}={value}: {type(agent).__name__} does not learn from "
+                f"{'n-step returns' if name == 'n_step' else 'prioritized replay'} (its "
+                f"replay_sampling is {sorted(supported) or 'empty'}). Remove the setting or "
+                "use an agent that does (dqn, c51, qrdqn, sac, td3).")

@@ -23,6 +23,7 @@ from rltrain.agents.nn.networks import mlp, soft_update
 from rltrain.agents.nn.observation_spaces import cli, flattenable
 from rltrain.agents.returns import lambda_returns
 from rltrain.buffers import Buffer, SequenceBatch, SequenceReplayBuffer
+from rltrain.buffers.sampling import ReplaySampling
 from rltrain.config.checks import check_typed_fields
 from rltrain.config.registry import register_agent
 from rltrain.config.strategies import OffPolicyConfig
@@ -216,8 +217,9 @@ class Dreamer(LearningAgent):
 
     def make_buffer(self, capacity: int, *, num_envs: int, observation_space: gym.Space[Any],
                     action_space: gym.Space[Any], seed: int, device: torch.device,
-                    frame_stack: int = 1) -> Buffer:
-        # sequences of whole observations: a frame stack is stored as it comes
+                    frame_stack: int = 1, sampling: ReplaySampling | None = None) -> Buffer:
+        # sequences of whole observations: a frame stack is stored as it comes (n-step and
+        # prioritized sampling are refused by the strategy: replay_sampling is empty)
         return SequenceReplayBuffer(capacity, num_envs=num_envs,
                                     observation_space=observation_space,
                                     action_space=action_space,

@@ -11,6 +11,7 @@ import gymnasium as gym
 
 from rltrain.agents.base import LearningAgent
 from rltrain.buffers import Buffer, RolloutBuffer
+from rltrain.buffers.sampling import ReplaySampling
 from rltrain.components import RLComponents
 from rltrain.envs.runner import check_saved_runner
 
@@ -33,17 +34,24 @@ def check_resumed_envs(components: RLComponents, observation_space: gym.Space[An
         raise ValueError(f"{components.checkpoint}: {error}") from None
 
 
-def replay(capacity: int, frame_stack_replay: bool = True) -> StorageFactory:
+def replay(capacity: int, frame_stack_replay: bool = True,
+           sampling: ReplaySampling | None = None) -> StorageFactory:
     """The agent's own replay (``LearningAgent.make_buffer``) of ``capacity`` transitions, as a
     :class:`Run`'s ``storage``; with ``frame_stack_replay``, told the env's frame stack (so the
-    default replay stores each frame once). The run's agent is passed in by the run."""
+    default replay stores each frame once); ``sampling``: n-step windows and prioritized draws
+    (given to ``make_buffer`` only when not plain, so an agent's own ``make_buffer`` need not
+    take it). The run's agent is passed in by the run."""
 
     def make(agent: LearningAgent, observation_space: gym.Space[Any],
              action_space: gym.Space[Any], num_envs: int, seed: int, device: Any,
              frame_stack: int = 1) -> Buffer:
-        stack = {"frame_stack": frame_stack} if frame_stack_replay and frame_stack > 1 else {}
+        extra: dict[str, Any] = {}
+        if frame_stack_replay and frame_stack > 1:
+            extra["frame_stack"] = frame_stack
+        if sampling is not None and not sampling.plain:
+            extra["sampling"] = sampling
         return agent.make_buffer(capacity, num_envs=num_envs, observation_space=observation_space,
-                                 action_space=action_space, seed=seed, device=device, **stack)
+                                 action_space=action_space, seed=seed, device=device, **extra)
 
     return make
 

@@ -14,6 +14,7 @@ import torch
 from rltrain import Trainer
 from rltrain.agents import DQN, DQNConfig, SpaceError
 from rltrain.buffers import ReplayBatch
+from rltrain.buffers.sampling import Prioritized, PriorityConfig, PriorityFeedback
 from rltrain.optim import Optimization
 from rltrain.types import Progress
 
@@ -119,7 +120,7 @@ def test_sgd_step_on_hand_batch_moves_online_weights_by_the_huber_gradient() -> 
 
 
 def single_row(i: int) -> ReplayBatch:
-    return ReplayBatch(*(t[i:i + 1] for t in HAND_BATCH))
+    return ReplayBatch(*(t[i:i + 1] for t in HAND_BATCH[:6]))
 
 
 def test_truncated_row_bootstraps_from_next_observation() -> None:
@@ -127,6 +128,25 @@ def test_truncated_row_bootstraps_from_next_observation() -> None:
     loss = float(sgd(agent).training_step(agent, single_row(1))["loss"])
     assert loss == pytest.approx(1.5, rel=1e-6)  # bootstrapped
     assert loss != pytest.approx(2.0, rel=1e-3)  # what a non-bootstrapped target gives
+
+
+def test_an_n_step_window_bootstraps_with_its_own_discount() -> None:
+    # row 1 as a window whose bootstrap factor is 0.25 (not gamma = 0.5): Q'(s')[a*] = -1, so
+    # target = 2.0 + 0.25 * -1 = 1.75; Q(s)[1] = -0.5; d = -2.25 -> 1.75
+    agent = hand_agent(double_q=True)
+    row = single_row(1)._replace(discounts=torch.tensor([0.25]))
+    assert float(sgd(agent).training_step(agent, row)["loss"]) == pytest.approx(1.75, rel=1e-6)
+
+
+def test_a_prioritized_batch_weights_each_row_and_sends_back_its_td_errors() -> None:
+    sampler = Prioritized(3, PriorityConfig(alpha=1.0, epsilon=1e-6))
+    batch = HAND_BATCH._replace(weights=torch.tensor([1.0, 0.5, 0.25]),
+                                priorities=PriorityFeedback(sampler, np.arange(3)))
+    agent = hand_agent(double_q=True)
+    loss = float(sgd(agent).training_step(agent, batch)["loss"])
+    assert loss == pytest.approx((0.18 * 1 + 1.5 * 0.5 + 2.0 * 0.25) / 3, rel=1e-6)
+    # |d| per row (-0.6, -2.0, 2.5) + epsilon, to the power alpha = 1
+    np.testing.assert_allclose(sampler.tree.values(), [0.6, 2.0, 2.5], rtol=1e-5)
 
 
 def test_terminated_row_does_not_bootstrap() -> None:

@@ -17,6 +17,7 @@ from conftest import QUIET, assert_same_tensors, straight_and_resumed
 from rltrain import DQN, DQNConfig, OffPolicyConfig, OffPolicyStrategy, Trainer
 from rltrain.buffers import FrameStackReplay, ReplayBuffer
 from rltrain.buffers.frames import EXTRA_FRAMES
+from rltrain.buffers.sampled import STORED_FIELDS
 from rltrain.checkpoint import Checkpointer
 from rltrain.envs.make import make_vector_env
 from rltrain.envs.runner import Runner
@@ -99,7 +100,7 @@ def test_every_kept_transition_is_rebuilt_exactly(padding: str, capacity: int, s
     kept = frames._kept(idx)
     assert kept.mean() > 0.5
     rebuilt, stored = frames._gather(idx), whole._gather(whole_index(frames, idx))
-    for name in rebuilt._fields:
+    for name in STORED_FIELDS:
         assert torch.equal(getattr(rebuilt, name)[kept], getattr(stored, name)[kept]), name
     ended = (stored.terminated + stored.truncated)[kept] > 0
     assert ended.sum() > 20  # ends by both causes were checked
@@ -159,7 +160,7 @@ def test_state_dict_round_trip_samples_the_same_batches() -> None:
     twin.load_state_dict(state)
     for _ in range(4):
         a, b = frames.sample(16), twin.sample(16)
-        for name in a._fields:
+        for name in STORED_FIELDS:
             assert torch.equal(getattr(a, name), getattr(b, name))
 
 

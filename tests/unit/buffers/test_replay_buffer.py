@@ -9,6 +9,7 @@ import torch
 
 from rltrain.buffers import ReplayBatch, ReplayBuffer
 from rltrain.buffers.replay import available_memory
+from rltrain.buffers.sampled import STORED_FIELDS
 from rltrain.types import Transitions
 
 OBS_SPACE = gym.spaces.Box(-np.inf, np.inf, (3,), np.float32)
@@ -135,7 +136,7 @@ def test_sampling_is_reproducible_with_the_seed_and_differs_with_another() -> No
     for buffer in (a, b, c):
         add_each(buffer, range(1, 41))
     sa, sb, sc = a.sample(32), b.sample(32), c.sample(32)
-    for name in ReplayBatch._fields:
+    for name in STORED_FIELDS:
         assert torch.equal(getattr(sa, name), getattr(sb, name)), name
     assert not torch.equal(sa.rewards, sc.rewards)
     assert torch.equal(a.sample(32).rewards, b.sample(32).rewards)
@@ -163,11 +164,11 @@ def test_state_dict_round_trip_restores_contents_cursor_size_and_sampler(added: 
 
     assert (restored.cursor, restored.size) == (source.cursor, source.size)
     n = source.size
-    for name in ReplayBatch._fields:
+    for name in STORED_FIELDS:
         np.testing.assert_array_equal(getattr(restored, name)[:n], getattr(source, name)[:n])
     for _ in range(3):
         s, r = source.sample(16), restored.sample(16)
-        for name in ReplayBatch._fields:
+        for name in STORED_FIELDS:
             assert torch.equal(getattr(s, name), getattr(r, name)), name
     # Both continue the ring at the same place.
     add_each(source, [100, 101])
