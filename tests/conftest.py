@@ -17,6 +17,7 @@ import pytest
 import torch
 
 from rltrain import DQN, DQNConfig, OffPolicyConfig, OffPolicyStrategy, Trainer
+from rltrain.observe import EventRecorder, TrainStep
 
 torch.set_num_threads(1)
 
@@ -153,3 +154,17 @@ class ShapeShifter(gym.Env[np.ndarray, int]):
 
 def shape_shifter() -> gym.Env[np.ndarray, int]:
     return gym.wrappers.TimeLimit(ShapeShifter(), 20)
+
+
+class StopAtGradientStep(EventRecorder):
+    """Requests a stop after gradient step ``step`` (in the middle of a training round) of
+    the ``trainer`` it is given."""
+
+    def __init__(self, step: int) -> None:
+        super().__init__()
+        self.step = step
+        self.trainer: Trainer | None = None
+
+    def on_train_step(self, event: TrainStep, metrics: Any) -> None:
+        if event.gradient_steps == self.step and self.trainer is not None:
+            self.trainer.interrupter.stop("test")

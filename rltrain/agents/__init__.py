@@ -1,19 +1,24 @@
 """Agents: the algorithms. Each owns its networks and loss; the framework owns the loop."""
 
 from rltrain.agents.base import LearningAgent, Policy, SpaceError
+from rltrain.agents.c51 import C51, C51Config
 from rltrain.agents.dqn import DQN, DQNConfig, DQNPolicy
 from rltrain.agents.dreamer import Dreamer, DreamerConfig
 from rltrain.agents.ppo import PPO, PPOConfig, PPOPolicy
+from rltrain.agents.qrdqn import QRDQN, QRDQNConfig
 from rltrain.agents.sac import SAC, SACConfig, SACPolicy
 from rltrain.agents.td3 import DDPG, TD3, DDPGConfig, TD3Config, TD3Policy
 from rltrain.types import PolicyState, PolicyStep
 
 __all__ = [
+    "C51",
     "DDPG",
     "DQN",
     "PPO",
+    "QRDQN",
     "SAC",
     "TD3",
+    "C51Config",
     "DDPGConfig",
     "DQNConfig",
     "DQNPolicy",
@@ -25,6 +30,7 @@ __all__ = [
     "Policy",
     "PolicyState",
     "PolicyStep",
+    "QRDQNConfig",
     "SACConfig",
     "SACPolicy",
     "SpaceError",

@@ -19,6 +19,7 @@ from typing import Any
 import gymnasium as gym
 import torch
 import torch.nn.functional as F
+from torch import nn
 from typing_extensions import override
 
 from rltrain.agents.base import LearningAgent, Policy, SpaceError
@@ -42,6 +43,8 @@ class DQNConfig:
     Attributes:
         hidden_sizes: Q-network hidden layer widths. Default [256, 256].
         lr: Adam learning rate. Default 2.3e-3.
+        adam_eps: Adam's epsilon. Default 1e-8 (PyTorch's; the distributional DQN papers
+            use 0.01 / batch size).
         gamma: Discount factor. Default 0.99.
         double_q: Double DQN target (van Hasselt et al. 2016, arXiv:1509.06461). Default True.
         dueling: Dueling head (Wang et al. 2016, arXiv:1511.06581). Default False.
@@ -68,6 +71,7 @@ class DQNConfig:
 
     hidden_sizes: list[int] = field(default_factory=lambda: [256, 256])
     lr: float = 2.3e-3
+    adam_eps: float = 1e-8
     gamma: float = 0.99
     double_q: bool = True
     dueling: bool = False
@@ -84,6 +88,7 @@ class DQNConfig:
         checks = [
             encoder_check(self.encoder),
             (self.lr > 0, f"lr must be > 0; got {self.lr}."),
+            (self.adam_eps > 0, f"adam_eps must be > 0; got {self.adam_eps}."),
             (0.0 <= self.gamma <= 1.0, f"gamma must be in [0, 1]; got {self.gamma}."),
             (self.target_update_interval >= 1,
              f"target_update_interval must be >= 1 gradient step; got "
@@ -99,8 +104,8 @@ class DQNConfig:
             (self.huber_delta > 0,
              f"huber_delta must be > 0 (the Huber loss's threshold); got {self.huber_delta}."),
         ]
-        require("DQNConfig", checks)
-        check_typed_fields("DQNConfig", self)
+        require(type(self).__name__, checks)  # a subclass's errors name it
+        check_typed_fields(type(self).__name__, self)
 
 
 def linear_schedule(start: float, end: float, duration: int, t: int) -> float:
@@ -113,7 +118,7 @@ def linear_schedule(start: float, end: float, duration: int, t: int) -> float:
 class DQNPolicy(Policy):
     """Epsilon-greedy over the Q-network while collecting; greedy when ``deterministic``."""
 
-    def __init__(self, q_network: QNetwork, num_actions: int,
+    def __init__(self, q_network: nn.Module, num_actions: int,
                  epsilon: Callable[[], float]) -> None:
         super().__init__()
         self.q_network = q_network
@@ -190,9 +195,20 @@ class DQN(LearningAgent):
         self.built_for = str(observation_space)
         encoder = make_encoder(observation_space, normalize_images=self.config.normalize_images,
                                encoder=self.config.encoder)
-        self.q_network = QNetwork(encoder, self.num_actions,
-                                  self.config.hidden_sizes, dueling=self.config.dueling)
+        self.q_network = QNetwork(encoder, self.num_actions, self.config.hidden_sizes,
+                                  dueling=self.config.dueling, atoms=self.atoms)
         self.target_network = copy.deepcopy(self.q_network).requires_grad_(False)
+
+    @property
+    def atoms(self) -> int:
+        """Outputs of the Q-network per action: 1 (a distributional subclass: its atoms or
+        quantiles)."""
+        return 1
+
+    def q_values(self, network: nn.Module) -> nn.Module:
+        """What the acting policy takes the argmax of: ``network``'s Q-values (a distributional
+        subclass: their expectation)."""
+        return network
 
     @property
     def epsilon(self) -> float:
@@ -203,7 +219,8 @@ class DQN(LearningAgent):
 
     @override
     def configure_optimizers(self) -> dict[str, torch.optim.Optimizer]:
-        return {"q": adam(self.q_network.parameters(), lr=self.config.lr)}
+        return {"q": adam(self.q_network.parameters(), lr=self.config.lr,
+                          eps=self.config.adam_eps)}
 
     @override
     def training_step(self, batch: ReplayBatch, optim: Optimization) -> dict[str, MetricValue]:
@@ -241,4 +258,5 @@ class DQN(LearningAgent):
         q_network = self.q_network
         if torch.device(device) != self.device:
             q_network = copy.deepcopy(q_network).to(device)
-        return DQNPolicy(q_network, self.num_actions, epsilon=lambda: self.epsilon)
+        return DQNPolicy(self.q_values(q_network), self.num_actions,
+                         epsilon=lambda: self.epsilon)

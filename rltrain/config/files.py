@@ -191,9 +191,11 @@ def shipped_configs() -> list[str]:
 
 def preset_fits(preset: str, env_id: str | None) -> bool:
     """Whether the shipped ``preset`` is tuned for ``env_id``: its own ``env.id``, or, for an
-    ``<agent>_atari`` preset, any ALE game."""
-    return (OmegaConf.select(load_yaml(preset), "env.id") == env_id
-            or (preset.endswith("_atari") and is_atari_id(env_id)))
+    Atari preset (one that sets ``env.atari``: ``ppo_atari``, ``dqn_atari``, ``rainbow``), any
+    ALE game."""
+    config = load_yaml(preset)
+    return (OmegaConf.select(config, "env.id") == env_id
+            or (OmegaConf.select(config, "env.atari") is not None and is_atari_id(env_id)))
 
 
 def save_config(config: DictConfig | Mapping[str, Any], path: str | Path) -> None:

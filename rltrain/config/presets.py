@@ -58,7 +58,8 @@ def choose_preset(overrides: list[str], *, use_presets: bool = True) -> PresetCh
     if env_id is not None:
         tuned = [name for name in presets if preset_fits(name, env_id)]
         if tuned:
-            what = f"every Atari game ({env_id})" if tuned[0].endswith("_atari") else env_id
+            what = (f"every Atari game ({env_id})"
+                    if _value(tuned[0], "env.atari") is not None else env_id)
             return PresetChoice(tuned[:1], f"starting from the preset {tuned[0]}, tuned for "
                                            f"{what} with {agent}")
         return PresetChoice([], f"no shipped preset is tuned for {env_id} with {agent}: "

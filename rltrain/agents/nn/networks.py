@@ -89,7 +89,8 @@ def mlp(in_features: int, hidden_sizes: Sequence[int], out_features: int,
 
 
 class QNetwork(nn.Module):
-    """State-action values ``Q(s, ·)`` for a discrete action space: encoder, then MLP.
+    """State-action values ``Q(s, ·)`` for a discrete action space: encoder, then MLP; or, with
+    ``atoms > 1``, ``atoms`` outputs per action (a distributional agent's logits or quantiles).
 
     Args:
         obs: The observation encoder (:func:`~rltrain.agents.nn.encoders.make_encoder`), or a
@@ -97,32 +98,38 @@ class QNetwork(nn.Module):
         num_actions: Number of discrete actions.
         hidden_sizes: Hidden layer widths. The dueling head splits after the last one.
         dueling: Use the dueling head ``Q = V + A - mean(A)`` (Wang et al. 2016,
-            arXiv:1511.06581, Eq. 9).
+            arXiv:1511.06581, Eq. 9), per atom for ``atoms > 1`` (as Rainbow).
+        atoms: Outputs per action. Default 1.
     """
 
     def __init__(self, obs: int | Encoder, num_actions: int, hidden_sizes: Sequence[int],
-                 *, dueling: bool = False) -> None:
+                 *, dueling: bool = False, atoms: int = 1) -> None:
         super().__init__()
         self.encoder = as_encoder(obs)
         obs_dim = self.encoder.out_features
-        self.dueling = dueling
+        self.dueling, self.num_actions, self.atoms = dueling, num_actions, atoms
         if dueling:
             if not hidden_sizes:
                 raise ValueError("A dueling Q-network needs at least one hidden layer.")
             self.torso = mlp(obs_dim, hidden_sizes[:-1], hidden_sizes[-1])
-            self.value = nn.Sequential(nn.ReLU(), nn.Linear(hidden_sizes[-1], 1))
-            self.advantage = nn.Sequential(nn.ReLU(), nn.Linear(hidden_sizes[-1], num_actions))
+            self.value = nn.Sequential(nn.ReLU(), nn.Linear(hidden_sizes[-1], atoms))
+            self.advantage = nn.Sequential(nn.ReLU(),
+                                           nn.Linear(hidden_sizes[-1], num_actions * atoms))
         else:
-            self.q = mlp(obs_dim, hidden_sizes, num_actions)
+            self.q = mlp(obs_dim, hidden_sizes, num_actions * atoms)
 
     def forward(self, obs: ObsTensors) -> torch.Tensor:
-        """Q-values, shape ``[batch, num_actions]``."""
+        """Q-values, shape ``[batch, num_actions]``; ``[batch, num_actions, atoms]`` for
+        ``atoms > 1``."""
         obs = self.encoder(obs)
         if not self.dueling:
-            return self.q(obs)  # type: ignore[no-any-return]
+            out: torch.Tensor = self.q(obs)
+            return out if self.atoms == 1 else out.view(-1, self.num_actions, self.atoms)
         features = self.torso(obs)
-        advantage = self.advantage(features)
-        return self.value(features) + advantage - advantage.mean(dim=1, keepdim=True)  # type: ignore[no-any-return]
+        shape = (-1, self.num_actions) if self.atoms == 1 else (-1, self.num_actions, self.atoms)
+        advantage = self.advantage(features).view(shape)
+        value = self.value(features).view(shape[0], 1, *shape[2:])
+        return value + advantage - advantage.mean(dim=1, keepdim=True)  # type: ignore[no-any-return]
 
 
 @torch.no_grad()

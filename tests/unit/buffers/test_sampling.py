@@ -13,7 +13,7 @@ import gymnasium as gym
 import numpy as np
 import pytest
 import torch
-from conftest import QUIET, assert_same_tensors
+from conftest import QUIET, StopAtGradientStep, assert_same_tensors
 from test_frames import K, StackedCounter, whole_index
 
 from rltrain import DQN, DQNConfig, OffPolicyConfig, OffPolicyStrategy, Trainer
@@ -24,7 +24,6 @@ from rltrain.buffers.sampling import Prioritized, SumTree, beta_at
 from rltrain.checkpoint import Checkpointer
 from rltrain.envs.make import make_vector_env
 from rltrain.envs.runner import Runner
-from rltrain.observe import EventRecorder, TrainStep
 from rltrain.types import Progress
 
 GAMMA = 0.9
@@ -215,18 +214,6 @@ def test_an_agent_that_ignores_n_step_or_priorities_is_refused_naming_the_settin
         with pytest.raises(ValueError, match=rf"strategy\.{setting}=.*Dreamer does not learn"):
             trainer.fit("CartPole-v1", Dreamer(DreamerConfig()))
         assert not (tmp_path / setting / "checkpoints").exists()
-
-
-class StopAtGradientStep(EventRecorder):
-    """Requests a stop after gradient step ``step`` (in the middle of a training round)."""
-
-    def __init__(self, step: int) -> None:
-        super().__init__()
-        self.step, self.trainer = step, None
-
-    def on_train_step(self, event: TrainStep, metrics: Any) -> None:
-        if event.gradient_steps == self.step and self.trainer is not None:
-            self.trainer.interrupter.stop("test")
 
 
 def fit(run_dir: Path, ckpt_path: str | None = None, stop_at: int | None = None) -> None:
