@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib
 import json
 import math
 import multiprocessing
@@ -116,15 +117,15 @@ def sb3_evaluator(model: Any, env: Any, seed: int, episodes: int) -> Callable[[]
     return evaluate
 
 
-def require_sb3(script: str, instead: str = "") -> None:
-    """Exit with one line naming the extra to install when Stable-Baselines3 is missing (the
-    benchmarks that run it beside rltrain call this before they start); ``instead``: how to run
-    the benchmark without it, where it can."""
+def require_sb3(script: str, instead: str = "", module: str = "stable_baselines3") -> None:
+    """Exit with one line naming the extra to install when Stable-Baselines3 (or ``module``:
+    ``sb3_contrib``) is missing (the benchmarks that run it beside rltrain call this before
+    they start); ``instead``: how to run the benchmark without it, where it can."""
     try:
-        import stable_baselines3  # noqa: F401
+        importlib.import_module(module)
     except ModuleNotFoundError:
         raise SystemExit(
-            f"{script} runs Stable-Baselines3, which is not installed: "
+            f"{script} runs {module}, which is not installed: "
             "pip install 'rltrain[bench]' (pip install -e '.[bench]' in a clone; after torch, "
             "see pyproject.toml)" + (f"; or {instead}" if instead else "")) from None
 
