@@ -5,6 +5,7 @@ from rltrain.agents.c51 import C51, C51Config
 from rltrain.agents.dqn import DQN, DQNConfig, DQNPolicy
 from rltrain.agents.dreamer import Dreamer, DreamerConfig
 from rltrain.agents.ppo import PPO, PPOConfig, PPOPolicy
+from rltrain.agents.pqn import PQN, PQNConfig
 from rltrain.agents.qrdqn import QRDQN, QRDQNConfig
 from rltrain.agents.sac import SAC, SACConfig, SACPolicy
 from rltrain.agents.td3 import DDPG, TD3, DDPGConfig, TD3Config, TD3Policy
@@ -15,6 +16,7 @@ __all__ = [
     "DDPG",
     "DQN",
     "PPO",
+    "PQN",
     "QRDQN",
     "SAC",
     "TD3",
@@ -27,6 +29,7 @@ __all__ = [
     "LearningAgent",
     "PPOConfig",
     "PPOPolicy",
+    "PQNConfig",
     "Policy",
     "PolicyState",
     "PolicyStep",

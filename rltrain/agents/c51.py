@@ -20,6 +20,7 @@ from torch import nn
 from typing_extensions import override
 
 from rltrain.agents.dqn import DQN, DQNConfig
+from rltrain.agents.nn.masking import action_mask, masked_values
 from rltrain.agents.replay_terms import discount, send_td_errors, weighted
 from rltrain.buffers.replay import ReplayBatch
 from rltrain.config.registry import register_agent
@@ -104,7 +105,9 @@ class C51(DQN):
             next_probs = self.target_network(batch.next_observations).softmax(dim=-1)
             chooser = (self.q_network(batch.next_observations).softmax(dim=-1) if c.double_q
                        else next_probs)
-            next_action = (chooser * z).sum(dim=-1).argmax(dim=1)  # a* = argmax_a Q(s', a)
+            valid = action_mask(batch.next_observations)
+            # a* = argmax_a Q(s', a) over the valid actions
+            next_action = masked_values((chooser * z).sum(dim=-1), valid).argmax(dim=1)
             p_next = next_probs[torch.arange(len(next_action)), next_action]  # [B, atoms]
             target = self.project(batch, p_next)
         logits = self.q_network(batch.observations)

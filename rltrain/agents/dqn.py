@@ -24,6 +24,12 @@ from typing_extensions import override
 
 from rltrain.agents.base import LearningAgent, Policy, SpaceError
 from rltrain.agents.nn.encoders import check_observation_space, make_encoder
+from rltrain.agents.nn.masking import (
+    action_mask,
+    check_mask_space,
+    masked_values,
+    random_valid_actions,
+)
 from rltrain.agents.nn.networks import QNetwork, soft_update
 from rltrain.agents.nn.observation_spaces import encoder_check
 from rltrain.agents.replay_terms import discount, send_td_errors, weighted
@@ -127,8 +133,11 @@ class DQNPolicy(Policy):
 
     @override
     def act(self, obs: ObsTensors, state: PolicyState, deterministic: bool) -> PolicyStep:
+        mask = action_mask(obs)
         if deterministic:
-            return PolicyStep(self.q_network(obs).argmax(dim=1), None, {})
+            return PolicyStep(masked_values(self.q_network(obs), mask).argmax(dim=1), None, {})
+        if mask is not None:
+            return PolicyStep(self._masked_epsilon_greedy(obs, mask), None, {})
         # Each env explores on its own coin, drawn from Python's generator (seeded by the
         # strategy): per-step torch or NumPy calls on one-element arrays cost as much as the
         # env step itself (docs/benchmarks.md, "Figures behind implementation choices").
@@ -142,6 +151,16 @@ class DQNPolicy(Policy):
             rows = [i for i, e in enumerate(explore) if e]
             actions[rows] = self._random_actions(len(rows), batch.device)
         return PolicyStep(actions, None, {})
+
+    def _masked_epsilon_greedy(self, obs: ObsTensors, mask: torch.Tensor) -> torch.Tensor:
+        """Greedy over valid actions, or with probability epsilon a uniformly random valid
+        one (each env on its own coin)."""
+        epsilon = self.epsilon()
+        explore = torch.tensor([random.random() < epsilon for _ in range(mask.shape[0])],
+                               device=mask.device)
+        greedy = masked_values(self.q_network(obs), mask).argmax(dim=1)
+        randoms = random_valid_actions(mask, mask.shape[0], self.num_actions, mask.device)
+        return torch.where(explore, randoms, greedy)
 
     def _random_actions(self, n: int, device: torch.device) -> torch.Tensor:
         return torch.tensor([random.randrange(self.num_actions) for _ in range(n)],
@@ -179,6 +198,7 @@ class DQN(LearningAgent):
                 "wrapper."
             )
         check_observation_space(type(self).__name__, observation_space, self.config.encoder)
+        check_mask_space(type(self).__name__, observation_space, action_space)
         if self.built and (self.num_actions != action_space.n
                            or self.observation_layout != layout(observation_space)):
             raise SpaceError(
@@ -226,11 +246,14 @@ class DQN(LearningAgent):
     def training_step(self, batch: ReplayBatch, optim: Optimization) -> dict[str, MetricValue]:
         c = self.config
         with torch.no_grad():
-            next_q_target = self.target_network(batch.next_observations)
+            next_mask = action_mask(batch.next_observations)  # max over valid actions only
+            next_q_target = masked_values(self.target_network(batch.next_observations),
+                                          next_mask)
             if c.double_q:
                 # Double DQN (arXiv:1509.06461, Eq. 4): the online network picks a', the target
                 # network evaluates it.
-                next_actions = self.q_network(batch.next_observations).argmax(dim=1, keepdim=True)
+                next_actions = masked_values(self.q_network(batch.next_observations),
+                                             next_mask).argmax(dim=1, keepdim=True)
                 next_q = next_q_target.gather(1, next_actions).squeeze(1)
             else:
                 next_q = next_q_target.max(dim=1).values

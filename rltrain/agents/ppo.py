@@ -33,6 +33,7 @@ from rltrain.agents.base import LearningAgent, Policy, SpaceError
 from rltrain.agents.nn.actor_critic import ACTIVATIONS, ActorCritic
 from rltrain.agents.nn.distributions import LOG_STD_LIMIT, ActionHead
 from rltrain.agents.nn.encoders import check_observation_space, make_encoder
+from rltrain.agents.nn.masking import check_mask_space
 from rltrain.agents.nn.normalize import RunningMeanStd
 from rltrain.agents.nn.observation_spaces import check_normalizable, encoder_check
 from rltrain.agents.nn.sde import StateDependentNoise
@@ -225,6 +226,7 @@ class PPO(LearningAgent):
     @override
     def check_spaces(self, observation_space: gym.Space[Any], action_space: gym.Space[Any]) -> None:
         check_observation_space(type(self).__name__, observation_space, self.config.encoder)
+        check_mask_space(type(self).__name__, observation_space, action_space)
         if self.config.normalize_observations:
             check_normalizable(type(self).__name__, observation_space, self.config.encoder)
         if not isinstance(action_space, (gym.spaces.Discrete, gym.spaces.MultiDiscrete,

@@ -21,6 +21,7 @@ from torch import nn
 from typing_extensions import override
 
 from rltrain.agents.dqn import DQN, DQNConfig
+from rltrain.agents.nn.masking import action_mask, masked_values
 from rltrain.agents.replay_terms import discount, send_td_errors, weighted
 from rltrain.buffers.replay import ReplayBatch
 from rltrain.config.registry import register_agent
@@ -109,7 +110,9 @@ class QRDQN(DQN):
         with torch.no_grad():
             next_quantiles = self.target_network(batch.next_observations)  # [B, A, N]
             chooser = self.q_network(batch.next_observations) if c.double_q else next_quantiles
-            next_action = chooser.mean(dim=-1).argmax(dim=1)  # a* = argmax_a Q(s', a)
+            valid = action_mask(batch.next_observations)
+            # a* = argmax_a Q(s', a) over the valid actions
+            next_action = masked_values(chooser.mean(dim=-1), valid).argmax(dim=1)
             theta_next = next_quantiles[torch.arange(len(next_action)), next_action]
             scale = discount(batch, c.gamma) * (1.0 - batch.terminated)
             targets = batch.rewards[:, None] + scale[:, None] * theta_next  # T theta_j

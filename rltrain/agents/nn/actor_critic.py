@@ -9,6 +9,7 @@ from torch import nn
 
 from rltrain.agents.nn.distributions import ActionDistribution, ActionHead
 from rltrain.agents.nn.encoders import Encoder, orthogonal
+from rltrain.agents.nn.masking import action_mask, masked_logits
 from rltrain.agents.nn.networks import MLP, check_parameters_fit, linear_parameters
 from rltrain.agents.nn.sde import StateDependentNoise
 from rltrain.types import ObsTensors
@@ -70,23 +71,28 @@ class ActorCritic(nn.Module):
         self.sde = sde
 
     def forward(self, obs: ObsTensors) -> tuple[ActionDistribution, torch.Tensor]:
-        """The action distribution and the value (``[B]``) of a batch of observations."""
+        """The action distribution (over the valid actions where the observation carries an
+        ``action_mask``) and the value (``[B]``) of a batch of observations."""
         features = self.encoder(obs)
         hidden = self.actor(features)
         value_hidden = hidden if self.critic is self.actor else self.critic(features)
-        return self.policy_head(hidden), self.value_out(value_hidden).squeeze(-1)
+        return (self.policy_head(hidden, action_mask(obs)),
+                self.value_out(value_hidden).squeeze(-1))
 
     def distribution(self, obs: ObsTensors) -> ActionDistribution:
         """``π(·|s)`` alone."""
-        return self.policy_head(self.actor(self.encoder(obs)))
+        return self.policy_head(self.actor(self.encoder(obs)), action_mask(obs))
 
-    def policy_head(self, hidden: torch.Tensor) -> ActionDistribution:
-        """``π(·|s)`` from the actor trunk's features: the head's distribution, or gSDE's
-        over the detached features (SB3's ``learn_features=False``)."""
+    def policy_head(self, hidden: torch.Tensor, mask: torch.Tensor | None = None
+                    ) -> ActionDistribution:
+        """``π(·|s)`` from the actor trunk's features: the head's distribution (invalid
+        actions' logits masked, so their probability is 0 and the log-probabilities and
+        entropy are the masked distribution's), or gSDE's over the detached features (SB3's
+        ``learn_features=False``)."""
         out = self.policy_out(hidden)
         if self.sde is not None:
             return self.sde.distribution(out, hidden.detach())
-        return self.head(out)  # type: ignore[no-any-return]
+        return self.head(masked_logits(out, mask))  # type: ignore[no-any-return]
 
     def value(self, obs: ObsTensors) -> torch.Tensor:
         """``V(s)``, ``[B]``."""

@@ -75,14 +75,15 @@ def check_mlp_fits(in_features: int, hidden_sizes: Sequence[int], out_features: 
 
 
 def mlp(in_features: int, hidden_sizes: Sequence[int], out_features: int,
-        activation: type[nn.Module] = nn.ReLU) -> MLP:
-    """A multilayer perceptron: Linear + activation per hidden size, then a Linear output.
-    Refused with ``MemoryError`` before anything is allocated when it could not train in the
-    memory available (:func:`check_mlp_fits`)."""
+        activation: type[nn.Module] = nn.ReLU, *, layer_norm: bool = False) -> MLP:
+    """A multilayer perceptron: Linear (+ LayerNorm with ``layer_norm``) + activation per hidden
+    size, then a Linear output. Refused with ``MemoryError`` before anything is allocated when
+    it could not train in the memory available (:func:`check_mlp_fits`)."""
     check_mlp_fits(in_features, hidden_sizes, out_features)
     layers: list[nn.Module] = []
     for size in hidden_sizes:
-        layers += [nn.Linear(in_features, size), activation()]
+        norm = [nn.LayerNorm(size)] if layer_norm else []
+        layers += [nn.Linear(in_features, size), *norm, activation()]
         in_features = size
     layers.append(nn.Linear(in_features, out_features))
     return MLP(*layers)
@@ -100,10 +101,11 @@ class QNetwork(nn.Module):
         dueling: Use the dueling head ``Q = V + A - mean(A)`` (Wang et al. 2016,
             arXiv:1511.06581, Eq. 9), per atom for ``atoms > 1`` (as Rainbow).
         atoms: Outputs per action. Default 1.
+        layer_norm: A LayerNorm after each hidden layer (PQN's). Default False.
     """
 
     def __init__(self, obs: int | Encoder, num_actions: int, hidden_sizes: Sequence[int],
-                 *, dueling: bool = False, atoms: int = 1) -> None:
+                 *, dueling: bool = False, atoms: int = 1, layer_norm: bool = False) -> None:
         super().__init__()
         self.encoder = as_encoder(obs)
         obs_dim = self.encoder.out_features
@@ -111,12 +113,13 @@ class QNetwork(nn.Module):
         if dueling:
             if not hidden_sizes:
                 raise ValueError("A dueling Q-network needs at least one hidden layer.")
-            self.torso = mlp(obs_dim, hidden_sizes[:-1], hidden_sizes[-1])
+            self.torso = mlp(obs_dim, hidden_sizes[:-1], hidden_sizes[-1],
+                             layer_norm=layer_norm)
             self.value = nn.Sequential(nn.ReLU(), nn.Linear(hidden_sizes[-1], atoms))
             self.advantage = nn.Sequential(nn.ReLU(),
                                            nn.Linear(hidden_sizes[-1], num_actions * atoms))
         else:
-            self.q = mlp(obs_dim, hidden_sizes, num_actions * atoms)
+            self.q = mlp(obs_dim, hidden_sizes, num_actions * atoms, layer_norm=layer_norm)
 
     def forward(self, obs: ObsTensors) -> torch.Tensor:
         """Q-values, shape ``[batch, num_actions]``; ``[batch, num_actions, atoms]`` for
