@@ -18,6 +18,7 @@ from rltrain.buffers.observations import layout, map_obs, to_tensor
 from rltrain.envs import physics
 from rltrain.envs.checks import unpicklable_layer
 from rltrain.envs.make import call_vector_env, step_timeout_error
+from rltrain.envs.masking import MASK_KEY
 from rltrain.envs.pickling import env_classes, loads
 from rltrain.observe.events import EpisodeEnd
 from rltrain.runtime.watchdog import EnvCallHung
@@ -113,9 +114,15 @@ class Runner:
         return actions.cpu().numpy()
 
     def random_actions(self) -> np.ndarray:
-        """Uniform random actions from the vector env's (seeded) action space."""
+        """Uniform random actions from the vector env's (seeded) action space: among the valid
+        ones where the observations carry an ``action_mask`` (``rltrain.envs.masking``)."""
         self.policy_info = {}
-        return np.asarray(self.envs.action_space.sample())
+        space, obs = self.envs.action_space, self.observations
+        if (isinstance(obs, dict) and MASK_KEY in obs
+                and isinstance(space, gym.spaces.MultiDiscrete)):
+            masks = np.asarray(obs[MASK_KEY]).reshape(len(space.nvec), -1) > 0.5
+            return np.asarray(space.sample(mask=tuple(m.astype(np.int8) for m in masks)))
+        return np.asarray(space.sample())
 
     def step(self, actions: np.ndarray, policy: Policy | None = None
              ) -> tuple[Transitions, list[EpisodeEnd]]:

@@ -25,6 +25,7 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 
 from rltrain.agents.base import LearningAgent, Policy
+from rltrain.agents.nn.masking import MASK_KEY, mask_space
 from rltrain.buffers.observations import layout
 from rltrain.checkpoint import Checkpointer
 from rltrain.checkpoint.spaces import space_from_state
@@ -66,8 +67,8 @@ class InferencePolicy:
         self._layout = layout(self.observation_space)
 
     def predict(self, obs: Observation, state: PolicyState = None,
-                episode_start: Any = None, deterministic: bool = True
-                ) -> tuple[Any, PolicyState]:
+                episode_start: Any = None, deterministic: bool = True, *,
+                action_mask: Any = None) -> tuple[Any, PolicyState]:
         """The action for ``obs`` and the policy's next recurrent ``state`` (as SB3's).
 
         Args:
@@ -79,13 +80,18 @@ class InferencePolicy:
                 with this observation: those rows' state is reset.
             deterministic: The greedy action (the distribution's mode); False samples it as
                 the agent explores while collecting.
+            action_mask: The valid actions (0/1, one per action; a batch of them for a batch
+                of observations), for a policy trained with masks: it becomes the
+                observation's ``action_mask`` (with ``obs`` as its ``observation`` for an env
+                wrapped by :class:`~rltrain.envs.masking.InfoActionMask`). Default: the mask
+                ``obs`` carries, if any.
 
         Returns:
             ``(action, state)``: the action as the env takes it (an ``int`` for an unbatched
             ``Discrete`` space, else a NumPy array of the action space's dtype), with a
             leading batch dimension when ``obs`` had one.
         """
-        tensors, batch, batched = self._tensors(obs)
+        tensors, batch, batched = self._tensors(self._with_mask(obs, action_mask))
         if state is None:
             state = self.policy.initial_state(batch)
         elif any(part.shape[0] != batch for part in _parts(state)):
@@ -98,6 +104,22 @@ class InferencePolicy:
         with torch.inference_mode():
             step = self.policy.act(tensors, state, deterministic)
         return self._action(step.action, batched), step.state
+
+    def _with_mask(self, obs: Observation, action_mask: Any) -> Observation:
+        """``obs`` with ``action_mask`` as its mask (``predict``'s argument)."""
+        if action_mask is None:
+            return obs
+        if mask_space(self.observation_space) is None:
+            raise ValueError(f"predict(action_mask=...): this policy's observations "
+                             f"({self.observation_space}) carry no '{MASK_KEY}'; it was not "
+                             "trained with action masks.")
+        if isinstance(obs, dict):
+            return {**obs, MASK_KEY: action_mask}
+        assert isinstance(self.observation_space, gym.spaces.Dict)
+        others = sorted(set(self.observation_space.spaces) - {MASK_KEY})
+        if others != ["observation"]:
+            raise ValueError(f"predict(action_mask=...): pass obs as a dict of {others}.")
+        return {"observation": obs, MASK_KEY: action_mask}
 
     def __call__(self, obs: Observation, deterministic: bool = True) -> Any:
         """The action for a memoryless policy: ``predict(obs)[0]``."""
