@@ -19,9 +19,7 @@ encoder of their space (:mod:`rltrain.agents.nn.encoders`), one for π and V (Cl
 from __future__ import annotations
 
 import copy
-import math
 from collections.abc import Mapping
-from dataclasses import dataclass, field
 from typing import Any, cast
 
 import gymnasium as gym
@@ -30,136 +28,27 @@ import torch.nn.functional as F
 from typing_extensions import override
 
 from rltrain.agents.base import LearningAgent, Policy, SpaceError
-from rltrain.agents.nn.actor_critic import ACTIVATIONS, ActorCritic
-from rltrain.agents.nn.distributions import LOG_STD_LIMIT, ActionHead
+from rltrain.agents.nn.actor_critic import ActorCritic
+from rltrain.agents.nn.distributions import ActionHead
 from rltrain.agents.nn.encoders import check_observation_space, make_encoder
 from rltrain.agents.nn.masking import check_mask_space
 from rltrain.agents.nn.normalize import RunningMeanStd
-from rltrain.agents.nn.observation_spaces import check_normalizable, encoder_check
+from rltrain.agents.nn.observation_spaces import check_normalizable
+from rltrain.agents.nn.recurrent import (
+    RecurrentActorCritic,
+    recurrent_next_values,
+)
 from rltrain.agents.nn.sde import StateDependentNoise
+from rltrain.agents.ppo_config import PPOConfig
 from rltrain.agents.returns import gae
-from rltrain.buffers.observations import map_obs
+from rltrain.buffers.observations import leading_tensor, map_obs
+from rltrain.buffers.recurrent import STATE_IN, RecurrentBatch, RecurrentRollout
 from rltrain.buffers.rollout import RolloutBatch, RolloutBuffer
-from rltrain.config.checks import check_typed_fields
 from rltrain.config.registry import register_agent
-from rltrain.errors import require
 from rltrain.optim import Optimization, adam
 from rltrain.types import MetricValue, ObsTensors, PolicyState, PolicyStep
 
-
-@dataclass
-class PPOConfig:
-    """PPO's hyperparameters (defaults: Stable-Baselines3's). The rollout length, minibatch
-    size and epochs are the strategy's (:class:`~rltrain.OnPolicyConfig`).
-
-    Attributes:
-        lr: Adam learning rate. Default 3e-4.
-        anneal_lr: Decay the learning rate linearly to 0 over the run's ``num_steps`` (set at
-            each rollout from the env steps before it, as CleanRL does; RL-Zoo's ``lin_``
-            schedules use the env steps after it, one rollout lower). Default False (SB3's
-            constant rate). The schedule follows the
-            ``num_steps`` of the current ``fit``: a resume that changes it changes the rate
-            from there on.
-        adam_eps: Adam's epsilon. Default 1e-5.
-        gamma: Discount factor. Default 0.99.
-        gae_lambda: GAE's λ (0: one-step TD advantages; 1: Monte-Carlo). Default 0.95.
-        clip_range: ε of the clipped surrogate. Default 0.2.
-        anneal_clip_range: Decay ``clip_range`` linearly like the learning rate. Default False.
-        clip_range_vf: Clip the value update to ``±clip_range_vf`` around the collected value
-            (the larger of the clipped and unclipped squared errors is used); None does not
-            clip (SB3's default; CleanRL clips with ``clip_range``). Default None.
-        ent_coef: Entropy bonus coefficient ``c_e``. Default 0.0.
-        vf_coef: Value loss coefficient ``c_v``. Default 0.5.
-        max_grad_norm: Clip the gradients' global 2-norm to this. Default 0.5.
-        normalize_advantage: Normalise advantages per minibatch. Default True.
-        target_kl: End an update early once a minibatch's approximate KL divergence (the k3
-            estimator) exceeds ``1.5 * target_kl`` (SB3's threshold; SB3 checks before that
-            minibatch's step, rltrain after it); None never does. Default None.
-        hidden_sizes: Hidden widths of the policy and value networks. Default [64, 64].
-        activation: ``"tanh"`` (default) or ``"relu"``.
-        shared_trunk: One trunk for the policy and value heads (else two networks). Default
-            False.
-        log_std_init: Initial log-std of the Gaussian for ``Box`` actions. Default 0.0.
-        use_sde: Explore with generalized state-dependent noise (gSDE,
-            :mod:`rltrain.agents.nn.sde`; SB3's ``use_sde``) instead of the state-independent
-            log-std; 1-D ``Box`` actions only. ``log_std_init`` starts its ``log σ``. Default False.
-        sde_sample_freq: Env steps between draws of gSDE's exploration matrices; -1 draws only
-            at each rollout's start (SB3's default). Default -1.
-        ortho_init: Initialise the networks orthogonally (gains √2, 0.01 and 1, above); False
-            keeps PyTorch's default initialisation (SB3's ``ortho_init=False``, RL-Zoo's MuJoCo
-            presets). Default True.
-        normalize_observations: Normalise observations by running mean and variance (updated
-            from each rollout, saved with the model, frozen in evaluation); vector observations
-            only (the image encoder scales pixels itself). Default False.
-        normalize_rewards: Divide rewards by the running spread of the discounted return
-            (as SB3's ``VecNormalize(norm_reward=True)``). Default False.
-        clip_observations: Clip normalised observations to ``±`` this. Default 10.
-        clip_rewards: Clip scaled rewards to ``±`` this. Default 10.
-        normalize_images: Scale image pixels to [0, 1] in the CNN encoder (``uint8`` by 255;
-            SB3's ``normalize_images``); False feeds them as they are. Default True.
-        encoder: ``"auto"`` (a CNN for images, as SB3 decides them), ``"mlp"`` or ``"cnn"``
-            (for every 3-D ``Box``). Default ``"auto"`` (docs/encoders.md).
-    """
-
-    lr: float = 3e-4
-    anneal_lr: bool = False
-    adam_eps: float = 1e-5
-    gamma: float = 0.99
-    gae_lambda: float = 0.95
-    clip_range: float = 0.2
-    anneal_clip_range: bool = False
-    clip_range_vf: float | None = None
-    ent_coef: float = 0.0
-    vf_coef: float = 0.5
-    max_grad_norm: float = 0.5
-    normalize_advantage: bool = True
-    target_kl: float | None = None
-    hidden_sizes: list[int] = field(default_factory=lambda: [64, 64])
-    activation: str = "tanh"
-    shared_trunk: bool = False
-    log_std_init: float = 0.0
-    use_sde: bool = False
-    sde_sample_freq: int = -1
-    ortho_init: bool = True
-    normalize_observations: bool = False
-    normalize_rewards: bool = False
-    clip_observations: float = 10.0
-    clip_rewards: float = 10.0
-    normalize_images: bool = True
-    encoder: str = "auto"
-
-    def __post_init__(self) -> None:
-        require("PPOConfig", [
-            encoder_check(self.encoder),
-            (self.lr > 0, f"lr must be > 0; got {self.lr}."),
-            (self.adam_eps > 0, f"adam_eps must be > 0; got {self.adam_eps}."),
-            (0.0 <= self.gamma <= 1.0, f"gamma must be in [0, 1]; got {self.gamma}."),
-            (0.0 <= self.gae_lambda <= 1.0,
-             f"gae_lambda must be in [0, 1]; got {self.gae_lambda}."),
-            (self.clip_range > 0, f"clip_range must be > 0; got {self.clip_range}."),
-            (self.clip_range_vf is None or self.clip_range_vf > 0,
-             f"clip_range_vf must be > 0 (or None, no value clipping); got "
-             f"{self.clip_range_vf}."),
-            (self.ent_coef >= 0 and self.vf_coef >= 0,
-             f"ent_coef and vf_coef must be >= 0; got {self.ent_coef} and {self.vf_coef}."),
-            (self.max_grad_norm > 0, f"max_grad_norm must be > 0; got {self.max_grad_norm}."),
-            (self.target_kl is None or self.target_kl > 0,
-             f"target_kl must be > 0 (or None); got {self.target_kl}."),
-            (all(h >= 1 for h in self.hidden_sizes),
-             f"hidden_sizes must be positive widths; got {list(self.hidden_sizes)}."),
-            (self.activation in ACTIVATIONS,
-             f"activation must be one of {sorted(ACTIVATIONS)}; got {self.activation!r}."),
-            (self.clip_observations > 0 and self.clip_rewards > 0,
-             "clip_observations and clip_rewards must be > 0."),
-            (self.sde_sample_freq == -1 or self.sde_sample_freq >= 1,
-             f"sde_sample_freq must be >= 1 env step, or -1 (draw at each rollout's start "
-             f"only); got {self.sde_sample_freq}."),
-            (-LOG_STD_LIMIT <= self.log_std_init <= LOG_STD_LIMIT,
-             f"log_std_init must be in [-{LOG_STD_LIMIT:g}, {LOG_STD_LIMIT:g}] (a standard "
-             f"deviation of exp(log_std_init), from {math.exp(-LOG_STD_LIMIT):.1e} to "
-             f"{math.exp(LOG_STD_LIMIT):.1e}); got {self.log_std_init}."),
-        ])
-        check_typed_fields("PPOConfig", self)
+__all__ = ["PPO", "PPOConfig", "PPOPolicy", "explained_variance"]
 
 
 class PPOPolicy(Policy):
@@ -196,12 +85,41 @@ class PPOPolicy(Policy):
     @override
     def act(self, obs: ObsTensors, state: PolicyState, deterministic: bool) -> PolicyStep:
         obs = self.observe(obs)
+        if isinstance(self.net, RecurrentActorCritic):
+            return self._act_recurrent(obs, state, deterministic)
         if deterministic:  # evaluation: the mode, no value needed
             return PolicyStep(self.to_env(self.net.distribution(obs).mode()), None, {})
         dist, value = self.net(obs)
         raw = dist.sample()
         return PolicyStep(self.to_env(raw), None,
                           {"log_prob": dist.log_prob(raw), "value": value, "raw_action": raw})
+
+    def _act_recurrent(self, obs: ObsTensors, state: PolicyState,
+                       deterministic: bool) -> PolicyStep:
+        assert isinstance(self.net, RecurrentActorCritic)
+        before = (state if state is not None
+                  else self.initial_state(leading_tensor(obs).shape[0]))[0]  # type: ignore[index]
+        dist, value, after = self.net.step(obs, before)
+        if deterministic:
+            return PolicyStep(self.to_env(dist.mode()), (after,), {})
+        raw = dist.sample()
+        return PolicyStep(self.to_env(raw), (after,),
+                          {"log_prob": dist.log_prob(raw), "value": value, "raw_action": raw,
+                           STATE_IN: before})
+
+    @override
+    def initial_state(self, num_envs: int) -> PolicyState:
+        if not isinstance(self.net, RecurrentActorCritic):
+            return None
+        return (torch.zeros(num_envs, self.net.core.state_size, device=self.low.device),)
+
+    @override
+    def reset_state(self, state: PolicyState, done: torch.Tensor) -> PolicyState:
+        if state is None:
+            return None
+        assert isinstance(state, tuple)
+        keep = (~done.to(state[0].device)).to(state[0].dtype)[:, None]
+        return (state[0] * keep,)
 
 
 @register_agent("ppo", PPOConfig,
@@ -253,8 +171,13 @@ class PPO(LearningAgent):
         latent = c.hidden_sizes[-1] if c.hidden_sizes else encoder.out_features
         sde = (StateDependentNoise(latent, head.out_features, c.log_std_init, c.sde_sample_freq)
                if c.use_sde else None)
-        self.net = ActorCritic(encoder, head, list(c.hidden_sizes), c.activation,
-                               c.shared_trunk, ortho_init=c.ortho_init, sde=sde)
+        if c.recurrent is not None:
+            self.net = RecurrentActorCritic(encoder, head, c.recurrent, c.recurrent_hidden_size,
+                                            list(c.hidden_sizes), c.activation, c.shared_trunk,
+                                            ortho_init=c.ortho_init)
+        else:
+            self.net = ActorCritic(encoder, head, list(c.hidden_sizes), c.activation,
+                                   c.shared_trunk, ortho_init=c.ortho_init, sde=sde)
         if c.normalize_observations:
             self.obs_rms = RunningMeanStd((encoder.out_features,))
         if c.normalize_rewards:
@@ -270,6 +193,22 @@ class PPO(LearningAgent):
     def configure_optimizers(self) -> dict[str, torch.optim.Optimizer]:
         self.optimizer = adam(self.net.parameters(), lr=self.config.lr, eps=self.config.adam_eps)
         return {"ppo": self.optimizer}
+
+    @override
+    def make_rollout(self, n_steps: int, *, num_envs: int, observation_space: gym.Space[Any],
+                     action_space: gym.Space[Any], seed: int, device: torch.device
+                     ) -> RolloutBuffer:
+        """A :class:`~rltrain.buffers.RolloutBuffer`; for a recurrent PPO, a
+        :class:`~rltrain.buffers.recurrent.RecurrentRollout` of whole sequences."""
+        if isinstance(self.net, RecurrentActorCritic):
+            return RecurrentRollout(n_steps, num_envs=num_envs,
+                                    observation_space=observation_space,
+                                    action_space=action_space,
+                                    state_size=self.net.core.state_size, seed=seed,
+                                    device=device)
+        return super().make_rollout(n_steps, num_envs=num_envs,
+                                    observation_space=observation_space,
+                                    action_space=action_space, seed=seed, device=device)
 
     @override
     def policy(self, device: torch.device) -> PPOPolicy:
@@ -290,13 +229,17 @@ class PPO(LearningAgent):
             return policy.observe(map_obs(lambda t: t.to(self.device), x))
 
         values = rollout.values.to(self.device)
-        last = seen(rollout.last_observations)
-        next_values = torch.cat([values[1:], self.net.value(last).unsqueeze(0)])
         truncated = rollout.truncated.to(self.device)
-        if truncated.any():  # bootstrap a time limit from the true final observation
-            rows = truncated.cpu()
-            final = seen(map_obs(lambda t: t[rows], rollout.final_observations))
-            next_values[truncated] = self.net.value(final)
+        if isinstance(self.net, RecurrentActorCritic):
+            assert isinstance(rollout, RecurrentRollout)
+            next_values = recurrent_next_values(self.net, rollout, seen, values)
+        else:
+            last = seen(rollout.last_observations)
+            next_values = torch.cat([values[1:], self.net.value(last).unsqueeze(0)])
+            if truncated.any():  # bootstrap a time limit from the true final observation
+                rows = truncated.cpu()
+                final = seen(map_obs(lambda t: t[rows], rollout.final_observations))
+                next_values[truncated] = self.net.value(final)
         rewards = self.scaled_rewards(rollout).to(self.device)
         advantages = gae(rewards, values, next_values, rollout.terminated.to(self.device),
                          truncated, c.gamma, c.gae_lambda)
@@ -346,9 +289,15 @@ class PPO(LearningAgent):
             self.clip_now.fill_(c.clip_range * remaining)
 
     @override
-    def training_step(self, batch: RolloutBatch, optim: Optimization) -> dict[str, MetricValue]:
+    def training_step(self, batch: RolloutBatch | RecurrentBatch, optim: Optimization
+                      ) -> dict[str, MetricValue]:
         c, clip = self.config, self.clip_now
-        dist, values = self.net(batch.observations)
+        if isinstance(batch, RecurrentBatch):  # whole sequences, from their first state
+            assert isinstance(self.net, RecurrentActorCritic)
+            dist, values = self.net.sequences(batch.observations, batch.episode_starts,
+                                              batch.initial_state)
+        else:
+            dist, values = self.net(batch.observations)
         log_ratio = dist.log_prob(batch.actions) - batch.log_probs
         ratio = log_ratio.exp()
         advantages = batch.advantages

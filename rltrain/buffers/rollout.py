@@ -157,6 +157,11 @@ class RolloutBuffer(GeneratorSampler):
             last.numpy()[...] = value
         self.pos += 1
 
+    def check_batch_size(self, batch_size: int) -> None:
+        """Refuse a minibatch size this rollout cannot be split into (the on-policy strategy's
+        ``check``, before the run starts). Default: any (``OnPolicyConfig`` checks that it
+        divides the rollout)."""
+
     def shuffle(self, epochs: int) -> None:
         """Draw one permutation of the rollout's transitions per epoch; the rollout is then
         ready for :meth:`minibatch`."""

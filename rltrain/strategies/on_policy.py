@@ -53,7 +53,7 @@ class OnPolicyStrategy(RLStrategy):
         # directory is written.
         agent.make_rollout(cfg.n_steps, num_envs=cfg.num_envs,
                            observation_space=observation_space, action_space=action_space,
-                           seed=0, device=components.device)
+                           seed=0, device=components.device).check_batch_size(cfg.batch_size)
         world = components.distributed.world_size
         if components.num_steps < cfg.n_steps * cfg.num_envs * world:
             ranks = f" x {world} processes" if world > 1 else ""

@@ -73,11 +73,14 @@ class ActorCritic(nn.Module):
     def forward(self, obs: ObsTensors) -> tuple[ActionDistribution, torch.Tensor]:
         """The action distribution (over the valid actions where the observation carries an
         ``action_mask``) and the value (``[B]``) of a batch of observations."""
-        features = self.encoder(obs)
+        return self.from_features(self.encoder(obs), action_mask(obs))
+
+    def from_features(self, features: torch.Tensor, mask: torch.Tensor | None = None
+                      ) -> tuple[ActionDistribution, torch.Tensor]:
+        """The distribution and value from encoded ``features`` (``[B, F]``)."""
         hidden = self.actor(features)
         value_hidden = hidden if self.critic is self.actor else self.critic(features)
-        return (self.policy_head(hidden, action_mask(obs)),
-                self.value_out(value_hidden).squeeze(-1))
+        return self.policy_head(hidden, mask), self.value_out(value_hidden).squeeze(-1)
 
     def distribution(self, obs: ObsTensors) -> ActionDistribution:
         """``π(·|s)`` alone."""

@@ -1,0 +1,142 @@
+"""PPO's hyperparameters (:class:`PPOConfig`), apart from the algorithm
+(:mod:`rltrain.agents.ppo`) so that both stay readable."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+from rltrain.agents.nn.actor_critic import ACTIVATIONS
+from rltrain.agents.nn.distributions import LOG_STD_LIMIT
+from rltrain.agents.nn.observation_spaces import encoder_check
+from rltrain.agents.nn.recurrent import RECURRENT
+from rltrain.config.checks import check_typed_fields
+from rltrain.errors import require
+
+
+@dataclass
+class PPOConfig:
+    """PPO's hyperparameters (defaults: Stable-Baselines3's). The rollout length, minibatch
+    size and epochs are the strategy's (:class:`~rltrain.OnPolicyConfig`).
+
+    Attributes:
+        lr: Adam learning rate. Default 3e-4.
+        anneal_lr: Decay the learning rate linearly to 0 over the run's ``num_steps`` (set at
+            each rollout from the env steps before it, as CleanRL does; RL-Zoo's ``lin_``
+            schedules use the env steps after it, one rollout lower). Default False (SB3's
+            constant rate). The schedule follows the
+            ``num_steps`` of the current ``fit``: a resume that changes it changes the rate
+            from there on.
+        adam_eps: Adam's epsilon. Default 1e-5.
+        gamma: Discount factor. Default 0.99.
+        gae_lambda: GAE's λ (0: one-step TD advantages; 1: Monte-Carlo). Default 0.95.
+        clip_range: ε of the clipped surrogate. Default 0.2.
+        anneal_clip_range: Decay ``clip_range`` linearly like the learning rate. Default False.
+        clip_range_vf: Clip the value update to ``±clip_range_vf`` around the collected value
+            (the larger of the clipped and unclipped squared errors is used); None does not
+            clip (SB3's default; CleanRL clips with ``clip_range``). Default None.
+        ent_coef: Entropy bonus coefficient ``c_e``. Default 0.0.
+        vf_coef: Value loss coefficient ``c_v``. Default 0.5.
+        max_grad_norm: Clip the gradients' global 2-norm to this. Default 0.5.
+        normalize_advantage: Normalise advantages per minibatch. Default True.
+        target_kl: End an update early once a minibatch's approximate KL divergence (the k3
+            estimator) exceeds ``1.5 * target_kl`` (SB3's threshold; SB3 checks before that
+            minibatch's step, rltrain after it); None never does. Default None.
+        hidden_sizes: Hidden widths of the policy and value networks. Default [64, 64].
+        activation: ``"tanh"`` (default) or ``"relu"``.
+        shared_trunk: One trunk for the policy and value heads (else two networks). Default
+            False.
+        log_std_init: Initial log-std of the Gaussian for ``Box`` actions. Default 0.0.
+        use_sde: Explore with generalized state-dependent noise (gSDE,
+            :mod:`rltrain.agents.nn.sde`; SB3's ``use_sde``) instead of the state-independent
+            log-std; 1-D ``Box`` actions only. ``log_std_init`` starts its ``log σ``. Default False.
+        sde_sample_freq: Env steps between draws of gSDE's exploration matrices; -1 draws only
+            at each rollout's start (SB3's default). Default -1.
+        ortho_init: Initialise the networks orthogonally (gains √2, 0.01 and 1, above); False
+            keeps PyTorch's default initialisation (SB3's ``ortho_init=False``, RL-Zoo's MuJoCo
+            presets). Default True.
+        normalize_observations: Normalise observations by running mean and variance (updated
+            from each rollout, saved with the model, frozen in evaluation); vector observations
+            only (the image encoder scales pixels itself). Default False.
+        normalize_rewards: Divide rewards by the running spread of the discounted return
+            (as SB3's ``VecNormalize(norm_reward=True)``). Default False.
+        clip_observations: Clip normalised observations to ``±`` this. Default 10.
+        clip_rewards: Clip scaled rewards to ``±`` this. Default 10.
+        normalize_images: Scale image pixels to [0, 1] in the CNN encoder (``uint8`` by 255;
+            SB3's ``normalize_images``); False feeds them as they are. Default True.
+        encoder: ``"auto"`` (a CNN for images, as SB3 decides them), ``"mlp"`` or ``"cnn"``
+            (for every 3-D ``Box``). Default ``"auto"`` (docs/encoders.md).
+        recurrent: ``"lstm"`` or ``"gru"``: a recurrent layer between the encoder and the
+            trunks, its state carried per sub-env and reset at episode starts; rollouts are
+            trained as whole sequences per sub-env (``docs/recurrent.md``). Default None.
+        recurrent_hidden_size: Units of the recurrent layer. Default 128 (CleanRL's).
+    """
+
+    lr: float = 3e-4
+    anneal_lr: bool = False
+    adam_eps: float = 1e-5
+    gamma: float = 0.99
+    gae_lambda: float = 0.95
+    clip_range: float = 0.2
+    anneal_clip_range: bool = False
+    clip_range_vf: float | None = None
+    ent_coef: float = 0.0
+    vf_coef: float = 0.5
+    max_grad_norm: float = 0.5
+    normalize_advantage: bool = True
+    target_kl: float | None = None
+    hidden_sizes: list[int] = field(default_factory=lambda: [64, 64])
+    activation: str = "tanh"
+    shared_trunk: bool = False
+    log_std_init: float = 0.0
+    use_sde: bool = False
+    sde_sample_freq: int = -1
+    ortho_init: bool = True
+    normalize_observations: bool = False
+    normalize_rewards: bool = False
+    clip_observations: float = 10.0
+    clip_rewards: float = 10.0
+    normalize_images: bool = True
+    encoder: str = "auto"
+    recurrent: str | None = None
+    recurrent_hidden_size: int = 128
+
+    def __post_init__(self) -> None:
+        require("PPOConfig", [
+            (self.recurrent in (None, *RECURRENT),
+             f"recurrent must be one of {list(RECURRENT)} or null; got {self.recurrent!r}."),
+            (self.recurrent_hidden_size >= 1,
+             f"recurrent_hidden_size must be >= 1; got {self.recurrent_hidden_size}."),
+            (not (self.recurrent and self.use_sde),
+             "recurrent and use_sde cannot be combined (gSDE's noise reads the trunk's "
+             "features step by step); set agent.use_sde=false."),
+            encoder_check(self.encoder),
+            (self.lr > 0, f"lr must be > 0; got {self.lr}."),
+            (self.adam_eps > 0, f"adam_eps must be > 0; got {self.adam_eps}."),
+            (0.0 <= self.gamma <= 1.0, f"gamma must be in [0, 1]; got {self.gamma}."),
+            (0.0 <= self.gae_lambda <= 1.0,
+             f"gae_lambda must be in [0, 1]; got {self.gae_lambda}."),
+            (self.clip_range > 0, f"clip_range must be > 0; got {self.clip_range}."),
+            (self.clip_range_vf is None or self.clip_range_vf > 0,
+             f"clip_range_vf must be > 0 (or None, no value clipping); got "
+             f"{self.clip_range_vf}."),
+            (self.ent_coef >= 0 and self.vf_coef >= 0,
+             f"ent_coef and vf_coef must be >= 0; got {self.ent_coef} and {self.vf_coef}."),
+            (self.max_grad_norm > 0, f"max_grad_norm must be > 0; got {self.max_grad_norm}."),
+            (self.target_kl is None or self.target_kl > 0,
+             f"target_kl must be > 0 (or None); got {self.target_kl}."),
+            (all(h >= 1 for h in self.hidden_sizes),
+             f"hidden_sizes must be positive widths; got {list(self.hidden_sizes)}."),
+            (self.activation in ACTIVATIONS,
+             f"activation must be one of {sorted(ACTIVATIONS)}; got {self.activation!r}."),
+            (self.clip_observations > 0 and self.clip_rewards > 0,
+             "clip_observations and clip_rewards must be > 0."),
+            (self.sde_sample_freq == -1 or self.sde_sample_freq >= 1,
+             f"sde_sample_freq must be >= 1 env step, or -1 (draw at each rollout's start "
+             f"only); got {self.sde_sample_freq}."),
+            (-LOG_STD_LIMIT <= self.log_std_init <= LOG_STD_LIMIT,
+             f"log_std_init must be in [-{LOG_STD_LIMIT:g}, {LOG_STD_LIMIT:g}] (a standard "
+             f"deviation of exp(log_std_init), from {math.exp(-LOG_STD_LIMIT):.1e} to "
+             f"{math.exp(LOG_STD_LIMIT):.1e}); got {self.log_std_init}."),
+        ])
+        check_typed_fields("PPOConfig", self)
