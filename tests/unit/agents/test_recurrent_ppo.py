@@ -89,6 +89,7 @@ def test_training_replays_the_sequences_the_policy_acted_on() -> None:
         torch.testing.assert_close(dist.log_prob(batch.actions), batch.log_probs)
 
 
+@pytest.mark.filterwarnings("ignore:The tensor attributes")  # torch.export on an LSTM
 def test_predict_carries_the_state_and_resets_it_at_episode_starts(tmp_path: Path) -> None:
     strategy = OnPolicyStrategy(OnPolicyConfig(num_envs=2, n_steps=16, batch_size=32,
                                                update_epochs=1))
@@ -102,6 +103,11 @@ def test_predict_carries_the_state_and_resets_it_at_episode_starts(tmp_path: Pat
     assert not torch.equal(again[0], state[0])  # the state moved on
     _, restarted = policy.predict(cue, again, episode_start=True)
     torch.testing.assert_close(restarted[0], state[0])  # as from the start
+    # exported: actions, state = program(obs, state), as predict steps it
+    program = torch.export.load(policy.export(tmp_path / "policy.pt2")).module()
+    action, exported = program(torch.from_numpy(cue)[None], policy.policy.initial_state(1))
+    torch.testing.assert_close(exported[0], state[0])
+    assert int(action[0]) == int(policy.predict(cue)[0])
 
 
 def fit(run_dir: Path, recurrent: str | None, num_steps: int,
