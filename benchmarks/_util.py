@@ -124,8 +124,9 @@ def require_sb3(script: str, instead: str = "", module: str = "stable_baselines3
     try:
         importlib.import_module(module)
     except ModuleNotFoundError:
+        name = {"stable_baselines3": "Stable-Baselines3", "sb3_contrib": "sb3-contrib"}
         raise SystemExit(
-            f"{script} runs {module}, which is not installed: "
+            f"{script} runs {name.get(module, module)}, which is not installed: "
             "pip install 'rltrain[bench]' (pip install -e '.[bench]' in a clone; after torch, "
             "see pyproject.toml)" + (f"; or {instead}" if instead else "")) from None
 

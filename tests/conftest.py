@@ -17,7 +17,7 @@ import pytest
 import torch
 
 from rltrain import DQN, DQNConfig, OffPolicyConfig, OffPolicyStrategy, Trainer
-from rltrain.observe import EventRecorder, TrainStep
+from rltrain.observe import EnvStep, EventRecorder, TrainStep
 
 torch.set_num_threads(1)
 
@@ -168,3 +168,28 @@ class StopAtGradientStep(EventRecorder):
     def on_train_step(self, event: TrainStep, metrics: Any) -> None:
         if event.gradient_steps == self.step and self.trainer is not None:
             self.trainer.interrupter.stop("test")
+
+
+class StopAtEnvStep(StopAtGradientStep):
+    """Requests a stop after the vector step that reaches env step ``step`` (in the middle of
+    a rollout) of the ``trainer`` it is given."""
+
+    def on_env_step(self, event: EnvStep, metrics: Any) -> None:
+        if event.env_steps == self.step and self.trainer is not None:
+            self.trainer.interrupter.stop("test")
+
+    def on_train_step(self, event: TrainStep, metrics: Any) -> None:
+        pass
+
+
+def fit_stopped(env: Any, agent: Any, strategy: Any, run_dir: Path, num_steps: int, *,
+                stop: StopAtGradientStep | None = None, ckpt_path: str | None = None,
+                **trainer_kwargs: Any) -> Any:
+    """``Trainer(...).fit(env, agent)``, quiet, stopped where ``stop`` says (None: not
+    stopped); returns the fit's result."""
+    trainer = Trainer(num_steps=num_steps, strategy=strategy, run_dir=run_dir,
+                      callbacks=[stop] if stop is not None else [],
+                      **{**QUIET, **trainer_kwargs})
+    if stop is not None:
+        stop.trainer = trainer
+    return trainer.fit(env, agent, ckpt_path=ckpt_path)

@@ -35,7 +35,7 @@ from rltrain.agents.nn.observation_spaces import encoder_check
 from rltrain.agents.replay_terms import discount, send_td_errors, weighted
 from rltrain.buffers.observations import layout, leading_tensor
 from rltrain.buffers.replay import ReplayBatch
-from rltrain.config.checks import check_typed_fields
+from rltrain.config.checks import check_typed_fields, config_name
 from rltrain.config.registry import register_agent
 from rltrain.errors import require
 from rltrain.optim import Optimization, adam
@@ -110,8 +110,8 @@ class DQNConfig:
             (self.huber_delta > 0,
              f"huber_delta must be > 0 (the Huber loss's threshold); got {self.huber_delta}."),
         ]
-        require(type(self).__name__, checks)  # a subclass's errors name it
-        check_typed_fields(type(self).__name__, self)
+        require(config_name(self), checks)  # a subclass's errors name it
+        check_typed_fields(config_name(self), self)
 
 
 def linear_schedule(start: float, end: float, duration: int, t: int) -> float:

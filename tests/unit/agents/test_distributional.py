@@ -11,9 +11,9 @@ import gymnasium as gym
 import numpy as np
 import pytest
 import torch
-from conftest import QUIET, StopAtGradientStep, assert_same_tensors
+from conftest import StopAtGradientStep, assert_same_tensors, fit_stopped
 
-from rltrain import OffPolicyConfig, OffPolicyStrategy, Trainer, build, compose
+from rltrain import OffPolicyConfig, OffPolicyStrategy, build, compose
 from rltrain.agents import C51, QRDQN, C51Config, QRDQNConfig
 from rltrain.agents.qrdqn import quantile_huber_loss
 from rltrain.buffers import ReplayBatch
@@ -146,12 +146,9 @@ def fit(agent_name: str, run_dir: Path, ckpt_path: str | None = None,
     strategy = OffPolicyStrategy(OffPolicyConfig(
         batch_size=16, warmup_steps=50, num_envs=2, train_interval=10, train_steps=3,
         buffer_size=500, seed=6, n_step=2, prioritized=True))
-    stopper = StopAtGradientStep(stop_at or -1)
-    trainer = Trainer(num_steps=300, strategy=strategy, run_dir=run_dir, eval_interval=None,
-                      callbacks=[stopper], **QUIET)
-    stopper.trainer = trainer
-    trainer.fit("CartPole-v1", (C51 if agent_name == "c51" else QRDQN)(config),
-                ckpt_path=ckpt_path)
+    fit_stopped("CartPole-v1", (C51 if agent_name == "c51" else QRDQN)(config), strategy,
+                run_dir, 300, stop=StopAtGradientStep(stop_at) if stop_at else None,
+                ckpt_path=ckpt_path, eval_interval=None)
 
 
 @pytest.mark.parametrize("agent_name", ["c51", "qrdqn"])
@@ -169,7 +166,7 @@ def test_a_run_resumes_bit_for_bit(agent_name: str, tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("preset", ["c51_cartpole", "qrdqn_cartpole", "rainbow_cartpole"])
 def test_the_cartpole_presets_learn_in_a_short_run(preset: str, tmp_path: Path) -> None:
-    config = compose([preset], ["trainer.num_steps=12000", "trainer.eval_interval=4000",
+    config = compose([preset], ["trainer.num_steps=6000", "trainer.eval_interval=3000",
                                 "trainer.eval_episodes=5", f"trainer.run_dir={tmp_path}",
                                 "trainer.enable_progress_bar=false",
                                 "trainer.enable_console=false", "trainer.logger=false"])

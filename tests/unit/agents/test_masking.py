@@ -1,13 +1,14 @@
-"""Invalid-action masking: on an env where an invalid action ends the episode with a penalty,
-masked DQN, QR-DQN, PQN and PPO never take one (counted by the env over thousands of real
-steps) and learn; unmasked ones do take them. The mask from a ``Dict`` observation and from
-``info`` (InfoActionMask, also from a config), in the targets (max over valid actions), in
-PPO's log-probabilities and entropy, ``predict(action_mask=...)``, and the refusals."""
+"""Invalid-action masking (the env and agents of ``benchmarks/masking.py``): on an env where an
+invalid action ends the episode with a penalty, masked DQN, QR-DQN, PQN and PPO never take one
+(counted by the env over thousands of real steps) and learn; unmasked ones do take them. The
+mask from a ``Dict`` observation and from ``info`` (InfoActionMask, also from a config), in the
+targets (max over valid actions), in PPO's log-probabilities and entropy,
+``predict(action_mask=...)``, and the refusals."""
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any
 
 import gymnasium as gym
 import numpy as np
@@ -15,111 +16,25 @@ import pytest
 import torch
 from conftest import QUIET
 
+from benchmarks.masking import AGENTS, MaskedChoice, N, count
 from rltrain import (
     DQN,
     PPO,
-    DQNConfig,
-    OffPolicyConfig,
-    OffPolicyStrategy,
-    OnPolicyConfig,
-    OnPolicyStrategy,
     PPOConfig,
     Trainer,
     build,
     compose,
     load_policy,
 )
-from rltrain.agents import PQN, QRDQN, PQNConfig, QRDQNConfig, SpaceError
+from rltrain.agents import PQN, SpaceError
 from rltrain.agents.nn.masking import masked_logits, masked_values
 from rltrain.envs.masking import InfoActionMask
-
-N = 4
-LENGTH = 20
-
-
-class MaskedChoice(gym.Env[Any, int]):
-    """``N`` actions; each step a random subset is valid (the target always, each other one
-    with probability 1/2). The observation is the target's one-hot (and, with ``in_info``
-    false, the mask); +1 for the target, 0 for another valid action, -1 and the episode ends
-    for an invalid one; episodes of ``LENGTH`` steps. ``invalid`` counts the invalid actions
-    taken by every instance."""
-
-    invalid: ClassVar[list[int]] = [0]
-    steps: ClassVar[list[int]] = [0]
-
-    spec = gym.envs.registration.EnvSpec("MaskedChoice-v0", max_episode_steps=LENGTH)
-
-    def __init__(self, in_info: bool = False, show_mask: bool = True) -> None:
-        self.in_info = in_info
-        target_space = gym.spaces.Box(0.0, 1.0, (N,), np.float32)
-        self.observation_space = (target_space if in_info or not show_mask else gym.spaces.Dict(
-            {"observation": target_space, "action_mask": gym.spaces.MultiBinary(N)}))
-        self.action_space = gym.spaces.Discrete(N)
-        self.show_mask = show_mask
-
-    def _draw(self) -> tuple[Any, dict[str, Any]]:
-        self.target = int(self.np_random.integers(N))
-        self.mask = (self.np_random.random(N) < 0.5).astype(np.int8)
-        self.mask[self.target] = 1
-        one_hot = np.eye(N, dtype=np.float32)[self.target]
-        if self.in_info:
-            return one_hot, {"action_mask": self.mask.copy()}
-        if not self.show_mask:
-            return one_hot, {}
-        return {"observation": one_hot, "action_mask": self.mask.copy()}, {}
-
-    def reset(self, *, seed: int | None = None,
-              options: dict[str, Any] | None = None) -> tuple[Any, dict[str, Any]]:
-        super().reset(seed=seed)
-        self.t = 0
-        return self._draw()
-
-    def step(self, action: int) -> tuple[Any, float, bool, bool, dict[str, Any]]:
-        self.t += 1
-        MaskedChoice.steps[0] += 1
-        if not self.mask[int(action)]:
-            MaskedChoice.invalid[0] += 1
-            obs, info = self._draw()
-            return obs, -1.0, True, False, info
-        reward = 1.0 if int(action) == self.target else 0.0
-        obs, info = self._draw()
-        return obs, reward, False, self.t >= LENGTH, info
-
-
-def count(make: Any, agent: Any, strategy: Any, num_steps: int,
-          tmp_path: Path) -> tuple[int, int, float]:
-    """Train on ``make``; the invalid actions and env steps counted, and the best evaluation."""
-    MaskedChoice.invalid[0] = MaskedChoice.steps[0] = 0
-    trainer = Trainer(num_steps=num_steps, strategy=strategy, run_dir=tmp_path,
-                      eval_interval=num_steps // 2, eval_episodes=10, **QUIET)
-    result = trainer.fit(make, agent)
-    assert result.summary.best_eval_return is not None
-    return MaskedChoice.invalid[0], MaskedChoice.steps[0], result.summary.best_eval_return
-
-
-def off_policy() -> OffPolicyStrategy:
-    return OffPolicyStrategy(OffPolicyConfig(warmup_steps=500, train_interval=64,
-                                             train_steps=32, batch_size=64, seed=1))
-
-
-AGENTS = {
-    "dqn": lambda: (DQN(DQNConfig(hidden_sizes=[32], exploration_steps=2000, lr=1e-3)),
-                    off_policy()),
-    "qrdqn": lambda: (QRDQN(QRDQNConfig(hidden_sizes=[32], exploration_steps=2000, lr=1e-3)),
-                      off_policy()),
-    "pqn": lambda: (PQN(PQNConfig(hidden_sizes=[32], lr=3e-3, gamma=0.9)),
-                    OnPolicyStrategy(OnPolicyConfig(num_envs=4, n_steps=32, batch_size=64,
-                                                    update_epochs=4, seed=1))),
-    "ppo": lambda: (PPO(PPOConfig(hidden_sizes=[32], lr=3e-3)),
-                    OnPolicyStrategy(OnPolicyConfig(num_envs=4, n_steps=64, batch_size=64,
-                                                    update_epochs=4, seed=1))),
-}
 
 
 @pytest.mark.parametrize("name", sorted(AGENTS))
 def test_masked_agents_never_take_an_invalid_action_and_learn(name: str,
                                                               tmp_path: Path) -> None:
-    agent, strategy = AGENTS[name]()
+    agent, strategy = AGENTS[name](1)
     invalid, steps, best = count(MaskedChoice, agent, strategy, 10_000, tmp_path)
     assert steps >= 10_000 and invalid == 0
     assert best > 15  # of 20; a random valid action scores about 9.4
@@ -127,14 +42,14 @@ def test_masked_agents_never_take_an_invalid_action_and_learn(name: str,
 
 @pytest.mark.parametrize("name", ["dqn", "ppo"])
 def test_unmasked_agents_take_invalid_actions(name: str, tmp_path: Path) -> None:
-    agent, strategy = AGENTS[name]()
+    agent, strategy = AGENTS[name](1)
     invalid, _, _ = count(lambda: MaskedChoice(show_mask=False), agent, strategy, 4_000,
                               tmp_path)
     assert invalid > 100  # episodes end on one: with 4,000 steps, hundreds of them
 
 
 def test_a_mask_given_in_info_is_moved_into_the_observation(tmp_path: Path) -> None:
-    agent, strategy = AGENTS["dqn"]()
+    agent, strategy = AGENTS["dqn"](1)
     invalid, _, best = count(lambda: InfoActionMask(MaskedChoice(in_info=True)), agent,
                              strategy, 6_000, tmp_path / "run")
     assert invalid == 0 and best > 10
@@ -154,7 +69,7 @@ def test_info_masks_from_a_config_and_the_wrappers_refusals(tmp_path: Path) -> N
     with pytest.raises(ValueError, match="masks Discrete actions"):
         InfoActionMask(gym.make("Pendulum-v1"))
     config = compose([], [
-        "agent.name=dqn", "env.id=null", f"env._target_={__name__}.MaskedChoice",
+        "agent.name=dqn", "env.id=null", "env._target_=benchmarks.masking.MaskedChoice",
         "env.kwargs={in_info: true}",
         "env.wrappers=[{_target_: rltrain.envs.masking.InfoActionMask}]",
         "trainer.num_steps=600", "strategy.warmup_steps=100", f"trainer.run_dir={tmp_path}",

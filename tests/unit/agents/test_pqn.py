@@ -11,13 +11,12 @@ import gymnasium as gym
 import numpy as np
 import pytest
 import torch
-from conftest import QUIET, StopAtGradientStep, assert_same_tensors
+from conftest import StopAtEnvStep, StopAtGradientStep, assert_same_tensors, fit_stopped
 
-from rltrain import OnPolicyConfig, OnPolicyStrategy, Trainer
+from rltrain import OnPolicyConfig, OnPolicyStrategy
 from rltrain.agents import PQN, PQNConfig
 from rltrain.buffers import RolloutBuffer
 from rltrain.checkpoint import Checkpointer
-from rltrain.observe import EnvStep
 from rltrain.types import Progress, Transitions
 
 SPACE = gym.spaces.Box(-1.0, 1.0, (2,), np.float32)
@@ -84,21 +83,8 @@ N = 640  # 5 rollouts of 4 envs x 32 steps
 def fit(run_dir: Path, ckpt_path: str | None = None, stop: Any = None) -> None:
     strategy = OnPolicyStrategy(OnPolicyConfig(num_envs=4, n_steps=32, batch_size=32,
                                                update_epochs=2, seed=5))
-    callbacks = [stop] if stop is not None else []
-    trainer = Trainer(num_steps=N, strategy=strategy, run_dir=run_dir, eval_interval=None,
-                      callbacks=callbacks, **QUIET)
-    if stop is not None:
-        stop.trainer = trainer
-    trainer.fit("CartPole-v1", PQN(PQNConfig(hidden_sizes=[16])), ckpt_path=ckpt_path)
-
-
-class StopAtEnvStep(StopAtGradientStep):
-    def on_env_step(self, event: EnvStep, metrics: Any) -> None:
-        if event.env_steps == self.step and self.trainer is not None:
-            self.trainer.interrupter.stop("test")
-
-    def on_train_step(self, event: Any, metrics: Any) -> None:
-        pass
+    fit_stopped("CartPole-v1", PQN(PQNConfig(hidden_sizes=[16])), strategy, run_dir, N,
+                stop=stop, ckpt_path=ckpt_path, eval_interval=None)
 
 
 @pytest.fixture(scope="module")

@@ -12,7 +12,7 @@ import gymnasium as gym
 import numpy as np
 import pytest
 import torch
-from conftest import QUIET, StopAtGradientStep, assert_same_tensors
+from conftest import QUIET, StopAtEnvStep, StopAtGradientStep, assert_same_tensors, fit_stopped
 
 from rltrain import PPO, OnPolicyConfig, OnPolicyStrategy, PPOConfig, Trainer, load_policy
 from rltrain.buffers.recurrent import RecurrentRollout
@@ -20,7 +20,6 @@ from rltrain.checkpoint import Checkpointer
 from rltrain.envs.make import make_vector_env
 from rltrain.envs.partial import MaskVelocity
 from rltrain.envs.runner import Runner
-from rltrain.observe import EnvStep
 from rltrain.types import Progress
 
 
@@ -115,15 +114,12 @@ def fit(run_dir: Path, recurrent: str | None, num_steps: int,
     """Train on the cue task; the best evaluation return."""
     strategy = OnPolicyStrategy(OnPolicyConfig(num_envs=8, n_steps=16, batch_size=64,
                                                update_epochs=4, seed=2))
-    trainer = Trainer(num_steps=num_steps, strategy=strategy, run_dir=run_dir,
-                      eval_interval=num_steps // 4, eval_episodes=20,
-                      callbacks=[stop] if stop is not None else [], **QUIET)
-    if stop is not None:
-        stop.trainer = trainer
-    result = trainer.fit(Cue, PPO(PPOConfig(recurrent=recurrent, recurrent_hidden_size=16,
-                                            hidden_sizes=[16], lr=3e-3, ent_coef=0.01)),
-                         ckpt_path=ckpt_path)
-    return result.summary.best_eval_return
+    agent = PPO(PPOConfig(recurrent=recurrent, recurrent_hidden_size=16, hidden_sizes=[16],
+                          lr=3e-3, ent_coef=0.01))
+    result = fit_stopped(Cue, agent, strategy, run_dir, num_steps, stop=stop,
+                         ckpt_path=ckpt_path, eval_interval=num_steps // 4, eval_episodes=20)
+    best: float | None = result.summary.best_eval_return
+    return best
 
 
 def test_only_the_recurrent_policy_remembers_the_cue(tmp_path: Path) -> None:
@@ -131,15 +127,6 @@ def test_only_the_recurrent_policy_remembers_the_cue(tmp_path: Path) -> None:
             for recurrent in ("lstm", None)}
     assert best["lstm"] is not None and best["lstm"] >= 0.95
     assert best[None] is not None and best[None] <= 0.8  # memoryless: 0.5 on average
-
-
-class StopAtEnvStep(StopAtGradientStep):
-    def on_env_step(self, event: EnvStep, metrics: Any) -> None:
-        if event.env_steps == self.step and self.trainer is not None:
-            self.trainer.interrupter.stop("test")
-
-    def on_train_step(self, event: Any, metrics: Any) -> None:
-        pass
 
 
 @pytest.mark.parametrize("where", ["mid-rollout", "mid-update"])

@@ -13,7 +13,7 @@ import gymnasium as gym
 import numpy as np
 import pytest
 import torch
-from conftest import QUIET, StopAtGradientStep, assert_same_tensors
+from conftest import QUIET, StopAtGradientStep, assert_same_tensors, fit_stopped
 from test_frames import K, StackedCounter, whole_index
 
 from rltrain import DQN, DQNConfig, OffPolicyConfig, OffPolicyStrategy, Trainer
@@ -222,12 +222,9 @@ def fit(run_dir: Path, ckpt_path: str | None = None, stop_at: int | None = None)
     strategy = OffPolicyStrategy(OffPolicyConfig(
         batch_size=16, warmup_steps=60, num_envs=2, train_interval=8, train_steps=4,
         buffer_size=300, seed=4, n_step=3, prioritized=True))
-    stopper = StopAtGradientStep(stop_at or -1)
-    trainer = Trainer(num_steps=400, strategy=strategy, run_dir=run_dir, eval_interval=None,
-                      callbacks=[stopper], **QUIET)
-    stopper.trainer = trainer
-    trainer.fit("CartPole-v1", DQN(DQNConfig(hidden_sizes=[16], exploration_steps=100)),
-                ckpt_path=ckpt_path)
+    fit_stopped("CartPole-v1", DQN(DQNConfig(hidden_sizes=[16], exploration_steps=100)),
+                strategy, run_dir, 400, stop=StopAtGradientStep(stop_at) if stop_at else None,
+                ckpt_path=ckpt_path, eval_interval=None)
 
 
 def test_a_dqn_run_with_n_step_and_priorities_resumes_bit_for_bit(tmp_path: Path) -> None:
