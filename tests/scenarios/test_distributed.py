@@ -194,6 +194,38 @@ def test_a_two_rank_run_stopped_and_resumed_equals_the_straight_run_bit_for_bit(
     assert not torch.equal(shard0["buffer"]["observations"], shard1["buffer"]["observations"])
 
 
+@pytest.fixture(scope="module")
+def prioritized_runs(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Under torchrun: DQN with 3-step windows and prioritized replay (β held at 1, so that
+    the first part's shorter num_steps does not change it), 2,000 env steps straight, and 1,200
+    then ``--resume`` to 2,000."""
+    out = tmp_path_factory.mktemp("prioritized")
+    per = (f"{DQN_RUN} strategy.n_step=3 strategy.prioritized=true strategy.priority_beta=1.0 "
+           "strategy.train_interval=128")
+    straight = f"fit dqn_cartpole trainer.run_dir={out}/straight trainer.num_steps=2000 {per}"
+    first = f"fit dqn_cartpole trainer.run_dir={out}/split trainer.num_steps=1200 {per}"
+    resumed = f"fit --resume {out}/split trainer.num_steps=2000"
+    launch("cli", out, *f"{straight} --then {first} --then {resumed}".split())
+    return out
+
+
+def test_n_step_and_priorities_on_two_ranks_resume_bit_for_bit(prioritized_runs: Path) -> None:
+    out = prioritized_runs
+    loaded = {name: Checkpointer.load(out / name / "checkpoints" / "last.pt")
+              for name in ("straight", "split")}
+    for part in ("agent", "optimization", "progress"):
+        assert_same_tensors(loaded["straight"][part], loaded["split"][part], part)
+    priorities = []
+    for rank in (0, 1):
+        context = DistributedContext(rank=rank, world_size=2)
+        a, b = (Checkpointer.with_shard(out / name / "checkpoints" / "last.pt", loaded[name],
+                                        context) for name in ("straight", "split"))
+        assert_same_tensors(a["buffer"], b["buffer"], f"rank {rank} buffer")
+        priorities.append(a["buffer"]["priorities"]["values"][:1000])
+    # each rank set its own transitions' priorities from its own TD errors
+    assert len(torch.unique(priorities[0])) > 100 and not torch.equal(*priorities)
+
+
 def test_a_multi_process_checkpoint_is_refused_by_another_world_size(
         cli_runs: tuple[Path, list[dict[str, Any]]]) -> None:
     out, _ = cli_runs
