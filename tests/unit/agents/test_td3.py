@@ -20,6 +20,7 @@ from rltrain.agents import DDPG, DDPGConfig
 from rltrain.agents.base import SpaceError
 from rltrain.agents.nn.networks import DeterministicActor, TwinQ
 from rltrain.buffers import ReplayBatch
+from rltrain.buffers.sampling import Prioritized, PriorityConfig, PriorityFeedback
 from rltrain.checkpoint import Checkpointer
 from rltrain.config.schema import compose
 from rltrain.optim import Optimization
@@ -81,6 +82,24 @@ def test_the_target_is_the_minimum_of_the_twin_target_critics_at_the_smoothed_ac
     metrics = optim.training_step(agent, batch_of(2, rewards=[1.0, 4.0],
                                                   terminated=[0.0, 1.0]))
     assert float(metrics["critic_loss"]) == pytest.approx(9.25, rel=1e-6)
+
+
+def test_an_n_step_window_bootstraps_with_its_discount_and_priorities_weight_the_rows() -> None:
+    # As above with the rows' own bootstrap factors 0.25 and 0.5 and importance weights 1 and 0:
+    #   row 0: y = 1 + 0.25 x -1 = 0.75; row 1 (terminated): y = 4, weight 0
+    # L = Σ_i mean_rows w (Q_i - y)² = ((0.5 - 0.75)² + (2 - 0.75)²) / 2 = 0.8125
+    agent = built(gamma=0.9, hidden_sizes=[8])
+    constant_critic(agent.critic_target, (3.0, -1.0))
+    constant_critic(agent.critic, (0.5, 2.0))
+    optim = Optimization(agent.configure_optimizers(), progress=agent.progress)
+    sampler = Prioritized(2, PriorityConfig(alpha=1.0))
+    batch = batch_of(2, rewards=[1.0, 4.0], terminated=[0.0, 1.0])._replace(
+        discounts=torch.tensor([0.25, 0.5]), weights=torch.tensor([1.0, 0.0]),
+        priorities=PriorityFeedback(sampler, np.arange(2)))
+    metrics = optim.training_step(agent, batch)
+    assert float(metrics["critic_loss"]) == pytest.approx(0.8125, rel=1e-6)
+    # |Q_i - y| averaged over the critics: row 0 (0.25 + 1.25) / 2, row 1 (3.5 + 2) / 2
+    np.testing.assert_allclose(sampler.tree.values(), [0.75, 2.75], rtol=1e-5)
 
 
 def test_target_policy_smoothing_is_clipped_noise_on_the_target_actors_action() -> None:
