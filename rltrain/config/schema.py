@@ -51,6 +51,7 @@ from rltrain.config.registry import (
     load_plugins,
 )
 from rltrain.config.trainer_config import TrainerConfig as TrainerConfig
+from rltrain.config.zoo import translate
 from rltrain.envs.atari import AtariConfig
 from rltrain.envs.make import check_env_id
 
@@ -152,7 +153,8 @@ def compose(files: Sequence[str | Path] = (), overrides: Sequence[str] = ()) -> 
     A shipped preset whose ``env.id`` a later file or override changes gets a warning: its
     settings were tuned for its own env.
     """
-    layers = [load_yaml(path) for path in files]
+    layers = [zoo_layer(str(path)) if str(path).startswith("zoo:") else load_yaml(path)
+              for path in files]
     config = validate(OmegaConf.merge(*layers, parse_overrides(overrides)) if layers or overrides
                       else OmegaConf.create())
     for path, layer in zip(files, layers, strict=True):
@@ -161,6 +163,15 @@ def compose(files: Sequence[str | Path] = (), overrides: Sequence[str] = ()) -> 
                 and not preset_fits(Path(path).stem, config.env.id)):
             warnings.warn(retuned_message(Path(path).stem, str(tuned), config), stacklevel=2)
     return config
+
+
+def zoo_layer(name: str) -> DictConfig:
+    """``zoo:ALGO/ENV_ID``: RL-Zoo's entry translated into a config layer
+    (:mod:`rltrain.config.zoo`)."""
+    algo, sep, env_id = name.removeprefix("zoo:").partition("/")
+    if not sep or not algo or not env_id:
+        raise ConfigError(f"{name}: write zoo:ALGO/ENV_ID, e.g. zoo:dqn/CartPole-v1.")
+    return OmegaConf.create(translate(algo, env_id))
 
 
 def _is_shipped(path: str | Path) -> bool:
