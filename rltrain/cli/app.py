@@ -16,6 +16,7 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 
 from rltrain.checkpoint import Checkpointer, LoadedCheckpoint
+from rltrain.cli import seeds
 from rltrain.cli.parser import parse_args
 from rltrain.config.files import (
     SHIPPED_CONFIGS,
@@ -153,6 +154,10 @@ def fit(args: argparse.Namespace) -> int:
     files = [a for a in args.args if "=" not in a]
     overrides = [a for a in args.args if "=" in a]
     ckpt_path: str | LoadedCheckpoint | None = None
+    if args.resume is not None and (Path(args.resume) / seeds.MANIFEST).is_file():
+        return seeds.resume_group(Path(args.resume), overrides)
+    if args.seeds is not None:
+        return fit_seeds(args, files, overrides)
     if args.resume is not None:
         if files:
             raise ValueError("--resume continues a run with its own saved config; pass only "
@@ -183,6 +188,27 @@ def fit(args: argparse.Namespace) -> int:
         say(f"rltrain: training stopped: {summary.stop_reason}")
         return EXIT_TRAINING_FAILED
     return 0
+
+
+def fit_seeds(args: argparse.Namespace, files: list[str], overrides: list[str]) -> int:
+    """``rltrain fit ... --seeds SEEDS --jobs N``: the config checked here first, then one
+    ``rltrain fit`` process per seed (:mod:`rltrain.cli.seeds`)."""
+    if args.resume is not None or args.print_config or args.overwrite:
+        raise ValueError("--seeds starts a group of runs: continue one with --resume PARENT "
+                         "alone; --print-config and --overwrite apply to one run.")
+    if args.jobs < 1:
+        raise ValueError(f"--jobs must be >= 1; got {args.jobs}.")
+    chosen = seeds.parse_seeds(args.seeds)
+    if not files:
+        choice = choose_preset(overrides, use_presets=not args.no_preset)
+        files = choice.files
+        print(f"rltrain: {choice.note}")
+    parent = seeds.parent_of(compose(files, overrides))
+    kept = [o for o in overrides if not o.startswith(("strategy.seed=", "trainer.run_dir="))]
+    passthrough = [*(f"--trust={m}" for m in args.trust),
+                   *(f"--import={m}" for m in args.imports),
+                   *(["--no-preset"] if args.no_preset else [])]
+    return seeds.launch([*files, *kept], chosen, args.jobs, parent, passthrough)
 
 
 def resumed_config(resume: str, overrides: list[str]

@@ -14,6 +14,7 @@ examples:
   rltrain fit dqn_cartpole strategy.seed=3 trainer.run_dir=runs/cartpole-3
   rltrain fit dqn_cartpole trainer.dtype=bfloat16 --print-config
   rltrain fit --resume runs/cartpole-3 trainer.num_steps=80000   # continue a run exactly
+  rltrain fit ppo_cartpole --seeds 0-9 --jobs 2 trainer.run_dir=runs/ppo-seeds
   rltrain evaluate runs/cartpole-3 --episodes 20
   rltrain list
   rltrain plot runs/cartpole-1 runs/cartpole-2 runs/cartpole-3 --out curves.png
@@ -51,6 +52,11 @@ def build_parser() -> argparse.ArgumentParser:
                           "checkpoint file, or last/best of trainer.run_dir. The run's saved "
                           "config applies; overrides may change num_steps, logging, evaluation "
                           "and checkpoint settings")
+    fit.add_argument("--seeds", default=None, metavar="SEEDS",
+                     help="train one run per seed (0-9, 0,3,5) under trainer.run_dir, each in "
+                          "its own process; --resume PARENT continues the unfinished ones")
+    fit.add_argument("--jobs", type=int, default=1, metavar="N",
+                     help="with --seeds: seeds trained at once (default 1)")
     fit.add_argument("--no-preset", action="store_true",
                      help="without a config file, start from the agent's own defaults instead "
                           "of a shipped preset")

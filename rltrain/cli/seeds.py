@@ -1,0 +1,211 @@
+"""Many seeds in one command: ``rltrain fit CONFIG --seeds 0-9 --jobs N``.
+
+Every seed is an ordinary ``rltrain fit`` process with ``strategy.seed=S`` and its own run
+directory, ``PARENT/seed-S`` (``PARENT`` is ``trainer.run_dir``, or ``runs/<time>-<agent>-<env>-
+seeds``); ``--jobs`` of them run at once, each with ``cores / jobs`` torch threads, its output in
+``PARENT/seed-S.log`` and one line here when it starts and ends. ``PARENT/seeds.json`` records
+the command, so that ``rltrain fit --resume PARENT`` continues the group: a finished seed is left
+as it is, a stopped one resumes from its last checkpoint, one that never started starts. A seed
+that fails is reported with its log's last line; the others go on, and the command exits with
+the first failure's status once all have ended. Ctrl-C stops every seed (each saves a
+checkpoint) before the command exits.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO, Any
+
+from omegaconf import DictConfig
+
+from rltrain.checkpoint.files import atomic_write_text
+from rltrain.trainer.preflight import default_run_dir
+
+#: The group's record in its parent folder.
+MANIFEST = "seeds.json"
+SEEDS = re.compile(r"^\d+(-\d+)?(,\d+(-\d+)?)*$")
+
+
+def parse_seeds(spec: str) -> list[int]:
+    """``"0-9"``, ``"0,3,5"`` or ``"0-4,7"`` as sorted distinct seeds; ``ValueError``
+    otherwise."""
+    if not SEEDS.fullmatch(spec.replace(" ", "")):
+        raise ValueError(f"--seeds {spec!r}: write a range or a list, e.g. --seeds 0-9 or "
+                         "--seeds 0,3,5.")
+    seeds: set[int] = set()
+    for part in spec.replace(" ", "").split(","):
+        first, _, last = part.partition("-")
+        low, high = int(first), int(last or first)
+        if high < low or high - low >= 10_000:
+            raise ValueError(f"--seeds {spec!r}: {part} is not a range of at most 10,000 "
+                             "seeds from low to high.")
+        seeds.update(range(low, high + 1))
+    return sorted(seeds)
+
+
+@dataclass(eq=False)
+class Seed:
+    """One seed of the group: its run directory and, while it runs, its process."""
+
+    seed: int
+    run_dir: Path
+    process: subprocess.Popen[bytes] | None = None
+    log: IO[bytes] | None = None
+    started: float = 0.0
+
+    @property
+    def finished(self) -> bool:
+        """Whether the seed's run ended (its ``summary.json`` says so) other than by a signal
+        (Ctrl-C, SIGTERM), after which it is continued."""
+        summary = _summary(self.run_dir)
+        reason = summary.get("stop_reason")
+        return bool(summary) and not (isinstance(reason, str) and reason.endswith("received"))
+
+
+def parent_of(config: DictConfig) -> Path:
+    """The group's folder: ``trainer.run_dir``, or a fresh one under ``runs/``."""
+    if config.trainer.run_dir is not None:
+        return Path(str(config.trainer.run_dir))
+    env = str(config.env.id or config.env._target_ or "env")
+    fresh = default_run_dir(str(config.agent.name), env)
+    return fresh.with_name(fresh.name + "-seeds")
+
+
+def launch(args: list[str], seeds: list[int], jobs: int, parent: Path,
+           passthrough: list[str]) -> int:
+    """Start a group: record it in ``parent/seeds.json`` (refused where a group or a run is
+    already), then run its seeds."""
+    if (parent / MANIFEST).exists() or (parent / "config.yaml").exists():
+        raise ValueError(f"{parent} already holds a run or a group of seeds: continue it with "
+                         f"rltrain fit --resume {parent}, or name another trainer.run_dir.")
+    parent.mkdir(parents=True, exist_ok=True)
+    atomic_write_text(parent / MANIFEST, json.dumps(
+        {"format": 1, "args": args, "seeds": seeds, "jobs": jobs, "passthrough": passthrough},
+        indent=2) + "\n")
+    return run_group(parent, args, seeds, jobs, passthrough, resuming=False)
+
+
+def resume_group(parent: Path, overrides: list[str]) -> int:
+    """``rltrain fit --resume PARENT`` of a group: its unfinished seeds, as recorded."""
+    try:
+        record = json.loads((parent / MANIFEST).read_text(encoding="utf-8"))
+        args, seeds = list(map(str, record["args"])), [int(s) for s in record["seeds"]]
+        jobs, passthrough = int(record["jobs"]), list(map(str, record["passthrough"]))
+    except (OSError, ValueError, KeyError, TypeError) as error:
+        raise ValueError(f"{parent / MANIFEST} is not a group of seeds rltrain wrote "
+                         f"({error}).") from None
+    return run_group(parent, args + overrides, seeds, jobs, passthrough, resuming=True)
+
+
+def run_group(parent: Path, args: list[str], seeds: list[int], jobs: int,
+              passthrough: list[str], *, resuming: bool) -> int:
+    """Run the seeds ``jobs`` at a time; the first failure's exit status, else 0."""
+    group = [Seed(s, parent / f"seed-{s}") for s in seeds]
+    todo = [s for s in group if not (resuming and s.finished)]
+    for done in (s for s in group if s not in todo):
+        print(f"seed {done.seed}: finished before, left as it is", flush=True)
+    threads = max(1, (os.cpu_count() or 1) // max(1, jobs))
+    running: list[Seed] = []
+    failures: list[int] = []
+    stop = _forward_stops(running)
+    try:
+        while todo or running:
+            while todo and len(running) < jobs and not stop["requested"]:
+                seed = todo.pop(0)
+                _start(seed, args, threads, passthrough)
+                running.append(seed)
+            time.sleep(0.2)
+            for seed in [s for s in running if s.process and s.process.poll() is not None]:
+                running.remove(seed)
+                code = _report(seed)
+                if code:
+                    failures.append(code)
+            if stop["requested"] and not running:
+                break
+    finally:
+        signal.signal(signal.SIGINT, stop["previous"])
+    unfinished = [s.seed for s in group if not s.finished]
+    print(f"seeds in {parent}: {len(group) - len(unfinished)} of {len(group)} finished"
+          + (f"; continue with rltrain fit --resume {parent}" if unfinished else ""),
+          flush=True)
+    return failures[0] if failures else (130 if stop["requested"] else 0)
+
+
+def _start(seed: Seed, args: list[str], threads: int, passthrough: list[str]) -> None:
+    resume = (seed.run_dir / "checkpoints").is_dir() and any(
+        (seed.run_dir / "checkpoints").glob("*.pt"))
+    overrides = [a for a in args if "=" in a]
+    command = [sys.executable, "-m", "rltrain.cli", "fit", *passthrough]
+    if resume:
+        command += ["--resume", str(seed.run_dir), *_resumable(overrides)]
+    else:
+        command += [*args, f"strategy.seed={seed.seed}", f"trainer.run_dir={seed.run_dir}",
+                    "trainer.enable_progress_bar=false", f"trainer.num_threads={threads}"]
+        if seed.run_dir.is_dir():  # this group's seed, stopped before its first checkpoint
+            command.append("--overwrite")
+    seed.log = (seed.run_dir.parent / f"seed-{seed.seed}.log").open("ab")
+    seed.process = subprocess.Popen(command, stdout=seed.log, stderr=subprocess.STDOUT,
+                                    stdin=subprocess.DEVNULL)
+    seed.started = time.monotonic()
+    print(f"seed {seed.seed}: {'resumed' if resume else 'started'} in {seed.run_dir}",
+          flush=True)
+
+
+def _resumable(overrides: list[str]) -> list[str]:
+    """The overrides a resume takes (a run keeps its own seed and run directory)."""
+    return [o for o in overrides if not o.startswith(("strategy.seed=", "trainer.run_dir="))]
+
+
+def _report(seed: Seed) -> int:
+    assert seed.process is not None and seed.log is not None
+    seed.log.close()
+    code = seed.process.returncode
+    seconds = time.monotonic() - seed.started
+    if code == 0:
+        summary = _summary(seed.run_dir)
+        best = summary.get("best_eval_return")
+        print(f"seed {seed.seed}: done in {seconds:.0f} s"
+              + (f", best evaluation {best:.2f}" if isinstance(best, float | int) else ""),
+              flush=True)
+        return 0
+    last = _last_line(seed.run_dir.parent / f"seed-{seed.seed}.log")
+    print(f"seed {seed.seed}: failed (exit {code}) after {seconds:.0f} s: {last}", flush=True)
+    return code if code > 0 else 1
+
+
+def _summary(run_dir: Path) -> dict[str, Any]:
+    try:
+        data = json.loads((run_dir / "summary.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def _last_line(log: Path) -> str:
+    try:
+        lines = [line for line in log.read_text(errors="replace").splitlines() if line.strip()]
+    except OSError:
+        return "(no log)"
+    return lines[-1][:300] if lines else "(no output)"
+
+
+def _forward_stops(running: list[Seed]) -> dict[str, Any]:
+    """On Ctrl-C: ask every running seed to stop (each saves a checkpoint), start no more."""
+    state: dict[str, Any] = {"requested": False}
+
+    def handle(signum: int, frame: Any) -> None:
+        state["requested"] = True
+        for seed in running:
+            if seed.process is not None and seed.process.poll() is None:
+                seed.process.send_signal(signal.SIGINT)
+
+    state["previous"] = signal.signal(signal.SIGINT, handle)
+    return state
