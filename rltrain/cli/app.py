@@ -16,8 +16,8 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 
 from rltrain.checkpoint import Checkpointer, LoadedCheckpoint
-from rltrain.cli import seeds
 from rltrain.cli.parser import parse_args
+from rltrain.cli.seeds import MANIFEST, launch, parent_of, parse_seeds, resume_group
 from rltrain.config.files import (
     SHIPPED_CONFIGS,
     ConfigError,
@@ -154,8 +154,8 @@ def fit(args: argparse.Namespace) -> int:
     files = [a for a in args.args if "=" not in a]
     overrides = [a for a in args.args if "=" in a]
     ckpt_path: str | LoadedCheckpoint | None = None
-    if args.resume is not None and (Path(args.resume) / seeds.MANIFEST).is_file():
-        return seeds.resume_group(Path(args.resume), overrides)
+    if args.resume is not None and (Path(args.resume) / MANIFEST).is_file():
+        return resume_group(Path(args.resume), overrides)
     if args.seeds is not None:
         return fit_seeds(args, files, overrides)
     if args.resume is not None:
@@ -198,17 +198,17 @@ def fit_seeds(args: argparse.Namespace, files: list[str], overrides: list[str]) 
                          "alone; --print-config and --overwrite apply to one run.")
     if args.jobs < 1:
         raise ValueError(f"--jobs must be >= 1; got {args.jobs}.")
-    chosen = seeds.parse_seeds(args.seeds)
+    chosen = parse_seeds(args.seeds)
     if not files:
         choice = choose_preset(overrides, use_presets=not args.no_preset)
         files = choice.files
         print(f"rltrain: {choice.note}")
-    parent = seeds.parent_of(compose(files, overrides))
+    parent = parent_of(compose(files, overrides))
     kept = [o for o in overrides if not o.startswith(("strategy.seed=", "trainer.run_dir="))]
     passthrough = [*(f"--trust={m}" for m in args.trust),
                    *(f"--import={m}" for m in args.imports),
                    *(["--no-preset"] if args.no_preset else [])]
-    return seeds.launch([*files, *kept], chosen, args.jobs, parent, passthrough)
+    return launch([*files, *kept], chosen, args.jobs, parent, passthrough)
 
 
 def resumed_config(resume: str, overrides: list[str]
