@@ -27,8 +27,8 @@ from rltrain.agents.nn.encoders import check_observation_space, make_encoder
 from rltrain.agents.nn.masking import (
     action_mask,
     check_mask_space,
+    epsilon_greedy,
     masked_values,
-    random_valid_actions,
 )
 from rltrain.agents.nn.networks import QNetwork, soft_update
 from rltrain.agents.nn.observation_spaces import encoder_check
@@ -137,7 +137,9 @@ class DQNPolicy(Policy):
         if deterministic:
             return PolicyStep(masked_values(self.q_network(obs), mask).argmax(dim=1), None, {})
         if mask is not None:
-            return PolicyStep(self._masked_epsilon_greedy(obs, mask), None, {})
+            greedy = masked_values(self.q_network(obs), mask).argmax(dim=1)
+            actions = epsilon_greedy(greedy, mask, self.epsilon(), self.num_actions)
+            return PolicyStep(actions, None, {})
         # Each env explores on its own coin, drawn from Python's generator (seeded by the
         # strategy): per-step torch or NumPy calls on one-element arrays cost as much as the
         # env step itself (docs/benchmarks.md, "Figures behind implementation choices").
@@ -151,16 +153,6 @@ class DQNPolicy(Policy):
             rows = [i for i, e in enumerate(explore) if e]
             actions[rows] = self._random_actions(len(rows), batch.device)
         return PolicyStep(actions, None, {})
-
-    def _masked_epsilon_greedy(self, obs: ObsTensors, mask: torch.Tensor) -> torch.Tensor:
-        """Greedy over valid actions, or with probability epsilon a uniformly random valid
-        one (each env on its own coin)."""
-        epsilon = self.epsilon()
-        explore = torch.tensor([random.random() < epsilon for _ in range(mask.shape[0])],
-                               device=mask.device)
-        greedy = masked_values(self.q_network(obs), mask).argmax(dim=1)
-        randoms = random_valid_actions(mask, mask.shape[0], self.num_actions, mask.device)
-        return torch.where(explore, randoms, greedy)
 
     def _random_actions(self, n: int, device: torch.device) -> torch.Tensor:
         return torch.tensor([random.randrange(self.num_actions) for _ in range(n)],

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import copy
 import math
-import random
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -34,8 +33,8 @@ from rltrain.agents.nn.encoders import check_observation_space, make_encoder
 from rltrain.agents.nn.masking import (
     action_mask,
     check_mask_space,
+    epsilon_greedy,
     masked_values,
-    random_valid_actions,
 )
 from rltrain.agents.nn.networks import QNetwork
 from rltrain.agents.nn.observation_spaces import encoder_check
@@ -120,11 +119,7 @@ class PQNPolicy(Policy):
         value, greedy = q.max(dim=1)
         if deterministic:
             return PolicyStep(greedy, None, {})
-        epsilon = self.epsilon()  # each env's coin from Python's generator (seeded, saved)
-        explore = torch.tensor([random.random() < epsilon for _ in range(len(greedy))],
-                               device=greedy.device)
-        randoms = random_valid_actions(mask, len(greedy), self.num_actions, greedy.device)
-        return PolicyStep(torch.where(explore, randoms, greedy), None,
+        return PolicyStep(epsilon_greedy(greedy, mask, self.epsilon(), self.num_actions), None,
                           {"value": value, "log_prob": torch.zeros_like(value)})
 
 

@@ -146,7 +146,7 @@ class FrameStackReplay(SampledReplay):
         self.truncated[slot] = transitions.truncated
         ended = np.logical_or(transitions.terminated, transitions.truncated)
         self.episode_first[ended] = -1
-        self._added(slot * self.num_envs + self._envs)
+        self._added(slot * self.num_envs, self.num_envs)
         self.steps += 1
         self.size = min(self.steps, self.slots) * self.num_envs
 

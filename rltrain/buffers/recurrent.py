@@ -100,8 +100,7 @@ class RecurrentRollout(RolloutBuffer):
         epoch, slot = divmod(index, per_epoch)
         rows = self.permutations[epoch, slot * batch_size:(slot + 1) * batch_size]
         envs = rows[::t] % self.num_envs
-        ended = (self.terminated | self.truncated)[:, envs]
-        starts = torch.cat([torch.zeros(1, n, dtype=torch.bool), ended[:-1]])
+        starts = self.episode_starts()[:, envs]
         device = self.device
         return RecurrentBatch(map_obs(time_major, flat.observations), time_major(flat.actions),
                               time_major(flat.log_probs), time_major(flat.values),

@@ -145,7 +145,7 @@ class ReplayBuffer(SampledReplay):
         _store(self.next_observations, idx, transitions.next_observations)
         self.terminated[idx] = transitions.terminated
         self.truncated[idx] = transitions.truncated
-        self._added(np.arange(self.cursor, end) % self.capacity)
+        self._added(self.cursor, n)
         self.cursor = (self.cursor + n) % self.capacity
         self.size = min(self.size + n, self.capacity)
 

@@ -140,9 +140,10 @@ class SampledReplay:
         :meth:`_kept` refuses is drawn again (and never drawn by priority again)."""
         idx = self._draw_any(shape)
         while True:
-            lost = ~self._kept(idx)
-            if not lost.any():
+            kept = self._kept(idx)
+            if kept is None or kept.all():
                 return idx
+            lost = ~kept
             if self.prioritized is not None:
                 self.prioritized.forget(idx[lost])
             idx[lost] = self._draw_any((int(lost.sum()),))
@@ -152,15 +153,17 @@ class SampledReplay:
             return self.prioritized.draw(self.rng, shape)
         return self.rng.integers(0, self.size, size=shape)
 
-    def _kept(self, idx: np.ndarray) -> np.ndarray:
-        """Which ``idx`` can still be rebuilt. Default: all."""
-        return np.ones(idx.shape, dtype=bool)
+    def _kept(self, idx: np.ndarray) -> np.ndarray | None:
+        """Which ``idx`` can still be rebuilt; None: all (the default: a replay that never
+        loses a stored transition)."""
+        return None
 
-    def _added(self, idx: np.ndarray) -> None:
-        """Transitions were written at the flat indices ``idx`` (a subclass's ``add``)."""
+    def _added(self, first: int, rows: int) -> None:
+        """``rows`` transitions were written from the flat index ``first`` on, wrapping at
+        ``capacity`` (a subclass's ``add``)."""
         self._plan = None  # drawn from the buffer as it was
-        if self.prioritized is not None:
-            self.prioritized.added(idx)
+        if self.prioritized is not None:  # the indices only where priorities need them
+            self.prioritized.added((first + np.arange(rows)) % self.capacity)
 
     def _gather(self, idx: np.ndarray) -> ReplayBatch:
         """The transitions ``idx`` as a batch: 1-step, or their n-step windows."""

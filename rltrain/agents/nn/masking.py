@@ -12,6 +12,7 @@ its mask in ``info["action_mask"]`` instead is wrapped by
 
 from __future__ import annotations
 
+import random
 from typing import Any
 
 import gymnasium as gym
@@ -85,3 +86,14 @@ def random_valid_actions(mask: torch.Tensor | None, rows: int, num_actions: int,
         return torch.randint(num_actions, (rows,), device=device)
     weights = (mask | ~mask.any(dim=1, keepdim=True)).float()
     return torch.multinomial(weights, 1).squeeze(1)
+
+
+def epsilon_greedy(greedy: torch.Tensor, mask: torch.Tensor | None, epsilon: float,
+            num_actions: int) -> torch.Tensor:
+    """Epsilon-greedy over ``greedy`` actions ``[B]``: each row, on its own coin from Python's
+    generator (seeded and saved by the run), takes a uniformly random valid action with
+    probability ``epsilon``."""
+    coins = torch.tensor([random.random() < epsilon for _ in range(len(greedy))],
+                         device=greedy.device)
+    randoms = random_valid_actions(mask, len(greedy), num_actions, greedy.device)
+    return torch.where(coins, randoms, greedy)

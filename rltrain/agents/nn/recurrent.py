@@ -66,13 +66,14 @@ class RecurrentCore(nn.Module):
                  ) -> tuple[torch.Tensor, torch.Tensor]:
         """Steps over ``T``: features ``[T, B, F]`` from ``state`` ``[B, S]``, the state reset
         to zeros where ``starts`` (``[T, B]``) begins an episode; returns the outputs ``[T, B,
-        hidden]`` and the state after the last step."""
-        outputs = []
+        hidden]`` and the state after each step ``[T, B, S]``."""
+        outputs, states = [], []
         for t in range(x.shape[0]):
             state = state * (~starts[t]).to(state.dtype)[:, None]
             out, state = self.step(x[t], state)
             outputs.append(out)
-        return torch.stack(outputs), state
+            states.append(state)
+        return torch.stack(outputs), torch.stack(states)
 
 
 class RecurrentActorCritic(ActorCritic):
@@ -113,18 +114,13 @@ class RecurrentActorCritic(ActorCritic):
         out, _ = self.core.sequence(features, state, starts)
         return self.from_features(out.reshape(steps * batch, -1), action_mask(obs))
 
-    def last_state(self, obs: ObsTensors, starts: torch.Tensor, state: torch.Tensor
-                   ) -> tuple[torch.Tensor, torch.Tensor]:
-        """The states after each step of sequences (as :meth:`sequences` takes them):
-        ``[T, B, S]`` states after the step, and the state after the last."""
+    def states_after(self, obs: ObsTensors, starts: torch.Tensor, state: torch.Tensor
+                     ) -> torch.Tensor:
+        """The state after each step of sequences (as :meth:`sequences` takes them), ``[T, B,
+        S]``."""
         steps, batch = starts.shape
         features = self.obs_encoder(obs).reshape(steps, batch, -1)
-        states = []
-        for t in range(steps):
-            state = state * (~starts[t]).to(state.dtype)[:, None]
-            _, state = self.core.step(features[t], state)
-            states.append(state)
-        return torch.stack(states), state
+        return self.core.sequence(features, state, starts)[1]
 
     def values_from(self, obs: ObsTensors, state: torch.Tensor) -> torch.Tensor:
         """``V`` of one observation per row after ``state`` (a bootstrap), ``[B]``."""
@@ -150,9 +146,9 @@ def recurrent_next_values(net: RecurrentActorCritic, rollout: RecurrentRollout,
     device = values.device
     obs = seen(map_obs(lambda t: t.to(device), flat_time_major(rollout.observations)))
     starts = rollout.episode_starts().to(device)
-    states, last = net.last_state(obs, starts, rollout.initial_state.to(device))
+    states = net.states_after(obs, starts, rollout.initial_state.to(device))
     ended = (rollout.terminated | rollout.truncated)[-1].to(device)
-    last = last * (~ended).to(last.dtype)[:, None]
+    last = states[-1] * (~ended).to(states.dtype)[:, None]
     last_obs = seen(map_obs(lambda t: t.to(device), rollout.last_observations))
     next_values = torch.cat([values[1:], net.values_from(last_obs, last)[None]])
     truncated = rollout.truncated.to(device)
