@@ -1,5 +1,6 @@
 """The ``rltrain`` command: ``fit`` trains from configs, ``evaluate`` replays a trained agent,
-``list`` shows what can be configured, ``plot`` draws learning curves."""
+``list`` shows what can be configured, ``plot``, ``compare`` and ``tune`` run experiments
+(:mod:`rltrain.cli.analysis`)."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ from typing import Any
 from omegaconf import DictConfig, OmegaConf
 
 from rltrain.checkpoint import Checkpointer, LoadedCheckpoint
+from rltrain.cli.analysis import ANALYSES
 from rltrain.cli.parser import parse_args
 from rltrain.cli.seeds import MANIFEST, launch, parent_of, parse_seeds, resume_group
 from rltrain.config.files import (
@@ -86,8 +88,8 @@ def run_command(args: argparse.Namespace) -> int:
         return fit(args)
     if args.command == "evaluate":
         return evaluate(args)
-    if args.command == "plot":
-        return plot(args)
+    if args.command in ANALYSES:
+        return ANALYSES[args.command](args)
     if args.command == "export":
         return export_command(args)
     return list_registered()
@@ -330,25 +332,6 @@ def with_overrides(stored: DictConfig, overrides: list[str]) -> DictConfig:
     if "env" in given and OmegaConf.select(stored, "env.unrecorded") is not None:
         stored.env = {}
     return validate(OmegaConf.merge(stored, given))
-
-
-def plot(args: argparse.Namespace) -> int:
-    """``rltrain plot``: draw the runs' learning curves (:mod:`rltrain.cli.plot`) and print each
-    group with its final mean return."""
-    from rltrain.cli.plot import plot_runs
-
-    width, _, height = str(args.size).lower().partition("x")
-    if not (width.isdigit() and height.isdigit() and int(width) > 0 and int(height) > 0):
-        raise ValueError(f"--size must be WIDTHxHEIGHT in pixels, e.g. 800x500; got "
-                         f"{args.size!r}.")
-    groups = plot_runs(args.runs, args.out, axis=args.axis, spread=args.spread,
-                       size=(int(width), int(height)), title=args.title)
-    for group in groups:
-        print(f"{group.label}: final evaluation return {group.mean[-1]:.2f} "
-              f"(min {group.min[-1]:.2f}, max {group.max[-1]:.2f}) over "
-              f"{', '.join(str(run) for run in group.runs)}")
-    print(f"wrote {args.out}")
-    return 0
 
 
 def list_registered() -> int:

@@ -18,6 +18,8 @@ examples:
   rltrain evaluate runs/cartpole-3 --episodes 20
   rltrain list
   rltrain plot runs/cartpole-1 runs/cartpole-2 runs/cartpole-3 --out curves.png
+  rltrain compare runs/dqn-seeds runs/ppo-seeds --out report.md --out report.png
+  rltrain tune ppo_cartpole --trials 20 --study studies/ppo-cartpole --jobs 2
   tensorboard --logdir runs
 """
 
@@ -100,6 +102,8 @@ def build_parser() -> argparse.ArgumentParser:
     add_import(commands.add_parser("list", help="list agents, strategies and shipped configs",
                                    epilog=EXAMPLES, formatter_class=formatter))
     add_plot_parser(commands)
+    add_compare_parser(commands)
+    add_tune_parser(commands)
     return parser
 
 
@@ -124,6 +128,66 @@ def add_plot_parser(commands: Any) -> None:
     plot_parser.add_argument("--size", default="800x500", metavar="WxH",
                              help="image size in pixels (default: 800x500)")
     plot_parser.add_argument("--title", default=None, help="a title above the plot")
+
+
+def add_compare_parser(commands: Any) -> None:
+    """The ``compare`` subcommand's options (:mod:`rltrain.cli.compare`)."""
+    compare = commands.add_parser(
+        "compare", help="statistics over seeds: IQM with bootstrap CIs, probability of "
+                        "improvement, performance profiles, steps and seconds to a threshold",
+        description="Groups runs as plot does (configs that differ only in seed) and reports, "
+                    "per group, the final and best returns' IQM, mean and median with 95%% "
+                    "stratified-bootstrap CIs, the probability of improvement over each other "
+                    "group, performance profiles, and env steps and seconds to the threshold "
+                    "(runs that never reach it censored, Kaplan-Meier). Needs pip install "
+                    "'rltrain[stats]' (and 'rltrain[plot]' for a figure).")
+    compare.add_argument("runs", nargs="+", type=Path, metavar="RUN_OR_PARENT",
+                         help="run directories, or folders of them (a --seeds parent)")
+    compare.add_argument("--metric", choices=("final", "best"), default="final",
+                         help="the return the improvement probabilities and profiles use: "
+                              "each run's last or best evaluation (default: final)")
+    compare.add_argument("--threshold", type=float, default=None, metavar="R",
+                         help="the return of 'steps to threshold' (default: the runs' shared "
+                              "trainer.return_threshold)")
+    compare.add_argument("--out", type=Path, action="append", default=[], metavar="FILE",
+                         help="write the table (.md) or the figure (.png, .svg, .pdf); "
+                              "repeatable")
+    compare.add_argument("--reps", type=int, default=2_000,
+                         help="bootstrap samples of each interval (default 2000)")
+    compare.add_argument("--seed", type=int, default=0,
+                         help="seed of the bootstrap samples (default 0)")
+
+
+def add_tune_parser(commands: Any) -> None:
+    """The ``tune`` subcommand's options (:mod:`rltrain.cli.tune`)."""
+    tune = commands.add_parser(
+        "tune", help="tune settings with Optuna: each trial an rltrain run, resumable",
+        description="An Optuna study (TPE sampling, median pruning on the runs' evaluations) "
+                    "stored in STUDY/study.db; each trial is an rltrain fit run in "
+                    "STUDY/trial-NNNN. Run the same command again to continue a killed study: "
+                    "interrupted trials resume from their last checkpoint. The best trial's "
+                    "config is written to STUDY/best.yaml. Needs pip install "
+                    "'rltrain[tune]'.")
+    tune.add_argument("args", nargs="*", metavar="CONFIG.yaml | key=value",
+                      help="the config and overrides every trial starts from (as for fit); "
+                           "omit them to continue a study")
+    tune.add_argument("--study", type=Path, required=True, metavar="DIR",
+                      help="the study's folder (created, or continued)")
+    tune.add_argument("--trials", type=int, default=None, metavar="N",
+                      help="finished trials (completed or pruned) to reach, counting those "
+                           "of earlier sessions (default 20, or the study's own)")
+    tune.add_argument("--space", type=Path, default=None, metavar="SPACE.yaml",
+                      help="the search space (default: CONFIG.space.yaml beside the config, "
+                           "or the one shipped for the agent)")
+    tune.add_argument("--jobs", type=int, default=None, metavar="N",
+                      help="trials run at once, each its own process (default 1)")
+    tune.add_argument("--objective", choices=("auc", "final", "best"), default=None,
+                      help="what a trial maximises: the mean of its evaluation returns "
+                           "(auc, default: rewards learning early), the last, or the best")
+    tune.add_argument("--no-pruning", action="store_true",
+                      help="run every trial to its end")
+    add_trust(tune)
+    add_import(tune)
 
 
 #: Flags of the old command line and of other tools, and the override that says the same here

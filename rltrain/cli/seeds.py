@@ -8,7 +8,8 @@ the command, so that ``rltrain fit --resume PARENT`` continues the group: a fini
 as it is, a stopped one resumes from its last checkpoint, one that never started starts. A seed
 that fails is reported with its log's last line; the others go on, and the command exits with
 the first failure's status once all have ended. Ctrl-C stops every seed (each saves a
-checkpoint) before the command exits.
+checkpoint) before the command exits, and so does SIGTERM; a seed's process dies with the
+command (SIGKILL included), so ``--resume PARENT`` never meets a seed still running.
 """
 
 from __future__ import annotations
@@ -16,17 +17,17 @@ from __future__ import annotations
 import json
 import os
 import re
-import signal
 import subprocess
 import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Any
+from typing import IO
 
 from omegaconf import DictConfig
 
 from rltrain.checkpoint.files import atomic_write_text
+from rltrain.cli.processes import Stops, ended_on_signal, last_line, start, summary
 from rltrain.trainer.preflight import default_run_dir
 
 #: The group's record in its parent folder.
@@ -65,9 +66,7 @@ class Seed:
     def finished(self) -> bool:
         """Whether the seed's run ended (its ``summary.json`` says so) other than by a signal
         (Ctrl-C, SIGTERM), after which it is continued."""
-        summary = _summary(self.run_dir)
-        reason = summary.get("stop_reason")
-        return bool(summary) and not (isinstance(reason, str) and reason.endswith("received"))
+        return bool(summary(self.run_dir)) and not ended_on_signal(self.run_dir)
 
 
 def parent_of(config: DictConfig) -> Path:
@@ -115,10 +114,9 @@ def run_group(parent: Path, args: list[str], seeds: list[int], jobs: int,
     threads = max(1, (os.cpu_count() or 1) // max(1, jobs))
     running: list[Seed] = []
     failures: list[int] = []
-    stop = _forward_stops(running)
-    try:
+    with Stops(lambda: [s.process for s in running]) as stop:
         while todo or running:
-            while todo and len(running) < jobs and not stop["requested"]:
+            while todo and len(running) < jobs and not stop.requested:
                 seed = todo.pop(0)
                 _start(seed, args, threads, passthrough)
                 running.append(seed)
@@ -128,15 +126,13 @@ def run_group(parent: Path, args: list[str], seeds: list[int], jobs: int,
                 code = _report(seed)
                 if code:
                     failures.append(code)
-            if stop["requested"] and not running:
+            if stop.requested and not running:
                 break
-    finally:
-        signal.signal(signal.SIGINT, stop["previous"])
     unfinished = [s.seed for s in group if not s.finished]
     print(f"seeds in {parent}: {len(group) - len(unfinished)} of {len(group)} finished"
           + (f"; continue with rltrain fit --resume {parent}" if unfinished else ""),
           flush=True)
-    return failures[0] if failures else (130 if stop["requested"] else 0)
+    return failures[0] if failures else (130 if stop.requested else 0)
 
 
 def _start(seed: Seed, args: list[str], threads: int, passthrough: list[str]) -> None:
@@ -152,8 +148,7 @@ def _start(seed: Seed, args: list[str], threads: int, passthrough: list[str]) ->
         if seed.run_dir.is_dir():  # this group's seed, stopped before its first checkpoint
             command.append("--overwrite")
     seed.log = (seed.run_dir.parent / f"seed-{seed.seed}.log").open("ab")
-    seed.process = subprocess.Popen(command, stdout=seed.log, stderr=subprocess.STDOUT,
-                                    stdin=subprocess.DEVNULL)
+    seed.process = start(command, seed.log)
     seed.started = time.monotonic()
     print(f"seed {seed.seed}: {'resumed' if resume else 'started'} in {seed.run_dir}",
           flush=True)
@@ -170,42 +165,11 @@ def _report(seed: Seed) -> int:
     code = seed.process.returncode
     seconds = time.monotonic() - seed.started
     if code == 0:
-        summary = _summary(seed.run_dir)
-        best = summary.get("best_eval_return")
+        best = summary(seed.run_dir).get("best_eval_return")
         print(f"seed {seed.seed}: done in {seconds:.0f} s"
               + (f", best evaluation {best:.2f}" if isinstance(best, float | int) else ""),
               flush=True)
         return 0
-    last = _last_line(seed.run_dir.parent / f"seed-{seed.seed}.log")
+    last = last_line(seed.run_dir.parent / f"seed-{seed.seed}.log")
     print(f"seed {seed.seed}: failed (exit {code}) after {seconds:.0f} s: {last}", flush=True)
     return code if code > 0 else 1
-
-
-def _summary(run_dir: Path) -> dict[str, Any]:
-    try:
-        data = json.loads((run_dir / "summary.json").read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return {}
-    return data if isinstance(data, dict) else {}
-
-
-def _last_line(log: Path) -> str:
-    try:
-        lines = [line for line in log.read_text(errors="replace").splitlines() if line.strip()]
-    except OSError:
-        return "(no log)"
-    return lines[-1][:300] if lines else "(no output)"
-
-
-def _forward_stops(running: list[Seed]) -> dict[str, Any]:
-    """On Ctrl-C: ask every running seed to stop (each saves a checkpoint), start no more."""
-    state: dict[str, Any] = {"requested": False}
-
-    def handle(signum: int, frame: Any) -> None:
-        state["requested"] = True
-        for seed in running:
-            if seed.process is not None and seed.process.poll() is None:
-                seed.process.send_signal(signal.SIGINT)
-
-    state["previous"] = signal.signal(signal.SIGINT, handle)
-    return state

@@ -1,0 +1,353 @@
+"""``rltrain tune CONFIG --trials N --study DIR``: an Optuna study whose trials are rltrain runs.
+
+- The study folder holds ``tune.json`` (the command: configs, overrides, search space,
+  objective), ``study.db`` (Optuna's SQLite storage), one run directory per trial
+  (``trial-NNNN``, its output in ``trial-NNNN.log``) and ``best.yaml``, the best trial's config,
+  which ``rltrain fit`` takes.
+- Settings are sampled by TPE from the search space (:mod:`rltrain.cli.tune_space`); each trial
+  is an ``rltrain fit`` process, ``--jobs`` at a time, with ``cores / jobs`` torch threads.
+- While a trial runs, each of its evaluations is reported to Optuna (step: the evaluation's
+  number, env steps over ``trainer.eval_interval``); the median pruner stops a trial whose
+  evaluation is below the median of earlier trials' at the same step (after 5 trials and the
+  first evaluation). A pruned trial is stopped with SIGINT: it saves a checkpoint and ends.
+- The objective is maximised: ``auc`` (default) is the mean evaluation return over the
+  run's evaluation grid, where a run that stopped early on ``trainer.return_threshold`` keeps
+  its final return for the rest of the budget, so solving sooner scores higher; ``final`` is
+  the last evaluation, ``best`` the highest.
+- Running the command again continues the study (one ``tune`` per study at a time: a lock):
+  a trial that was running when ``tune`` died resumes from its run directory's last checkpoint
+  under its own trial number, with the evaluations it had reported; it restarts only when it
+  died before its first checkpoint (a run of ``trainer.checkpoint_interval`` env steps,
+  ``trainer.eval_interval`` when the config sets none). Trials count towards ``--trials`` once
+  completed, pruned or failed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import signal
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO, Any
+
+import numpy as np
+from omegaconf import DictConfig, OmegaConf
+
+from rltrain.checkpoint.files import atomic_write_text
+from rltrain.cli.plot import read_rows
+from rltrain.cli.processes import Stops, ended_on_signal, last_line, start
+from rltrain.cli.tune_space import Dimension, overrides_of, parse_space, read_space, space_path
+from rltrain.config.presets import choose_preset
+from rltrain.config.schema import compose
+
+RECORD, STORAGE, LOCK, BEST = "tune.json", "study.db", ".tune.lock", "best.yaml"
+#: Sampled settings that in a row make invalid configs before the study is stopped.
+MAX_INVALID = 20
+
+
+@dataclass
+class Setup:
+    """What every trial of the study starts from (``tune.json``)."""
+
+    files: list[str]
+    overrides: list[str]
+    space: dict[str, Any]
+    objective: str = "auc"
+    pruning: bool = True
+    trials: int = 20
+    jobs: int = 1
+    passthrough: list[str] = field(default_factory=list)
+
+    def compose(self, extra: list[str]) -> DictConfig:
+        """The trial's config: the study's configs and overrides, then ``extra``."""
+        return compose(self.files, [*self.overrides, *extra])
+
+
+def _optuna() -> Any:
+    try:
+        import optuna
+    except ImportError as error:
+        raise ImportError("rltrain tune needs Optuna: pip install 'rltrain[tune]'.") from error
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    return optuna
+
+
+def tune_command(args: argparse.Namespace) -> int:
+    """Start or continue the study in ``args.study`` (module docstring)."""
+    optuna = _optuna()
+    study_dir: Path = args.study
+    study_dir.mkdir(parents=True, exist_ok=True)
+    with _locked(study_dir):
+        setup = _setup(args, study_dir)
+        dimensions = parse_space(setup.space, f"search space of {study_dir}", setup.compose)
+        storage = f"sqlite:///{(study_dir / STORAGE).resolve()}"
+        known = len(optuna.load_study(study_name="rltrain", storage=storage).trials) \
+            if (study_dir / STORAGE).exists() else 0
+        study = optuna.create_study(
+            study_name="rltrain", storage=storage, load_if_exists=True, direction="maximize",
+            sampler=optuna.samplers.TPESampler(seed=known),
+            pruner=(optuna.pruners.MedianPruner(n_startup_trials=5, n_warmup_steps=1)
+                    if setup.pruning else optuna.pruners.NopPruner()))
+        return Tuner(optuna, study, setup, dimensions, study_dir).run()
+
+
+@contextmanager
+def _locked(study_dir: Path) -> Iterator[None]:
+    """Hold the study's lock: one ``tune`` per study at a time."""
+    import fcntl
+
+    fd = os.open(study_dir / LOCK, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise ValueError(f"{study_dir} is tuned by another rltrain tune now; wait for it "
+                             "or stop it (Ctrl-C) first.") from None
+        yield
+    finally:
+        os.close(fd)
+
+
+def _setup(args: argparse.Namespace, study_dir: Path) -> Setup:
+    """The study's setup: read from ``tune.json`` when continuing (refusing other configs),
+    else composed from the command line and recorded."""
+    files = [a for a in args.args if "=" not in a]
+    overrides = [a for a in args.args if "=" in a]
+    passthrough = [*(f"--trust={m}" for m in args.trust), *(f"--import={m}" for m in args.imports)]
+    record = study_dir / RECORD
+    if record.exists():
+        setup = _read_record(record)
+        given: dict[str, tuple[Any, Any]] = {
+            "configs and overrides": (files + overrides, setup.files + setup.overrides),
+            "--objective": (args.objective, setup.objective),
+            "--no-pruning": (args.no_pruning or None, (not setup.pruning) or None)}
+        if args.space is not None:
+            given["--space"] = (read_space(args.space), setup.space)
+        for what, (new, old) in given.items():
+            if new not in (None, [], old):
+                raise ValueError(f"{study_dir} is a study of other settings ({what}); run "
+                                 f"rltrain tune --study {study_dir} alone to continue it, or "
+                                 "name another --study.")
+    else:
+        if not files:
+            choice = choose_preset(overrides)
+            files = choice.files
+            print(f"rltrain: {choice.note}")
+        agent = str(compose(files, overrides).agent.name)
+        path = space_path(files, agent, args.space)
+        print(f"rltrain: search space {path}")
+        setup = Setup(files, overrides, read_space(path), args.objective or "auc",
+                      not args.no_pruning, passthrough=passthrough)
+        config = setup.compose([])
+        if config.trainer.eval_interval is None:
+            raise ValueError("rltrain tune scores trials by their evaluations: set "
+                             "trainer.eval_interval.")
+    setup.trials = args.trials if args.trials is not None else setup.trials
+    setup.jobs = args.jobs if args.jobs is not None else setup.jobs
+    if setup.trials < 1 or setup.jobs < 1:
+        raise ValueError(f"--trials and --jobs must be >= 1; got {setup.trials} and "
+                         f"{setup.jobs}.")
+    atomic_write_text(record, json.dumps({"format": 1, **setup.__dict__}, indent=2) + "\n")
+    return setup
+
+
+def _read_record(path: Path) -> Setup:
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+        if data.pop("format") != 1:
+            raise ValueError("unknown format")
+        setup = Setup(**data)
+        if not (all(isinstance(x, str) for x in setup.files + setup.overrides
+                    + setup.passthrough) and isinstance(setup.space, dict)
+                and setup.objective in ("auc", "final", "best")):
+            raise ValueError("fields of the wrong types")
+    except (OSError, ValueError, TypeError, KeyError, AttributeError) as error:
+        raise ValueError(f"{path} is not a study rltrain wrote ({error}).") from None
+    return setup
+
+
+@dataclass(eq=False)
+class Running:
+    """A trial while its process runs."""
+
+    trial: Any
+    run_dir: Path
+    config: DictConfig
+    process: Any = None
+    log: IO[bytes] | None = None
+    reported: set[int] = field(default_factory=set)
+    pruned: bool = False
+    size: int = -1
+
+
+class Tuner:
+    """The study's loop: start trials, report their evaluations, prune, record results."""
+
+    def __init__(self, optuna: Any, study: Any, setup: Setup, dimensions: list[Dimension],
+                 study_dir: Path) -> None:
+        self.optuna, self.study, self.setup = optuna, study, setup
+        self.dimensions, self.dir = dimensions, study_dir
+        self.running: list[Running] = []
+        self.threads = max(1, (os.cpu_count() or 1) // setup.jobs)
+
+    def finished(self) -> int:
+        """Trials completed, pruned or failed."""
+        states = self.optuna.trial.TrialState
+        return len(self.study.get_trials(deepcopy=False, states=(
+            states.COMPLETE, states.PRUNED, states.FAIL)))
+
+    def run(self) -> int:
+        """Run trials until ``--trials`` have finished, or Ctrl-C/SIGTERM; 130 when stopped."""
+        states = self.optuna.trial.TrialState
+        stale = [self.optuna.trial.Trial(self.study, frozen._trial_id)  # reattached by id
+                 for frozen in self.study.get_trials(deepcopy=False, states=(states.RUNNING,))]
+        invalid = 0
+        with Stops(lambda: [r.process for r in self.running]) as stop:
+            while True:
+                while not stop.requested and len(self.running) < self.setup.jobs and (
+                        stale or self.finished() + len(self.running) < self.setup.trials):
+                    trial = stale.pop(0) if stale else self.study.ask()
+                    started = self._start(trial)
+                    invalid = 0 if started else invalid + 1
+                    if invalid >= MAX_INVALID:
+                        raise ValueError(f"{MAX_INVALID} sampled settings in a row made "
+                                         "invalid configs: narrow the search space.")
+                if not self.running:
+                    break
+                time.sleep(0.5)
+                for running in list(self.running):
+                    self._poll(running)
+                    if running.process.poll() is not None:
+                        self.running.remove(running)
+                        self._finish(running, stopped=stop.requested)
+        return self._report(stopped=stop.requested)
+
+    def _start(self, trial: Any) -> bool:
+        params = dict(trial.params) or {d.key: d.suggest(trial) for d in self.dimensions}
+        run_dir = self.dir / f"trial-{trial.number:04d}"
+        try:
+            config = self.setup.compose(overrides_of(params))
+        except Exception as error:  # a sampled combination the config refuses
+            self.study.tell(trial, state=self.optuna.trial.TrialState.FAIL)
+            print(f"trial {trial.number}: invalid settings {params}: {error}", flush=True)
+            return False
+        resume = any((run_dir / "checkpoints").glob("*.pt"))
+        command = [sys.executable, "-m", "rltrain.cli", "fit", *self.setup.passthrough]
+        if resume:
+            command += ["--resume", str(run_dir)]
+        else:
+            command += [*self.setup.files, *self.setup.overrides, *overrides_of(params),
+                        f"trainer.run_dir={run_dir}", "trainer.enable_progress_bar=false",
+                        f"trainer.num_threads={self._threads(config)}",
+                        *(["--overwrite"] if run_dir.exists() else [])]
+            if config.trainer.checkpoint_interval is None:
+                command.append(f"trainer.checkpoint_interval={config.trainer.eval_interval}")
+        running = Running(trial, run_dir, config)
+        running.reported = {int(step) for frozen in self.study.get_trials(deepcopy=False)
+                            if frozen.number == trial.number
+                            for step in frozen.intermediate_values}
+        running.log = (self.dir / f"{run_dir.name}.log").open("ab")
+        running.process = start(command, running.log)
+        self.running.append(running)
+        shown = ", ".join(f"{k}={v:.3g}" if isinstance(v, float) else f"{k}={v}"
+                          for k, v in params.items())
+        print(f"trial {trial.number}: {'resumed' if resume else 'started'} ({shown})",
+              flush=True)
+        return True
+
+    def _threads(self, config: DictConfig) -> int:
+        own = config.trainer.num_threads
+        return min(own, self.threads) if isinstance(own, int) else self.threads
+
+    def _poll(self, running: Running) -> None:
+        """Report the run's new evaluations; stop it when the pruner says so."""
+        path = running.run_dir / "metrics.jsonl"
+        size = path.stat().st_size if path.is_file() else -1
+        if size == running.size or running.pruned:
+            return
+        running.size = size
+        interval = int(running.config.trainer.eval_interval)
+        for row in read_rows(path):
+            if row.get("event") != "evaluation" or row.get("eval/return_mean") is None:
+                continue
+            step = round(float(row["env_steps"]) / interval)
+            if step not in running.reported:
+                running.trial.report(float(row["eval/return_mean"]), step)
+                running.reported.add(step)
+        if running.process.poll() is None and running.trial.should_prune():
+            running.pruned = True
+            running.process.send_signal(signal.SIGINT)  #: the run saves a checkpoint and ends
+            print(f"trial {running.trial.number}: pruned at evaluation {max(running.reported)}",
+                  flush=True)
+
+    def _finish(self, running: Running, *, stopped: bool) -> None:
+        assert running.log is not None
+        running.log.close()
+        states = self.optuna.trial.TrialState
+        number, code = running.trial.number, running.process.returncode
+        if running.pruned:
+            self.study.tell(running.trial, state=states.PRUNED)
+        elif ended_on_signal(running.run_dir) or (stopped and code != 0):
+            print(f"trial {number}: stopped; it resumes when the study continues", flush=True)
+        elif code == 0:
+            value = objective(running.run_dir, self.setup.objective, running.config)
+            self.study.tell(running.trial, value)
+            print(f"trial {number}: {self.setup.objective} {value:.2f}", flush=True)
+            if self.study.best_trial.number == number:
+                self._write_best()
+        else:
+            self.study.tell(running.trial, state=states.FAIL)
+            log = self.dir / f"{running.run_dir.name}.log"
+            print(f"trial {number}: failed (exit {code}): {last_line(log)}", flush=True)
+
+    def _write_best(self) -> None:
+        best = self.study.best_trial
+        config = self.setup.compose(overrides_of(best.params))
+        config.trainer.run_dir = None
+        atomic_write_text(self.dir / BEST, (
+            f"# The best trial of the study in {self.dir}: trial {best.number}, "
+            f"{self.setup.objective} {best.value:.2f}.\n#   rltrain fit {self.dir / BEST}\n"
+            + OmegaConf.to_yaml(config)))
+
+    def _report(self, *, stopped: bool) -> int:
+        states = self.optuna.trial.TrialState
+        trials = self.study.get_trials(deepcopy=False)
+        counts = {s.name.lower(): sum(t.state == s for t in trials) for s in states}
+        print("trials: " + ", ".join(f"{n} {k}" for k, n in counts.items() if n), flush=True)
+        if counts["complete"]:
+            best = self.study.best_trial
+            print(f"best: trial {best.number}, {self.setup.objective} {best.value:.2f}, "
+                  f"{best.params}; its config: {self.dir / BEST} (rltrain fit "
+                  f"{self.dir / BEST})", flush=True)
+        if stopped:
+            print(f"stopped; continue with rltrain tune --study {self.dir}", flush=True)
+            return 130
+        return 0
+
+
+def objective(run_dir: Path, kind: str, config: DictConfig) -> float:
+    """The trial's score from its evaluations (module docstring)."""
+    steps: dict[float, float] = {}
+    for row in read_rows(run_dir / "metrics.jsonl"):
+        if row.get("event") == "evaluation" and row.get("eval/return_mean") is not None:
+            steps[float(row["env_steps"])] = float(row["eval/return_mean"])  # a resume's last
+    if not steps:
+        raise ValueError(f"{run_dir} made no evaluation: the trial cannot be scored.")
+    x = np.array(sorted(steps))
+    y = np.array([steps[s] for s in x])
+    if kind == "final":
+        return float(y[-1])
+    if kind == "best":
+        return float(y.max())
+    interval = float(config.trainer.eval_interval)
+    grid = interval * np.arange(1, math.ceil(float(config.trainer.num_steps) / interval) + 1)
+    grid = np.union1d(grid, x)
+    at = np.searchsorted(x, grid, side="right") - 1  # the last evaluation at or before
+    return float(y[at[at >= 0]].mean())
