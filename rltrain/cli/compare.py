@@ -121,14 +121,20 @@ class Comparison:
     profiles: list[np.ndarray]
 
 
-def _estimates(*args: Any, **kwargs: Any) -> tuple[dict[str, Any], dict[str, Any]]:
-    """rliable's ``get_interval_estimates``, without the deprecation warning that arch (its
-    bootstrap) gives for the ``random_state`` rliable passes it."""
+def _estimates(scores: dict[str, Any], func: Any, *, reps: int, seed: int
+               ) -> tuple[dict[str, Any], dict[str, Any]]:
+    """rliable's ``get_interval_estimates`` with its bootstrap samples drawn from ``seed``.
+    rliable's stratified bootstraps draw their indices from NumPy's global generator (the
+    ``random_state`` it takes is not used for them), so that generator is seeded here and
+    restored afterwards."""
     library, _ = _rliable()
-    with warnings.catch_warnings():
-        warnings.filterwarnings("ignore", message="random_state is deprecated",
-                                category=FutureWarning)
-        return library.get_interval_estimates(*args, **kwargs)  # type: ignore[no-any-return]
+    state = np.random.get_state()
+    np.random.seed(seed)
+    try:
+        return library.get_interval_estimates(  # type: ignore[no-any-return]
+            scores, func, reps=reps)
+    finally:
+        np.random.set_state(state)
 
 
 def _rliable() -> tuple[Any, Any]:
@@ -162,7 +168,7 @@ def interval_estimates(scores: Sequence[float], reps: int, seed: int) -> dict[st
     """:data:`AGGREGATES` of ``scores`` with 95% stratified-bootstrap intervals."""
     matrix = np.asarray(scores, dtype=np.float64)[:, None]
     points, intervals = _estimates(
-        {"group": matrix}, aggregates, reps=reps, random_state=np.random.RandomState(seed))
+        {"group": matrix}, aggregates, reps=reps, seed=seed)
     return {name: Estimate(float(points["group"][i]), float(intervals["group"][0, i]),
                            float(intervals["group"][1, i]))
             for i, name in enumerate(AGGREGATES)}
@@ -209,7 +215,7 @@ def improvement(groups: Sequence[np.ndarray], reps: int, seed: int
         for j in range(i + 1, len(groups)):
             points, intervals = _estimates(
                 {"pair": [x[:, None], groups[j][:, None]]}, metrics.probability_of_improvement,
-                reps=reps, random_state=np.random.RandomState(seed))
+                reps=reps, seed=seed)
             value, (low, high) = float(np.ravel(points["pair"])[0]), np.ravel(intervals["pair"])
             out[i, j] = Estimate(value, float(low), float(high))
             out[j, i] = Estimate(1.0 - value, 1.0 - float(high), 1.0 - float(low))
@@ -228,7 +234,7 @@ def profiles(groups: Sequence[np.ndarray], reps: int, seed: int
     for scores in groups:
         points, intervals = _estimates(
             {"group": scores[:, None]}, lambda s: library.score_distributions(s, taus),
-            reps=reps, random_state=np.random.RandomState(seed))
+            reps=reps, seed=seed)
         out.append(np.stack([points["group"], intervals["group"][0], intervals["group"][1]]))
     return taus, out
 

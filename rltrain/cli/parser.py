@@ -186,6 +186,8 @@ def add_tune_parser(commands: Any) -> None:
                            "(auc, default: rewards learning early), the last, or the best")
     tune.add_argument("--no-pruning", action="store_true",
                       help="run every trial to its end")
+    tune.add_argument("--prune-after", type=int, default=5, metavar="N",
+                      help="trials finished before the median pruner stops any (default 5)")
     add_trust(tune)
     add_import(tune)
 

@@ -8,8 +8,9 @@
   is an ``rltrain fit`` process, ``--jobs`` at a time, with ``cores / jobs`` torch threads.
 - While a trial runs, each of its evaluations is reported to Optuna (step: the evaluation's
   number, env steps over ``trainer.eval_interval``); the median pruner stops a trial whose
-  evaluation is below the median of earlier trials' at the same step (after 5 trials and the
-  first evaluation). A pruned trial is stopped with SIGINT: it saves a checkpoint and ends.
+  evaluation is below the median of earlier trials' at the same step (once ``--prune-after``
+  trials, default 5, have finished; never at the first evaluation). A pruned trial is stopped
+  with SIGINT: it saves a checkpoint and ends.
 - The objective is maximised: ``auc`` (default) is the mean evaluation return over the
   run's evaluation grid, where a run that stopped early on ``trainer.return_threshold`` keeps
   its final return for the rest of the budget, so solving sooner scores higher; ``final`` is
@@ -61,6 +62,7 @@ class Setup:
     space: dict[str, Any]
     objective: str = "auc"
     pruning: bool = True
+    prune_after: int = 5
     trials: int = 20
     jobs: int = 1
     passthrough: list[str] = field(default_factory=list)
@@ -93,7 +95,8 @@ def tune_command(args: argparse.Namespace) -> int:
         study = optuna.create_study(
             study_name="rltrain", storage=storage, load_if_exists=True, direction="maximize",
             sampler=optuna.samplers.TPESampler(seed=known),
-            pruner=(optuna.pruners.MedianPruner(n_startup_trials=5, n_warmup_steps=1)
+            pruner=(optuna.pruners.MedianPruner(n_startup_trials=setup.prune_after,
+                                                 n_warmup_steps=1)
                     if setup.pruning else optuna.pruners.NopPruner()))
         return Tuner(optuna, study, setup, dimensions, study_dir).run()
 
@@ -144,7 +147,7 @@ def _setup(args: argparse.Namespace, study_dir: Path) -> Setup:
         path = space_path(files, agent, args.space)
         print(f"rltrain: search space {path}")
         setup = Setup(files, overrides, read_space(path), args.objective or "auc",
-                      not args.no_pruning, passthrough=passthrough)
+                      not args.no_pruning, args.prune_after, passthrough=passthrough)
         config = setup.compose([])
         if config.trainer.eval_interval is None:
             raise ValueError("rltrain tune scores trials by their evaluations: set "
@@ -166,7 +169,8 @@ def _read_record(path: Path) -> Setup:
         setup = Setup(**data)
         if not (all(isinstance(x, str) for x in setup.files + setup.overrides
                     + setup.passthrough) and isinstance(setup.space, dict)
-                and setup.objective in ("auc", "final", "best")):
+                and setup.objective in ("auc", "final", "best")
+                and isinstance(setup.prune_after, int)):
             raise ValueError("fields of the wrong types")
     except (OSError, ValueError, TypeError, KeyError, AttributeError) as error:
         raise ValueError(f"{path} is not a study rltrain wrote ({error}).") from None
@@ -221,7 +225,7 @@ class Tuner:
                                          "invalid configs: narrow the search space.")
                 if not self.running:
                     break
-                time.sleep(0.5)
+                time.sleep(0.2)
                 for running in list(self.running):
                     self._poll(running)
                     if running.process.poll() is not None:
@@ -283,7 +287,7 @@ class Tuner:
                 running.reported.add(step)
         if running.process.poll() is None and running.trial.should_prune():
             running.pruned = True
-            running.process.send_signal(signal.SIGINT)  #: the run saves a checkpoint and ends
+            running.process.send_signal(signal.SIGINT)  # the run saves a checkpoint and ends
             print(f"trial {running.trial.number}: pruned at evaluation {max(running.reported)}",
                   flush=True)
 
@@ -292,9 +296,10 @@ class Tuner:
         running.log.close()
         states = self.optuna.trial.TrialState
         number, code = running.trial.number, running.process.returncode
-        if running.pruned:
+        if running.pruned and (code != 0 or ended_on_signal(running.run_dir)):
             self.study.tell(running.trial, state=states.PRUNED)
-        elif ended_on_signal(running.run_dir) or (stopped and code != 0):
+            print(f"trial {number}: pruned at evaluation {max(running.reported)}", flush=True)
+        elif not running.pruned and (ended_on_signal(running.run_dir) or (stopped and code)):
             print(f"trial {number}: stopped; it resumes when the study continues", flush=True)
         elif code == 0:
             value = objective(running.run_dir, self.setup.objective, running.config)

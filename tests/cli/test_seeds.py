@@ -1,13 +1,11 @@
 """``rltrain fit ... --seeds 0-2 --jobs N``: real ``rltrain`` processes, one run directory per
 seed under one parent, a failed seed reported without losing the others, and a group killed
-part-way (SIGKILL to the launcher and its seeds) continued by ``--resume PARENT``, where every
-seed finishes once."""
+part-way (SIGKILL to the launcher, whose seeds die with it) continued by ``--resume PARENT``,
+where every seed finishes once."""
 
 from __future__ import annotations
 
 import json
-import os
-import signal
 import subprocess
 import sys
 import time
@@ -61,7 +59,7 @@ def test_a_killed_group_resumes_only_its_unfinished_seeds(tmp_path: Path) -> Non
     while not (parent / "seed-1" / "checkpoints" / "manifest.json").exists():
         assert time.monotonic() < deadline and launcher.poll() is None
         time.sleep(0.2)
-    os.killpg(launcher.pid, signal.SIGKILL)  # the launcher and the seed it runs
+    launcher.kill()  # SIGKILL to the launcher alone: its seed dies with it
     launcher.wait()
     first = (parent / "seed-0" / "summary.json").stat().st_mtime_ns
     assert not (parent / "seed-1" / "summary.json").exists()

@@ -1,0 +1,121 @@
+"""``rltrain compare``: the statistics against rliable's and SciPy's own functions on fixed data,
+censoring of runs that never reach the threshold, and the command on real run directories (the
+Markdown table and a PNG figure read back)."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+import pytest
+from conftest import rltrain
+
+pytest.importorskip("rliable")
+from rliable import library as rly
+from rliable import metrics
+from scipy import stats
+
+from rltrain.cli.compare import (
+    compare,
+    improvement,
+    interval_estimates,
+    markdown,
+    time_to_threshold,
+)
+
+SCORES_A = np.array([120.0, 500.0, 480.0, 310.0, 500.0, 95.0, 430.0])
+SCORES_B = np.array([60.0, 210.0, 480.0, 150.0, 75.0])
+
+
+def test_aggregates_and_intervals_are_rliables() -> None:
+    got = interval_estimates(SCORES_A, reps=500, seed=3)
+    assert interval_estimates(SCORES_A, reps=500, seed=3) == got  # the seed fixes the samples
+    np.random.seed(3)  # rliable draws its bootstrap indices from NumPy's global generator
+    points, intervals = rly.get_interval_estimates(
+        {"a": SCORES_A[:, None]}, lambda s: np.array([
+            metrics.aggregate_iqm(s), metrics.aggregate_mean(s), metrics.aggregate_median(s)]),
+        reps=500)
+    for i, name in enumerate(("iqm", "mean", "median")):
+        assert got[name].value == pytest.approx(points["a"][i])
+        assert (got[name].low, got[name].high) == pytest.approx(tuple(intervals["a"][:, i]))
+    # the IQM by hand: the mean of the middle half of the 7 sorted scores (1.75 cut each side)
+    assert got["iqm"].value == pytest.approx(stats.trim_mean(SCORES_A, 0.25))
+    assert got["iqm"].low <= got["iqm"].value <= got["iqm"].high
+
+
+def test_probability_of_improvement_is_mann_whitney_and_symmetric() -> None:
+    got = improvement([SCORES_A, SCORES_B], reps=500, seed=0)
+    u = stats.mannwhitneyu(SCORES_A, SCORES_B, alternative="greater").statistic
+    assert got[0, 1].value == pytest.approx(u / (len(SCORES_A) * len(SCORES_B)))
+    assert got[0, 1].value == pytest.approx(
+        metrics.probability_of_improvement(SCORES_A[:, None], SCORES_B[:, None]))
+    assert got[1, 0].value == pytest.approx(1 - got[0, 1].value)
+    assert got[1, 0].low == pytest.approx(1 - got[0, 1].high)
+    assert 0.5 < got[0, 1].value and got[0, 1].low <= got[0, 1].value <= got[0, 1].high
+
+
+def test_time_to_threshold_is_kaplan_meier_with_censored_runs() -> None:
+    # 5 runs: 3 reached at 10k, 20k, 40k; 2 never did, evaluated until 30k and 50k
+    times, reached = [10e3, 20e3, 40e3, 30e3, 50e3], [True, True, True, False, False]
+    got = time_to_threshold(times, reached)
+    # Kaplan-Meier by hand: S = 4/5 after 10k, 3/5 after 20k, (3/5)(1/2) = 3/10 after 40k
+    # (the run censored at 30k leaves 2 at risk): the median is 40k. Dropping the censored
+    # runs would give 20k.
+    assert got.value == 40e3
+    cdf = stats.ecdf(stats.CensoredData(uncensored=[10e3, 20e3, 40e3], right=[30e3, 50e3])).cdf
+    assert cdf.evaluate(40e3) == pytest.approx(0.7)
+    assert got.low <= got.value <= got.high
+    never = time_to_threshold([10e3, 30e3, 30e3], [True, False, False])
+    assert never.value == math.inf  # 1 of 3 reached by the end: the median is not reached
+    assert time_to_threshold([10e3, 20e3], [False, False]).value == math.inf
+    assert time_to_threshold([5e3], [True]).value == 5e3
+
+
+def write_run(run_dir: Path, lr: float, seed: int, returns: list[float]) -> None:
+    """A run directory as rltrain writes it (config.yaml, metrics.jsonl)."""
+    run_dir.mkdir(parents=True)
+    (run_dir / "config.yaml").write_text(
+        f"agent:\n  name: ppo\n  lr: {lr}\nenv:\n  id: CartPole-v1\nstrategy:\n  seed: {seed}\n"
+        f"trainer:\n  run_dir: {run_dir}\n  return_threshold: 400.0\n")
+    rows = [{"event": "start", "env_steps": 0}]
+    for k, value in enumerate(returns, 1):
+        rows += [{"event": "metrics", "env_steps": k * 1000, "time/elapsed": 2.0 * k},
+                 {"event": "evaluation", "env_steps": k * 1000, "eval/return_mean": value}]
+    (run_dir / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+
+
+def test_groups_finals_and_censoring_from_run_directories(tmp_path: Path) -> None:
+    curves = {0: [50, 200, 410], 1: [80, 120, 150], 2: [300, 450, 470]}
+    for seed, returns in curves.items():
+        write_run(tmp_path / "slow" / f"seed-{seed}", 1e-3, seed, returns)
+        write_run(tmp_path / "fast" / f"seed-{seed}", 3e-3, seed, [r + 200 for r in returns])
+    result = compare([tmp_path / "slow", tmp_path / "fast"], reps=200)
+    assert result.threshold == 400.0  # the runs' own trainer.return_threshold
+    slow, fast = sorted(result.groups, key=lambda g: g.final["mean"].value)
+    assert sorted(s.final for s in slow.runs) == [150, 410, 470]
+    assert slow.reached == 2 and fast.reached == 2
+    assert slow.steps_to is not None and slow.steps_to.value == 3000  # seeds at 3k, 2k, never
+    assert fast.steps_to is not None and fast.steps_to.value == 2000  # 2k, never, 1k
+    assert fast.seconds_to is not None and fast.seconds_to.value == 4.0
+    table = markdown(result)
+    assert "agent.lr=0.001 (3 seeds)" in table and "agent.lr=0.003 (3 seeds)" in table
+    assert "2/3" in table and "Probability of improvement" in table
+
+
+def test_the_command_writes_the_table_and_the_figure(tmp_path: Path) -> None:
+    for seed in range(3):
+        write_run(tmp_path / "runs" / f"seed-{seed}", 1e-3, seed, [10.0 * seed, 420.0])
+    done = rltrain("compare", "runs", "--threshold", "415", "--reps", "200", "--out",
+                   "report.md", "--out", "report.png", cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert "3/3" in (tmp_path / "report.md").read_text() and "3/3" in done.stdout
+    from matplotlib.image import imread
+    image = imread(tmp_path / "report.png")
+    assert image.shape[0] > 500 and image.shape[1] > 800 and image.std() > 0.01
+    bad = rltrain("compare", "runs", "--out", "report.txt", cwd=tmp_path)
+    assert bad.returncode == 2 and "--out report.txt" in bad.stderr
+    assert not (tmp_path / "report.txt").exists()
+    missing = rltrain("compare", "nowhere", cwd=tmp_path)
+    assert missing.returncode == 2 and "No metrics.jsonl in nowhere" in missing.stderr

@@ -1,0 +1,112 @@
+"""``rltrain tune``: search spaces checked before any trial, real ``rltrain fit`` trials in a
+real SQLite study, pruning, a study killed with SIGKILL (its trials die with it) and continued
+with each trial resuming from its checkpoint under its own number, and the best config that
+``rltrain fit`` takes."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+from conftest import rltrain
+
+optuna = pytest.importorskip("optuna")
+
+from rltrain.cli.tune_space import parse_space  # noqa: E402
+from rltrain.config.schema import compose  # noqa: E402
+
+QUICK = ["ppo_cartpole", "trainer.num_steps=1024", "trainer.eval_interval=256",
+         "trainer.eval_episodes=1", "trainer.logger=false", "strategy.num_envs=4",
+         "strategy.n_steps=16", "strategy.batch_size=64", "agent.hidden_sizes=[16]"]
+
+
+def study(path: Path) -> object:
+    return optuna.load_study(study_name="rltrain", storage=f"sqlite:///{path / 'study.db'}")
+
+
+def states(path: Path) -> list[str]:
+    return [t.state.name for t in study(path).trials]  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize(("spec", "message"), [
+    ({"agent.lr": {"low": 1e-3}}, "agent.lr needs numbers low < high"),
+    ({"agent.lr": {"low": 0.0, "high": 1.0, "log": True}}, "a log scale needs low > 0"),
+    ({"agent.lr": {"choices": []}}, "agent.lr's choices must be a non-empty list"),
+    ({"agent.lr": {"choices": [1e-3], "low": 1}}, "agent.lr's choices must be"),
+    ({"agent.lr": 3e-4}, "agent.lr must be {low"),
+    ({"agent.learning_rate": {"low": 1e-4, "high": 1e-3}}, "agent.learning_rate is not a config"),
+    ({"agent.gamma": {"choices": [0.99, 1.5]}}, "agent.gamma=1.5 does not make a valid config"),
+    ({"strategy.update_epochs": {"choices": ["many"]}}, "strategy.update_epochs='many'"),
+])
+def test_bad_search_spaces_are_refused_naming_the_key(spec: dict[str, object],
+                                                      message: str) -> None:
+    with pytest.raises(ValueError, match=message.replace("{", r"\{").replace("(", r"\(")):
+        parse_space(spec, "space.yaml", lambda extra: compose(["ppo_cartpole"], extra))
+
+
+def test_a_study_runs_prunes_and_writes_the_best_config(tmp_path: Path) -> None:
+    space = tmp_path / "space.yaml"  # a learning rate of 1e-12 never learns
+    space.write_text("agent.lr: {choices: [1.0e-12, 0.003]}\n"
+                     "agent.gamma: {low: 0.95, high: 0.99}\n")
+    done = rltrain("tune", *QUICK, "trainer.num_steps=2048", "--space", space, "--trials", "4",
+                   "--jobs", "1", "--prune-after", "1", "--study", "study", cwd=tmp_path,
+                   timeout=300)
+    assert done.returncode == 0, done.stdout + done.stderr
+    path = tmp_path / "study"
+    trials = study(path).trials  # type: ignore[attr-defined]
+    assert [t.number for t in trials] == [0, 1, 2, 3]
+    assert {t.state.name for t in trials} <= {"COMPLETE", "PRUNED"}
+    pruned = [t for t in trials if t.state.name == "PRUNED"]
+    assert pruned
+    for trial in pruned:  # Optuna's median rule: its best evaluation so far under the median
+        step = max(trial.intermediate_values)  # of earlier completed trials' at that step
+        earlier = [t.intermediate_values[step] for t in trials if t.number < trial.number
+                   and t.state.name == "COMPLETE" and step in t.intermediate_values]
+        best_so_far = max(trial.intermediate_values.values())
+        assert step > 1 and earlier and best_so_far < float(np.median(earlier))
+        summary = json.loads((path / f"trial-{trial.number:04d}" / "summary.json").read_text())
+        assert summary["stop_reason"].endswith("received") and summary["env_steps"] < 2048
+    best = study(path).best_trial  # type: ignore[attr-defined]
+    assert best.state.name == "COMPLETE" and f"best: trial {best.number}" in done.stdout
+    config = compose([str(path / "best.yaml")])
+    assert config.agent.gamma == pytest.approx(best.params["agent.gamma"])
+    assert config.trainer.run_dir is None and config.trainer.num_steps == 2048
+    again = rltrain("tune", "--study", "study", cwd=tmp_path)  # finished: nothing runs
+    assert again.returncode == 0 and "started" not in again.stdout
+    assert len(states(path)) == 4
+    other = rltrain("tune", "dqn_cartpole", "--study", "study", cwd=tmp_path)
+    assert other.returncode == 2 and "a study of other settings" in other.stderr
+
+
+def test_a_killed_study_resumes_its_trials_from_their_checkpoints(tmp_path: Path) -> None:
+    path = tmp_path / "study"
+    steps = ["trainer.num_steps=2048", "trainer.checkpoint_interval=256",
+             "trainer.return_threshold=null"]
+    tune = subprocess.Popen(
+        [sys.executable, "-m", "rltrain.cli", "tune", *QUICK, *steps, "--trials", "3",
+         "--jobs", "2", "--no-pruning", "--study", str(path)], cwd=tmp_path,
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    deadline = time.monotonic() + 240
+    while not all((path / f"trial-000{n}" / "checkpoints" / "manifest.json").exists()
+                  for n in (0, 1)):
+        assert time.monotonic() < deadline and tune.poll() is None
+        time.sleep(0.2)
+    tune.kill()  # SIGKILL to tune alone: its trials die with it
+    tune.wait()
+    assert states(path) == ["RUNNING", "RUNNING"]
+    done = rltrain("tune", "--study", "study", cwd=tmp_path, timeout=300)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "trial 0: resumed" in done.stdout and "trial 1: resumed" in done.stdout
+    assert "trial 2: started" in done.stdout
+    assert states(path) == ["COMPLETE"] * 3
+    for n in (0, 1):  # one run each, continued: two segments, not two runs from scratch
+        rows = (path / f"trial-000{n}" / "metrics.jsonl").read_text().splitlines()
+        starts = [json.loads(r) for r in rows if '"event": "start"' in r]
+        assert len(starts) == 2 and starts[1]["env_steps"] > 0
+        assert json.loads((path / f"trial-000{n}" / "summary.json").read_text())[
+            "env_steps"] == 2048
