@@ -15,6 +15,7 @@ from rltrain.components import EvaluationSettings, SummarySettings, check_folder
 from rltrain.config.checks import check_typed_fields
 from rltrain.errors import require
 from rltrain.observe.loggers import LOGGER_PACKAGES, is_unrecorded, logger_items
+from rltrain.optim.compiled import compile_mode
 from rltrain.optim.settings import OptimizationSettings, resolve_dtype
 
 #: ``num_threads="auto"`` uses one torch thread for an agent with fewer trainable parameters
@@ -100,6 +101,11 @@ class TrainerConfig:
         on_nan_loss: What a NaN or infinite loss does: ``"stop"`` (skip the update, stop the
             run, save nothing after it; exit status 3 from the CLI), ``"skip"`` or
             ``"raise"``. Default ``"stop"``.
+        compile: Compile the agent's networks with ``torch.compile``
+            (:mod:`rltrain.optim.compiled`): ``false`` (default: on a CPU, small networks gain
+            little for the compile's tens of seconds, ``docs/benchmarks.md``), ``true`` (the
+            default mode), ``"reduce-overhead"`` (CUDA graphs on CUDA) or ``"max-autotune"``.
+            Its seconds are the metric ``time/compile``.
         run_dir: The run's folder. Default: ``runs/<date>-<time>-<agent>-<env>``.
         logger: The experiment loggers (:mod:`rltrain.observe.loggers`), every one written at once:
             a list of names, ``[tensorboard, csv]`` (``tensorboard``, ``csv``, ``wandb``,
@@ -147,6 +153,7 @@ class TrainerConfig:
     gradient_clip_algorithm: str = "norm"
     accumulate_grad_batches: int = 1
     on_nan_loss: str = "stop"
+    compile: bool | str = False
     run_dir: str | Path | None = None
     logger: Any = True
     enable_progress_bar: bool = True
@@ -256,13 +263,14 @@ class TrainerConfig:
     @property
     def optimization(self) -> OptimizationSettings:
         """``accumulate_grad_batches``, ``gradient_clip_val``, ``gradient_clip_algorithm``,
-        ``on_nan_loss`` and ``dtype``, as :class:`~rltrain.optim.Optimization` takes them
-        (checked there, once)."""
+        ``on_nan_loss``, ``dtype`` and ``compile``, as :class:`~rltrain.optim.Optimization`
+        takes them (checked there, once)."""
         return OptimizationSettings(
             accumulate_grad_batches=self.accumulate_grad_batches,
             gradient_clip_val=self.gradient_clip_val,
             gradient_clip_algorithm=self.gradient_clip_algorithm,  # type: ignore[arg-type]
-            on_nan_loss=self.on_nan_loss, dtype=resolve_dtype(self.dtype))  # type: ignore[arg-type]
+            on_nan_loss=self.on_nan_loss, dtype=resolve_dtype(self.dtype),  # type: ignore[arg-type]
+            compile=compile_mode(self.compile))
 
     @property
     def torch_dtype(self) -> torch.dtype:

@@ -79,6 +79,8 @@ class Metrics:
         self.best_eval_return = -math.inf
         self.threshold_env_steps: int | None = None
         self.threshold_seconds: float | None = None
+        #: Seconds spent compiling networks in this run, when they are compiled (set by the run).
+        self.compiling: Callable[[], float] | None = None
         self._handlers: dict[type, Callable[[Any], None]] = {
             Start: self._on_start,
             EnvStep: self._on_env_step,
@@ -157,6 +159,8 @@ class Metrics:
         out["time/gradient_steps"] = float(self.gradient_steps)
         out["time/episodes"] = float(self.episodes)
         out["time/elapsed"] = self.elapsed
+        if self.compiling is not None:
+            out["time/compile"] = self.compiling()
         return out
 
     def state_dict(self) -> dict[str, Any]:

@@ -47,6 +47,9 @@ class OptimizationSettings:
             the host (fused optimizers only: the fused Adam kernel skips the update of a
             non-finite loss itself, and the run reads the flags once per vector step). Default
             None: on off the CPU, where a read costs a sync.
+        compile: The ``torch.compile`` mode the agent's networks are compiled with
+            (:mod:`rltrain.optim.compiled`): ``"default"``, ``"reduce-overhead"`` or
+            ``"max-autotune"``. Default None: not compiled.
     """
 
     accumulate_grad_batches: int = 1
@@ -55,6 +58,7 @@ class OptimizationSettings:
     on_nan_loss: Literal["stop", "skip", "raise"] = "stop"
     dtype: torch.dtype = torch.float32
     check_on_device: bool | None = None
+    compile: str | None = None
 
     def __post_init__(self) -> None:
         if (not isinstance(self.accumulate_grad_batches, int)
@@ -71,6 +75,9 @@ class OptimizationSettings:
         if self.on_nan_loss not in ("stop", "skip", "raise"):
             raise ValueError(f"on_nan_loss must be 'stop', 'skip' or 'raise'; got "
                              f"{self.on_nan_loss!r}.")
+        if self.compile not in (None, "default", "reduce-overhead", "max-autotune"):
+            raise ValueError(f"compile must be None, 'default', 'reduce-overhead' or "
+                             f"'max-autotune'; got {self.compile!r}.")
         object.__setattr__(self, "dtype", resolve_dtype(self.dtype))
 
     def hparams(self) -> dict[str, float | int | str | bool]:

@@ -42,6 +42,7 @@ from rltrain.envs.make import EnvInit, Vectorization, env_name, make_vector_env
 from rltrain.envs.runner import Runner
 from rltrain.observe.events import Checkpoint, EnvStep, EpisodeEnd, TrainStep
 from rltrain.optim import Optimization
+from rltrain.optim.compiled import compile_networks, compile_seconds
 from rltrain.runtime.seeding import GlobalRandomState, derive_seeds, seed_everything
 from rltrain.runtime.statistics import Statistics
 from rltrain.runtime.watchdog import watch_env_calls
@@ -123,6 +124,10 @@ class Run:
             agent.setup(observation_space=spaces[0], action_space=spaces[1],
                         device=components.device, progress=self.progress, dtype=components.dtype,
                         num_steps=components.num_steps)
+        if components.optimization.compile is not None:
+            compiled_before = compile_seconds()
+            compile_networks(agent, components.optimization.compile)
+            self.events.metrics.compiling = lambda: compile_seconds() - compiled_before
         stack = frame_stack_of(envs)
         self.storage: Any = None if storage is None else storage(
             agent, *spaces, envs.num_envs, self.seeds.storage, components.device,
