@@ -5,7 +5,7 @@ Runs are read and grouped as ``rltrain plot`` groups them (:mod:`rltrain.cli.plo
 configs differ only in seed and run directory are one group). For each group:
 
 - the final and the best evaluation return of its runs: interquartile mean (IQM), mean and
-  median, each with a 95% stratified-bootstrap confidence interval (rliable's
+  median over the runs, each with a 95% stratified-bootstrap confidence interval (rliable's
   ``get_interval_estimates``, percentile method);
 - the probability that a run of one group scores higher than a run of another (rliable's
   ``probability_of_improvement``, the Mann-Whitney statistic), with its bootstrap interval;
@@ -158,10 +158,12 @@ def scores_of(run: RunCurve, threshold: float | None) -> RunScores:
 
 
 def aggregates(scores: np.ndarray) -> np.ndarray:
-    """IQM, mean and median of a ``(runs, tasks)`` score matrix (rliable's functions)."""
+    """IQM, mean and median over the runs of a ``(runs, 1)`` score matrix: rliable's IQM and
+    mean, and NumPy's median (rliable's ``aggregate_median`` is the median over tasks of the
+    per-task means, which for one task is the mean)."""
     _, metrics = _rliable()
     return np.array([metrics.aggregate_iqm(scores), metrics.aggregate_mean(scores),
-                     metrics.aggregate_median(scores)])
+                     np.median(scores)])
 
 
 def interval_estimates(scores: Sequence[float], reps: int, seed: int) -> dict[str, Estimate]:

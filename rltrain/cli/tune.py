@@ -8,8 +8,9 @@
   is an ``rltrain fit`` process, ``--jobs`` at a time, with ``cores / jobs`` torch threads.
 - While a trial runs, each of its evaluations is reported to Optuna (step: the evaluation's
   number, env steps over ``trainer.eval_interval``); the median pruner stops a trial whose
-  evaluation is below the median of earlier trials' at the same step (once ``--prune-after``
-  trials, default 5, have finished; never at the first evaluation). A pruned trial is stopped
+  best evaluation so far is below the median of the completed trials' at the same step, once
+  ``--prune-after`` trials (default 5) have finished and after the first third of the run's
+  evaluations (RL-Zoo's warm-up). A pruned trial is stopped
   with SIGINT: it saves a checkpoint and ends.
 - The objective is maximised: ``auc`` (default) is the mean evaluation return over the
   run's evaluation grid, where a run that stopped early on ``trainer.return_threshold`` keeps
@@ -96,9 +97,16 @@ def tune_command(args: argparse.Namespace) -> int:
             study_name="rltrain", storage=storage, load_if_exists=True, direction="maximize",
             sampler=optuna.samplers.TPESampler(seed=known),
             pruner=(optuna.pruners.MedianPruner(n_startup_trials=setup.prune_after,
-                                                 n_warmup_steps=1)
+                                                 n_warmup_steps=warmup_evaluations(setup))
                     if setup.pruning else optuna.pruners.NopPruner()))
         return Tuner(optuna, study, setup, dimensions, study_dir).run()
+
+
+def warmup_evaluations(setup: Setup) -> int:
+    """The evaluations a trial makes before it can be pruned: a third of the run's (RL-Zoo's
+    rule), at least one. Optuna counts steps from the first evaluation, numbered 1."""
+    config = setup.compose([])
+    return max(1, int(config.trainer.num_steps) // int(config.trainer.eval_interval) // 3)
 
 
 @contextmanager
@@ -288,8 +296,6 @@ class Tuner:
         if running.process.poll() is None and running.trial.should_prune():
             running.pruned = True
             running.process.send_signal(signal.SIGINT)  # the run saves a checkpoint and ends
-            print(f"trial {running.trial.number}: pruned at evaluation {max(running.reported)}",
-                  flush=True)
 
     def _finish(self, running: Running, *, stopped: bool) -> None:
         assert running.log is not None
