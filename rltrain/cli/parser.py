@@ -177,8 +177,8 @@ def add_tune_parser(commands: Any) -> None:
                       help="finished trials (completed or pruned) to reach, counting those "
                            "of earlier sessions (default 20, or the study's own)")
     tune.add_argument("--space", type=Path, default=None, metavar="SPACE.yaml",
-                      help="the search space (default: CONFIG.space.yaml beside the config, "
-                           "or the one shipped for the agent)")
+                      help="the search space (default: CONFIG.space.yaml or space.yaml beside "
+                           "the config, or the one shipped for the agent)")
     tune.add_argument("--jobs", type=int, default=None, metavar="N",
                       help="trials run at once, each its own process (default 1)")
     tune.add_argument("--objective", choices=("auc", "final", "best"), default=None,

@@ -44,7 +44,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from rltrain.checkpoint.files import atomic_write_text
 from rltrain.cli.plot import read_rows
-from rltrain.cli.processes import Stops, ended_on_signal, last_line, start
+from rltrain.cli.processes import Stops, ended_on_signal, last_line, start, summary
 from rltrain.cli.tune_space import Dimension, overrides_of, parse_space, read_space, space_path
 from rltrain.config.presets import choose_preset
 from rltrain.config.schema import compose
@@ -250,6 +250,9 @@ class Tuner:
             self.study.tell(trial, state=self.optuna.trial.TrialState.FAIL)
             print(f"trial {trial.number}: invalid settings {params}: {error}", flush=True)
             return False
+        if summary(run_dir) and not ended_on_signal(run_dir):  # ended before it was recorded
+            self._complete(trial, run_dir, config)
+            return True
         resume = any((run_dir / "checkpoints").glob("*.pt"))
         command = [sys.executable, "-m", "rltrain.cli", "fit", *self.setup.passthrough]
         if resume:
@@ -308,15 +311,19 @@ class Tuner:
         elif not running.pruned and (ended_on_signal(running.run_dir) or (stopped and code)):
             print(f"trial {number}: stopped; it resumes when the study continues", flush=True)
         elif code == 0:
-            value = objective(running.run_dir, self.setup.objective, running.config)
-            self.study.tell(running.trial, value)
-            print(f"trial {number}: {self.setup.objective} {value:.2f}", flush=True)
-            if self.study.best_trial.number == number:
-                self._write_best()
+            self._complete(running.trial, running.run_dir, running.config)
         else:
             self.study.tell(running.trial, state=states.FAIL)
             log = self.dir / f"{running.run_dir.name}.log"
             print(f"trial {number}: failed (exit {code}): {last_line(log)}", flush=True)
+
+    def _complete(self, trial: Any, run_dir: Path, config: DictConfig) -> None:
+        """Record a finished trial's objective; write ``best.yaml`` when it is the best."""
+        value = objective(run_dir, self.setup.objective, config)
+        self.study.tell(trial, value)
+        print(f"trial {trial.number}: {self.setup.objective} {value:.2f}", flush=True)
+        if self.study.best_trial.number == trial.number:
+            self._write_best()
 
     def _write_best(self) -> None:
         best = self.study.best_trial

@@ -69,15 +69,14 @@ class Dimension:
 
 
 def space_path(files: list[str], agent: str, given: Path | None) -> Path:
-    """The space file: ``given``; else ``CONFIG.space.yaml`` beside the last config file;
-    else the one shipped for ``agent``."""
+    """The space file: ``given``; else ``CONFIG.space.yaml``, or ``space.yaml``, beside the
+    last config file that has one; else the one shipped for ``agent``."""
     if given is not None:
         return given
-    for file in reversed(files):
-        beside = Path(file).with_suffix(".space.yaml") if file.endswith((".yaml", ".yml")) \
-            else None
-        if beside is not None and beside.is_file():
-            return beside
+    for file in reversed([f for f in files if f.endswith((".yaml", ".yml"))]):
+        for beside in (Path(file).with_suffix(".space.yaml"), Path(file).parent / "space.yaml"):
+            if beside.is_file():
+                return beside
     shipped = SHIPPED_SPACES / f"{agent}.yaml"
     if shipped.is_file():
         return shipped

@@ -110,3 +110,18 @@ def test_a_killed_study_resumes_its_trials_from_their_checkpoints(tmp_path: Path
         assert len(starts) == 2 and starts[1]["env_steps"] > 0
         assert json.loads((path / f"trial-000{n}" / "summary.json").read_text())[
             "env_steps"] == 2048
+
+
+def test_the_space_beside_the_config_is_found_before_the_shipped_one(tmp_path: Path) -> None:
+    from rltrain.cli.tune_space import SHIPPED_SPACES, space_path
+
+    config = tmp_path / "mine.yaml"
+    config.write_text("agent:\n  name: ppo\n")
+    assert space_path([str(config)], "ppo", None) == SHIPPED_SPACES / "ppo.yaml"
+    (tmp_path / "space.yaml").write_text("agent.lr: {low: 1.0e-4, high: 1.0e-3}\n")
+    assert space_path([str(config)], "ppo", None) == tmp_path / "space.yaml"
+    (tmp_path / "mine.space.yaml").write_text("agent.lr: {low: 1.0e-4, high: 1.0e-3}\n")
+    assert space_path([str(config)], "ppo", None) == tmp_path / "mine.space.yaml"
+    assert space_path([str(config)], "ppo", tmp_path / "x.yaml") == tmp_path / "x.yaml"
+    with pytest.raises(ValueError, match=r"No search space for agent 'pqn'.*pass --space FILE"):
+        space_path(["pqn_cartpole"], "pqn", None)
