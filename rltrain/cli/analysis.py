@@ -8,6 +8,8 @@ import argparse
 from collections.abc import Callable
 from pathlib import Path
 
+from rltrain.checkpoint.files import atomic_write_text
+
 
 def plot(args: argparse.Namespace) -> int:
     """``rltrain plot``: draw the runs' learning curves (:mod:`rltrain.cli.plot`) and print each
@@ -47,7 +49,7 @@ def compare(args: argparse.Namespace) -> int:
     for out in outs:
         if out.suffix.lower() == ".md":
             out.parent.mkdir(parents=True, exist_ok=True)
-            out.write_text(table, encoding="utf-8")
+            atomic_write_text(out, table)
         else:
             from rltrain.cli.compare_figure import draw_comparison
             draw_comparison(result, out)

@@ -23,6 +23,21 @@ def _die_with_parent() -> None:
         ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
 
 
+def fit_command(run_dir: Path, fresh: list[str], resumed: list[str],
+                passthrough: list[str]) -> tuple[list[str], bool]:
+    """The ``rltrain fit`` command of the run in ``run_dir``, and whether it resumes: ``--resume
+    run_dir`` with the ``resumed`` overrides where it has a checkpoint; else the ``fresh``
+    configs and overrides into ``run_dir`` (its progress bar off; ``--overwrite`` where the
+    folder exists, a run stopped before its first checkpoint). ``passthrough``: flags both
+    take (``--trust``, ``--import``)."""
+    resume = any((run_dir / "checkpoints").glob("*.pt"))
+    command = [sys.executable, "-m", "rltrain.cli", "fit", *passthrough]
+    if resume:
+        return [*command, "--resume", str(run_dir), *resumed], True
+    return [*command, *fresh, f"trainer.run_dir={run_dir}", "trainer.enable_progress_bar=false",
+            *(["--overwrite"] if run_dir.exists() else [])], False
+
+
 def start(command: list[str], log: IO[bytes]) -> subprocess.Popen[bytes]:
     """``command`` started with its output in ``log``, to end with this process."""
     return subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT,

@@ -18,7 +18,6 @@ import json
 import os
 import re
 import subprocess
-import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,7 +26,14 @@ from typing import IO
 from omegaconf import DictConfig
 
 from rltrain.checkpoint.files import atomic_write_text
-from rltrain.cli.processes import Stops, ended_on_signal, last_line, start, summary
+from rltrain.cli.processes import (
+    Stops,
+    ended_on_signal,
+    fit_command,
+    last_line,
+    start,
+    summary,
+)
 from rltrain.trainer.preflight import default_run_dir
 
 #: The group's record in its parent folder.
@@ -136,17 +142,9 @@ def run_group(parent: Path, args: list[str], seeds: list[int], jobs: int,
 
 
 def _start(seed: Seed, args: list[str], threads: int, passthrough: list[str]) -> None:
-    resume = (seed.run_dir / "checkpoints").is_dir() and any(
-        (seed.run_dir / "checkpoints").glob("*.pt"))
-    overrides = [a for a in args if "=" in a]
-    command = [sys.executable, "-m", "rltrain.cli", "fit", *passthrough]
-    if resume:
-        command += ["--resume", str(seed.run_dir), *_resumable(overrides)]
-    else:
-        command += [*args, f"strategy.seed={seed.seed}", f"trainer.run_dir={seed.run_dir}",
-                    "trainer.enable_progress_bar=false", f"trainer.num_threads={threads}"]
-        if seed.run_dir.is_dir():  # this group's seed, stopped before its first checkpoint
-            command.append("--overwrite")
+    command, resume = fit_command(
+        seed.run_dir, [*args, f"strategy.seed={seed.seed}", f"trainer.num_threads={threads}"],
+        _resumable([a for a in args if "=" in a]), passthrough)
     seed.log = (seed.run_dir.parent / f"seed-{seed.seed}.log").open("ab")
     seed.process = start(command, seed.log)
     seed.started = time.monotonic()

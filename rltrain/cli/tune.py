@@ -31,7 +31,6 @@ import json
 import math
 import os
 import signal
-import sys
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -43,8 +42,15 @@ import numpy as np
 from omegaconf import DictConfig, OmegaConf
 
 from rltrain.checkpoint.files import atomic_write_text
-from rltrain.cli.plot import read_rows
-from rltrain.cli.processes import Stops, ended_on_signal, last_line, start, summary
+from rltrain.cli.plot import read_rows, read_run
+from rltrain.cli.processes import (
+    Stops,
+    ended_on_signal,
+    fit_command,
+    last_line,
+    start,
+    summary,
+)
 from rltrain.cli.tune_space import Dimension, overrides_of, parse_space, read_space, space_path
 from rltrain.config.presets import choose_preset
 from rltrain.config.schema import compose
@@ -253,17 +259,11 @@ class Tuner:
         if summary(run_dir) and not ended_on_signal(run_dir):  # ended before it was recorded
             self._complete(trial, run_dir, config)
             return True
-        resume = any((run_dir / "checkpoints").glob("*.pt"))
-        command = [sys.executable, "-m", "rltrain.cli", "fit", *self.setup.passthrough]
-        if resume:
-            command += ["--resume", str(run_dir)]
-        else:
-            command += [*self.setup.files, *self.setup.overrides, *overrides_of(params),
-                        f"trainer.run_dir={run_dir}", "trainer.enable_progress_bar=false",
-                        f"trainer.num_threads={self._threads(config)}",
-                        *(["--overwrite"] if run_dir.exists() else [])]
-            if config.trainer.checkpoint_interval is None:
-                command.append(f"trainer.checkpoint_interval={config.trainer.eval_interval}")
+        every = config.trainer.checkpoint_interval or config.trainer.eval_interval
+        command, resume = fit_command(
+            run_dir, [*self.setup.files, *self.setup.overrides, *overrides_of(params),
+                      f"trainer.num_threads={self._threads(config)}",
+                      f"trainer.checkpoint_interval={every}"], [], self.setup.passthrough)
         running = Running(trial, run_dir, config)
         running.reported = {int(step) for frozen in self.study.get_trials(deepcopy=False)
                             if frozen.number == trial.number
@@ -352,14 +352,10 @@ class Tuner:
 
 def objective(run_dir: Path, kind: str, config: DictConfig) -> float:
     """The trial's score from its evaluations (module docstring)."""
-    steps: dict[float, float] = {}
-    for row in read_rows(run_dir / "metrics.jsonl"):
-        if row.get("event") == "evaluation" and row.get("eval/return_mean") is not None:
-            steps[float(row["env_steps"])] = float(row["eval/return_mean"])  # a resume's last
-    if not steps:
-        raise ValueError(f"{run_dir} made no evaluation: the trial cannot be scored.")
-    x = np.array(sorted(steps))
-    y = np.array([steps[s] for s in x])
+    run = read_run(run_dir)
+    evaluations = dict(zip(run.env_steps, run.returns, strict=True))  # a resume's last
+    x = np.array(sorted(evaluations))
+    y = np.array([evaluations[s] for s in x])
     if kind == "final":
         return float(y[-1])
     if kind == "best":
