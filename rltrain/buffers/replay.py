@@ -132,22 +132,23 @@ class ReplayBuffer(SampledReplay):
 
     def add(self, transitions: Transitions) -> None:
         """Append one vector step's transitions (one row per sub-env), overwriting the oldest."""
-        n = len(transitions.rewards)
+        observations, actions, rewards, next_observations, terminated, truncated, _ = transitions
+        n, cursor, capacity = len(rewards), self.cursor, self.capacity
         if n != self.num_envs and (self.n_step > 1 or self.prioritized is not None):
             raise ValueError(f"This ReplayBuffer was built for {self.num_envs} sub-envs (its "
                              f"n-step windows and priorities need them); got {n} rows.")
-        end = self.cursor + n
-        idx: slice | np.ndarray = (slice(self.cursor, end) if end <= self.capacity
-                                   else np.arange(self.cursor, end) % self.capacity)
-        _store(self.observations, idx, transitions.observations)
-        self.actions[idx] = transitions.actions
-        self.rewards[idx] = transitions.rewards
-        _store(self.next_observations, idx, transitions.next_observations)
-        self.terminated[idx] = transitions.terminated
-        self.truncated[idx] = transitions.truncated
-        self._added(self.cursor, n)
-        self.cursor = (self.cursor + n) % self.capacity
-        self.size = min(self.size + n, self.capacity)
+        end = cursor + n
+        idx: slice | np.ndarray = (slice(cursor, end) if end <= capacity
+                                   else np.arange(cursor, end) % capacity)
+        _store(self.observations, idx, observations)
+        self.actions[idx] = actions
+        self.rewards[idx] = rewards
+        _store(self.next_observations, idx, next_observations)
+        self.terminated[idx] = terminated
+        self.truncated[idx] = truncated
+        self._added(cursor, n)
+        self.cursor = end % capacity
+        self.size = min(self.size + n, capacity)
 
     def _rows(self, idx: np.ndarray, last: np.ndarray) -> ReplayBatch:
         def take(array: np.ndarray, at: np.ndarray = idx) -> torch.Tensor:

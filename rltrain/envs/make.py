@@ -215,11 +215,18 @@ class _SubEnv(gym.Wrapper[Any, Any, Any, Any]):
     """Sub-env ``index`` of a vector env: its own spaces seeded from the run's seed (not from
     OS entropy), and its failures raised as :class:`SubEnvError` naming it."""
 
+    #: The shape every observation must have: the ``Box`` space's when the sub-env was made
+    #: (the vector env's storage is laid out for it), else None (checked by
+    #: :func:`shape_mismatch`). A class default for sub-envs pickled before it existed.
+    box_shape: tuple[int, ...] | None = None
+
     def __init__(self, env: gym.Env[Any, Any], index: int, seed: int) -> None:
         super().__init__(env)
         self.index = index
         env.action_space.seed(seed)
         env.observation_space.seed(seed)
+        space = env.observation_space
+        self.box_shape = space.shape if type(space) is gym.spaces.Box else None
 
     def step(self, action: Any) -> Any:
         try:
@@ -241,6 +248,8 @@ class _SubEnv(gym.Wrapper[Any, Any, Any, Any]):
         """Refuse an observation of another shape than the space's (checked at the start of
         the run; an env may change it later), naming both shapes, before the vector env's
         concatenation fails on it with neither."""
+        if self.box_shape is not None and getattr(observation, "shape", None) == self.box_shape:
+            return  # the common case, every step: an array of the declared shape
         problem = shape_mismatch(self.observation_space, observation)
         if problem is not None:
             raise SubEnvError(

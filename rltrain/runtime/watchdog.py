@@ -153,7 +153,7 @@ def call_within(timeout: float | None, call: Callable[..., T], *args: Any, **kwa
     :data:`STOP_GRACE` seconds after a stop signal. Elsewhere nothing can interrupt it: a call
     that returns later than ``timeout`` raises :class:`EnvCallHung` as it returns.
     """
-    watch = WATCH if threading.current_thread() is threading.main_thread() else None
+    watch = WATCH if threading.get_ident() == threading.main_thread().ident else None
     started = time.monotonic() if timeout is not None else 0.0
     if watch is not None:
         watch.begin(timeout)

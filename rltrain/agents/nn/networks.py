@@ -124,11 +124,13 @@ class QNetwork(nn.Module):
     def forward(self, obs: ObsTensors) -> torch.Tensor:
         """Q-values, shape ``[batch, num_actions]``; ``[batch, num_actions, atoms]`` for
         ``atoms > 1``."""
-        obs = self.encoder(obs)
+        # The parts' forward is called directly, as MLP calls its layers' (their hooks do not
+        # run; register hooks on the QNetwork): two Module.__call__ fewer per acting step.
+        encoded: torch.Tensor = self.encoder.forward(obs)
         if not self.dueling:
-            out: torch.Tensor = self.q(obs)
+            out: torch.Tensor = self.q.forward(encoded)
             return out if self.atoms == 1 else out.view(-1, self.num_actions, self.atoms)
-        features = self.torso(obs)
+        features = self.torso.forward(encoded)
         shape = (-1, self.num_actions) if self.atoms == 1 else (-1, self.num_actions, self.atoms)
         advantage = self.advantage(features).view(shape)
         value = self.value(features).view(shape[0], 1, *shape[2:])

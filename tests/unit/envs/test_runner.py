@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+import pickle
 from typing import Any
 
 import gymnasium as gym
 import numpy as np
 import pytest
 import torch
+from conftest import ShapeShifter
 
 from rltrain.agents.base import Policy
+from rltrain.envs.errors import SubEnvError
 from rltrain.envs.make import EnvSpec, make_vector_env
 from rltrain.envs.runner import Runner
 from rltrain.types import PolicyState, PolicyStep, Progress
@@ -275,5 +278,108 @@ def test_recurrent_state_resets_only_where_an_episode_ended() -> None:
             assert isinstance(runner.policy_state, torch.Tensor)
             states.append(runner.policy_state.tolist())
         assert states == [[1, 1], [0, 2], [1, 0], [0, 1]]
+    finally:
+        envs.close()
+
+
+class PoisonEnv(gym.Env[np.ndarray, int]):
+    """``size`` floats of ``dtype``, all zero except ``obs[index] = value`` at the second step
+    of sub-env ``bad`` (its seed), or the reward ``value`` there with ``in_reward``."""
+
+    def __init__(self, size: int, dtype: type, index: int, value: float, bad: int,
+                 in_reward: bool = False) -> None:
+        self.observation_space = gym.spaces.Box(-np.inf, np.inf, (size,), dtype)
+        self.action_space = gym.spaces.Discrete(2)
+        self.size, self.dtype, self.index, self.value = size, dtype, index, value
+        self.bad, self.in_reward, self.steps, self.seed = bad, in_reward, 0, -1
+
+    def reset(self, *, seed: int | None = None,
+              options: dict[str, Any] | None = None) -> tuple[np.ndarray, dict[str, Any]]:
+        self.seed = seed if seed is not None else self.seed
+        return np.zeros(self.size, self.dtype), {}
+
+    def step(self, action: int) -> tuple[np.ndarray, float, bool, bool, dict[str, Any]]:
+        self.steps += 1
+        obs, reward = np.zeros(self.size, self.dtype), 0.0
+        if self.steps == 2 and self.seed == self.bad:
+            if self.in_reward:
+                reward = self.value
+            else:
+                obs[self.index] = self.value
+        return obs, reward, False, False, {}
+
+
+@pytest.mark.parametrize("size", [1, 8, 64, 65, 300])  # Python floats up to 64, NumPy above
+@pytest.mark.parametrize("value", [np.nan, np.inf, -np.inf])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64, np.float16])
+def test_a_non_finite_observation_is_refused_naming_its_sub_env_at_any_size(
+        size: int, value: float, dtype: type) -> None:
+    envs = make_vector_env(lambda: PoisonEnv(size, dtype, size - 1, value, bad=2),
+                           num_envs=3, seed=0)
+    runner = Runner(envs, device=CPU, progress=Progress())
+    try:
+        runner.reset(seed=0)
+        runner.step(np.zeros(3, dtype=np.int64))  # finite: taken
+        with pytest.raises(FloatingPointError) as caught:
+            runner.step(np.zeros(3, dtype=np.int64))
+        row = np.zeros(size, dtype)
+        row[-1] = value
+        # Small rows whole; larger ones by where they are not finite.
+        shown = (str(row) if size <= 8
+                 else f"1 of its {size} values, the first at index {size - 1}: {row[-1]}")
+        assert (f"Sub-env 2 returned a non-finite observation ({shown}) at env step 6 "
+                "(vector step 2)") in str(caught.value), str(caught.value)
+        assert runner.envs_out_of_step  # checkpoints leave the envs out
+    finally:
+        envs.close()
+
+
+@pytest.mark.parametrize("value", [np.nan, np.inf, -np.inf])
+def test_a_non_finite_reward_is_refused_naming_its_sub_env(value: float) -> None:
+    envs = make_vector_env(lambda: PoisonEnv(4, np.float32, 0, value, bad=1, in_reward=True),
+                           num_envs=3, seed=0)
+    runner = Runner(envs, device=CPU, progress=Progress())
+    try:
+        runner.reset(seed=0)
+        runner.step(np.zeros(3, dtype=np.int64))
+        with pytest.raises(FloatingPointError,
+                           match=r"Sub-env 1 returned a non-finite reward \((nan|-?inf)\)"):
+            runner.step(np.zeros(3, dtype=np.int64))
+    finally:
+        envs.close()
+
+
+def test_large_finite_values_are_not_refused() -> None:
+    """Values near float32's largest: their sum overflows, each of them is finite."""
+    top = float(np.finfo(np.float32).max)
+    envs = make_vector_env(lambda: PoisonEnv(8, np.float32, 3, top, bad=0), num_envs=1, seed=0)
+    runner = Runner(envs, device=CPU, progress=Progress())
+    try:
+        runner.reset(seed=0)
+        seen = [runner.step(np.zeros(1, dtype=np.int64))[0].next_observations[0, 3]
+                for _ in range(3)]
+        assert seen == [0.0, top, 0.0]
+    finally:
+        envs.close()
+
+
+@pytest.mark.parametrize("pickled_before_box_shape", [False, True])
+def test_a_sub_env_refuses_an_observation_of_another_shape(
+        pickled_before_box_shape: bool) -> None:
+    """Also a sub-env restored from a checkpoint written before sub-envs kept their space's
+    shape (``_SubEnv.box_shape``): it falls back to comparing with the space."""
+    envs = make_vector_env(ShapeShifter, num_envs=1, seed=0)
+    try:
+        sub_env = envs.envs[0]  # type: ignore[attr-defined]
+        if pickled_before_box_shape:
+            del sub_env.box_shape
+            sub_env = pickle.loads(pickle.dumps(sub_env))
+            assert "box_shape" not in vars(sub_env) and sub_env.box_shape is None
+        sub_env.reset(seed=0)
+        for _ in range(44):
+            sub_env.step(0)
+        with pytest.raises(SubEnvError, match=r"sub-env 0 returned from step\(\) an observation "
+                           r"of shape \(5,\), but its observation space .* has shape \(3,\)"):
+            sub_env.step(0)
     finally:
         envs.close()
