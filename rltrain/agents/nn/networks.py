@@ -102,6 +102,9 @@ class QNetwork(nn.Module):
             arXiv:1511.06581, Eq. 9), per atom for ``atoms > 1`` (as Rainbow).
         atoms: Outputs per action. Default 1.
         layer_norm: A LayerNorm after each hidden layer (PQN's). Default False.
+
+    Its forward calls the encoder's and the MLP's ``forward`` directly, as :class:`MLP` calls
+    its layers': hooks registered on those parts do not run; register them on the QNetwork.
     """
 
     def __init__(self, obs: int | Encoder, num_actions: int, hidden_sizes: Sequence[int],
@@ -124,8 +127,8 @@ class QNetwork(nn.Module):
     def forward(self, obs: ObsTensors) -> torch.Tensor:
         """Q-values, shape ``[batch, num_actions]``; ``[batch, num_actions, atoms]`` for
         ``atoms > 1``."""
-        # The parts' forward is called directly, as MLP calls its layers' (their hooks do not
-        # run; register hooks on the QNetwork): two Module.__call__ fewer per acting step.
+        # Two Module.__call__ fewer per acting step (docs/benchmarks.md, "Figures behind
+        # implementation choices").
         encoded: torch.Tensor = self.encoder.forward(obs)
         if not self.dueling:
             out: torch.Tensor = self.q.forward(encoded)

@@ -270,6 +270,28 @@ def test_dueling_head_equals_value_plus_centred_advantage() -> None:
     assert value.shape == (5, 1) and advantage.shape == (5, 4)
 
 
+@pytest.mark.parametrize("dueling", [False, True])
+def test_q_network_equals_its_parts_called_as_modules_and_runs_its_own_hooks(
+        dueling: bool) -> None:
+    """The Q-network calls its parts' forward directly; the result is the modules' own, and a
+    hook registered on the Q-network runs (one on a part does not: documented)."""
+    torch.manual_seed(0)
+    net = build(DQNConfig(hidden_sizes=[16, 8], dueling=dueling), obs_dim=3,
+                num_actions=4).q_network
+    obs = torch.randn(5, 3)
+    seen: list[torch.Tensor] = []
+    net.register_forward_hook(lambda module, args, out: seen.append(out))
+    q = net(obs)
+    if dueling:
+        features = net.torso(net.encoder(obs))
+        advantage = net.advantage(features)
+        expected = net.value(features) + advantage - advantage.mean(dim=1, keepdim=True)
+    else:
+        expected = net.q(net.encoder(obs))
+    assert torch.equal(q, expected)
+    assert len(seen) == 1 and seen[0] is q
+
+
 def test_dueling_without_hidden_layers_is_rejected() -> None:
     with pytest.raises(ValueError, match="hidden layer"):
         build(DQNConfig(hidden_sizes=[], dueling=True))
