@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -96,18 +97,71 @@ def read_rows(path: Path) -> list[dict[str, Any]]:
     for number, line in enumerate(lines, 1):
         if not line.strip():
             continue
-        try:
-            row = json.loads(line)
-        except (json.JSONDecodeError, RecursionError) as error:
-            if number == len(lines) and isinstance(error, json.JSONDecodeError):
-                break
-            raise ValueError(f"{path}:{number} is not a JSON line: {error}.") from None
-        if not isinstance(row, dict) or not all(_number(row.get(key)) for key in NUMBERS):
-            raise ValueError(f"{path}:{number} is not a metrics row (a JSON object whose "
-                             f"{', '.join(NUMBERS)} are finite numbers); it was not written "
-                             "by rltrain, or it was altered.")
+        row = _row(line, f"{path}:{number}", last=number == len(lines))
+        if row is None:
+            break
         rows.append(row)
     return rows
+
+
+def _row(line: str, where: str, *, last: bool = False) -> dict[str, Any] | None:
+    """One ``metrics.jsonl`` line as a row, checked (``where`` names it in an error); None
+    for the file's ``last`` line when it is not JSON (cut short by a crash)."""
+    try:
+        row = json.loads(line)
+    except (json.JSONDecodeError, RecursionError) as error:
+        if last and isinstance(error, json.JSONDecodeError):
+            return None
+        raise ValueError(f"{where} is not a JSON line: {error}.") from None
+    if not isinstance(row, dict) or not all(_number(row.get(key)) for key in NUMBERS):
+        raise ValueError(f"{where} is not a metrics row (a JSON object whose "
+                         f"{', '.join(NUMBERS)} are finite numbers); it was not written "
+                         "by rltrain, or it was altered.")
+    return row
+
+
+@dataclass
+class MetricsTail:
+    """The rows a ``metrics.jsonl`` still being written gained since the last :meth:`read`:
+    each line is read once (a whole file read again at each poll grows with the run), and a
+    last line not yet ended by its newline waits for the next read. Rows are checked as
+    :func:`read_rows` checks them. A file that shrank (the run started again) is read from
+    its start.
+
+    Attributes:
+        path: The ``metrics.jsonl``.
+        offset: Bytes of it read so far (whole lines).
+        lines: Lines read so far (for messages).
+    """
+
+    path: Path
+    offset: int = 0
+    lines: int = 0
+
+    def read(self) -> list[dict[str, Any]]:
+        """The rows of the lines ended since the last read."""
+        try:
+            with self.path.open("rb") as file:
+                if file.seek(0, os.SEEK_END) < self.offset:
+                    self.offset = self.lines = 0
+                file.seek(self.offset)
+                data = file.read()
+        except FileNotFoundError:
+            return []
+        whole = data[:data.rfind(b"\n") + 1]
+        rows = []
+        for raw in whole.splitlines():
+            self.lines += 1
+            try:
+                line = raw.decode("utf-8")
+            except UnicodeDecodeError as error:
+                raise ValueError(f"{self.path}:{self.lines} is not UTF-8 text ({error}); it "
+                                 "was not written by rltrain, or it was altered.") from None
+            row = _row(line, f"{self.path}:{self.lines}") if line.strip() else None
+            if row is not None:
+                rows.append(row)
+        self.offset += len(whole)
+        return rows
 
 
 def _number(value: Any) -> bool:

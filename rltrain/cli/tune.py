@@ -42,7 +42,7 @@ import numpy as np
 from omegaconf import DictConfig, OmegaConf
 
 from rltrain.checkpoint.files import atomic_write_text
-from rltrain.cli.plot import read_rows, read_run
+from rltrain.cli.plot import MetricsTail, read_run
 from rltrain.cli.processes import (
     Stops,
     ended_on_signal,
@@ -202,7 +202,10 @@ class Running:
     log: IO[bytes] | None = None
     reported: set[int] = field(default_factory=set)
     pruned: bool = False
-    size: int = -1
+    metrics: MetricsTail = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.metrics = MetricsTail(self.run_dir / "metrics.jsonl")
 
 
 class Tuner:
@@ -283,13 +286,13 @@ class Tuner:
 
     def _poll(self, running: Running) -> None:
         """Report the run's new evaluations; stop it when the pruner says so."""
-        path = running.run_dir / "metrics.jsonl"
-        size = path.stat().st_size if path.is_file() else -1
-        if size == running.size or running.pruned:
+        if running.pruned:
             return
-        running.size = size
+        rows = running.metrics.read()
+        if not rows:
+            return
         interval = int(running.config.trainer.eval_interval)
-        for row in read_rows(path):
+        for row in rows:
             if row.get("event") != "evaluation" or row.get("eval/return_mean") is None:
                 continue
             step = round(float(row["env_steps"]) / interval)

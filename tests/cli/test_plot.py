@@ -14,7 +14,15 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from rltrain.cli.plot import RunCurve, aggregate, group_runs, learning_curves, read_run
+from rltrain.cli.plot import (
+    MetricsTail,
+    RunCurve,
+    aggregate,
+    group_runs,
+    learning_curves,
+    read_rows,
+    read_run,
+)
 from rltrain.config.schema import compose
 from rltrain.trainer import build
 
@@ -137,3 +145,38 @@ def test_rltrain_plot_writes_the_file_and_prints_each_group(
 def test_a_folder_without_metrics_is_refused_naming_it(tmp_path: Path) -> None:
     with pytest.raises(FileNotFoundError, match=r"No metrics\.jsonl in"):
         learning_curves([tmp_path])
+
+
+def _line(env_steps: int, value: float) -> bytes:
+    return (json.dumps({"event": "evaluation", "env_steps": env_steps,
+                        "eval/return_mean": value, "time/elapsed": 1.0}) + "\n").encode()
+
+
+def test_a_metrics_tail_reads_each_whole_line_once_and_waits_for_a_line_being_written(
+        tmp_path: Path) -> None:
+    path = tmp_path / "metrics.jsonl"
+    tail = MetricsTail(path)
+    assert tail.read() == []  # not written yet
+    first, second, third = _line(100, 1.0), _line(200, 2.0), _line(300, 3.0)
+    path.write_bytes(first + second[:10])  # the second line half written
+    assert [row["env_steps"] for row in tail.read()] == [100]
+    assert tail.read() == []
+    with path.open("ab") as file:
+        file.write(second[10:] + third)
+    assert [row["env_steps"] for row in tail.read()] == [200, 300]
+    assert read_rows(path) == [json.loads(line) for line in (first, second, third)]
+    path.write_bytes(_line(50, 0.5))  # the run started again: a shorter file
+    assert [row["env_steps"] for row in tail.read()] == [50]
+
+
+@pytest.mark.parametrize(("line", "error"), [
+    (b"not json\n", r"metrics\.jsonl:2 is not a JSON line"),
+    (b'{"env_steps": "many"}\n', r"metrics\.jsonl:2 is not a metrics row"),
+    (b"\xff\xfe\n", r"metrics\.jsonl:2 is not UTF-8 text"),
+])
+def test_a_metrics_tail_refuses_a_line_rltrain_did_not_write_naming_it(
+        tmp_path: Path, line: bytes, error: str) -> None:
+    path = tmp_path / "metrics.jsonl"
+    path.write_bytes(_line(100, 1.0) + line)
+    with pytest.raises(ValueError, match=error):
+        MetricsTail(path).read()
