@@ -252,6 +252,7 @@ def compare(run_dirs: Iterable[str | Path], *, metric: Metric = "final",
     runs = [read_run(run_dir) for run_dir in expand(run_dirs)]
     if not runs:
         raise ValueError("No run directories to compare.")
+    warn_mixed_envs(runs)
     threshold = shared_threshold(runs) if threshold is None else threshold
     grouped = group_runs(runs)
     stats = []
@@ -270,6 +271,19 @@ def compare(run_dirs: Iterable[str | Path], *, metric: Metric = "final",
     taus, curves = profiles(chosen, reps, seed)
     return Comparison(groups=stats, metric=metric, threshold=threshold,
                       improvement=improvement(chosen, reps, seed), taus=taus, profiles=curves)
+
+
+def warn_mixed_envs(runs: Sequence[RunCurve]) -> None:
+    """Warn when the runs were trained on different environments: returns are compared as
+    they are (not normalised), so across envs the aggregates, profiles and improvement
+    probabilities compare scales rather than agents."""
+    envs = sorted({str(run.config.get("env.id")) for run in runs if "env.id" in run.config})
+    if len(envs) > 1:
+        warnings.warn(
+            f"These runs were trained on {len(envs)} environments ({', '.join(envs)}): their "
+            "returns are on different scales and are not normalised here, so the comparison "
+            "measures the environments as much as the agents. Compare runs of one "
+            "environment.", stacklevel=2)
 
 
 def shared_threshold(runs: Sequence[RunCurve]) -> float | None:

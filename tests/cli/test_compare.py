@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import math
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -74,11 +75,12 @@ def test_time_to_threshold_is_kaplan_meier_with_censored_runs() -> None:
     assert time_to_threshold([5e3], [True]).value == 5e3
 
 
-def write_run(run_dir: Path, lr: float, seed: int, returns: list[float]) -> None:
+def write_run(run_dir: Path, lr: float, seed: int, returns: list[float],
+              env_id: str = "CartPole-v1") -> None:
     """A run directory as rltrain writes it (config.yaml, metrics.jsonl)."""
     run_dir.mkdir(parents=True)
     (run_dir / "config.yaml").write_text(
-        f"agent:\n  name: ppo\n  lr: {lr}\nenv:\n  id: CartPole-v1\nstrategy:\n  seed: {seed}\n"
+        f"agent:\n  name: ppo\n  lr: {lr}\nenv:\n  id: {env_id}\nstrategy:\n  seed: {seed}\n"
         f"trainer:\n  run_dir: {run_dir}\n  return_threshold: 400.0\n")
     rows = [{"event": "start", "env_steps": 0}]
     for k, value in enumerate(returns, 1):
@@ -120,3 +122,17 @@ def test_the_command_writes_the_table_and_the_figure(tmp_path: Path) -> None:
     assert not (tmp_path / "report.txt").exists()
     missing = rltrain("compare", "nowhere", cwd=tmp_path)
     assert missing.returncode == 2 and "No metrics.jsonl in nowhere" in missing.stderr
+
+
+def test_runs_of_different_environments_are_compared_with_a_warning(tmp_path: Path) -> None:
+    for seed in range(2):
+        write_run(tmp_path / "cartpole" / f"seed-{seed}", 1e-3, seed, [100.0, 400.0 + seed])
+        write_run(tmp_path / "acrobot" / f"seed-{seed}", 1e-3, seed, [-300.0, -90.0 - seed],
+                  env_id="Acrobot-v1")
+    with pytest.warns(UserWarning, match=r"trained on 2 environments \(Acrobot-v1, "
+                      r"CartPole-v1\): their returns are on different scales"):
+        result = compare([tmp_path / "cartpole", tmp_path / "acrobot"], reps=200)
+    assert len(result.groups) == 2
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # one environment: no warning
+        compare([tmp_path / "cartpole"], reps=200)
