@@ -21,6 +21,7 @@ from typing_extensions import override
 
 from rltrain.agents.dqn import DQN, DQNConfig
 from rltrain.agents.nn.masking import action_mask, masked_values
+from rltrain.agents.nn.noisy import reset_noise
 from rltrain.agents.replay_terms import discount, send_td_errors, weighted
 from rltrain.buffers.replay import ReplayBatch
 from rltrain.config.registry import register_agent
@@ -100,6 +101,7 @@ class C51(DQN):
     @override
     def training_step(self, batch: ReplayBatch, optim: Optimization) -> dict[str, MetricValue]:
         c = self.config
+        reset_noise(self.noisy_layers)  # one draw per network for the step (noisy layers)
         z = self.support
         with torch.no_grad():
             next_probs = self.target_network(batch.next_observations).softmax(dim=-1)

@@ -31,6 +31,7 @@ from rltrain.agents.nn.masking import (
     masked_values,
 )
 from rltrain.agents.nn.networks import QNetwork, soft_update
+from rltrain.agents.nn.noisy import NoisyLinear, means_only, noisy_layers, reset_noise
 from rltrain.agents.nn.observation_spaces import encoder_check
 from rltrain.agents.replay_terms import discount, send_td_errors, weighted
 from rltrain.buffers.observations import layout, leading_tensor
@@ -73,6 +74,13 @@ class DQNConfig:
         encoder: How 3-D ``Box`` observations are encoded: ``"auto"`` (a CNN for images,
             decided as Stable-Baselines3 does; other grids flattened), ``"mlp"`` (flattened)
             or ``"cnn"`` (a CNN). Default ``"auto"`` (docs/encoders.md).
+        noisy: Noisy linear layers after the encoder (Fortunato et al. 2018,
+            arXiv:1706.10295; Rainbow's exploration): new noise for each acting step and
+            each gradient step (online and target networks apart), none when acting greedily.
+            Set ``epsilon_start`` and ``epsilon_end`` to 0 to explore by the noise alone.
+            Default False.
+        noisy_sigma0: The noisy layers' initial noise scale ``σ0`` (each ``σ`` starts at
+            ``σ0 / √inputs``). Default 0.5 (the paper's).
     """
 
     hidden_sizes: list[int] = field(default_factory=lambda: [256, 256])
@@ -89,6 +97,8 @@ class DQNConfig:
     huber_delta: float = 1.0
     normalize_images: bool = True
     encoder: str = "auto"
+    noisy: bool = False
+    noisy_sigma0: float = 0.5
 
     def __post_init__(self) -> None:
         checks = [
@@ -109,6 +119,9 @@ class DQNConfig:
              f"hidden_sizes must be positive widths; got {list(self.hidden_sizes)}."),
             (self.huber_delta > 0,
              f"huber_delta must be > 0 (the Huber loss's threshold); got {self.huber_delta}."),
+            (self.noisy_sigma0 > 0,
+             f"noisy_sigma0 must be > 0 (the noisy layers' initial noise scale); got "
+             f"{self.noisy_sigma0}."),
         ]
         require(config_name(self), checks)  # a subclass's errors name it
         check_typed_fields(config_name(self), self)
@@ -130,12 +143,16 @@ class DQNPolicy(Policy):
         self.q_network = q_network
         self.num_actions = num_actions
         self.epsilon = epsilon
+        self.noisy_layers = noisy_layers(q_network)
 
     @override
     def act(self, obs: ObsTensors, state: PolicyState, deterministic: bool) -> PolicyStep:
         mask = action_mask(obs)
-        if deterministic:
-            return PolicyStep(masked_values(self.q_network(obs), mask).argmax(dim=1), None, {})
+        if deterministic:  # greedy on the noisy layers' means
+            with means_only(self.noisy_layers):
+                q_values = self.q_network(obs)
+            return PolicyStep(masked_values(q_values, mask).argmax(dim=1), None, {})
+        reset_noise(self.noisy_layers)  # new noise for each acting step
         if mask is not None:
             greedy = masked_values(self.q_network(obs), mask).argmax(dim=1)
             actions = epsilon_greedy(greedy, mask, self.epsilon(), self.num_actions)
@@ -180,6 +197,8 @@ class DQN(LearningAgent):
         super().__init__()
         self.config = config if config is not None else DQNConfig()
         self.num_actions = 0
+        #: The noisy layers of both networks (none without ``config.noisy``).
+        self.noisy_layers: list[NoisyLinear] = []
 
     @override
     def check_spaces(self, observation_space: gym.Space[Any], action_space: gym.Space[Any]) -> None:
@@ -207,9 +226,11 @@ class DQN(LearningAgent):
         self.built_for = str(observation_space)
         encoder = make_encoder(observation_space, normalize_images=self.config.normalize_images,
                                encoder=self.config.encoder)
-        self.q_network = QNetwork(encoder, self.num_actions, self.config.hidden_sizes,
-                                  dueling=self.config.dueling, atoms=self.atoms)
+        c = self.config
+        self.q_network = QNetwork(encoder, self.num_actions, c.hidden_sizes, dueling=c.dueling,
+                                  atoms=self.atoms, noise=c.noisy_sigma0 if c.noisy else None)
         self.target_network = copy.deepcopy(self.q_network).requires_grad_(False)
+        self.noisy_layers = noisy_layers(self.q_network) + noisy_layers(self.target_network)
 
     @property
     def atoms(self) -> int:
@@ -237,6 +258,7 @@ class DQN(LearningAgent):
     @override
     def training_step(self, batch: ReplayBatch, optim: Optimization) -> dict[str, MetricValue]:
         c = self.config
+        reset_noise(self.noisy_layers)  # one draw per network for the step (noisy layers)
         with torch.no_grad():
             next_mask = action_mask(batch.next_observations)  # max over valid actions only
             next_q_target = masked_values(self.target_network(batch.next_observations),

@@ -22,6 +22,7 @@ from typing_extensions import override
 
 from rltrain.agents.dqn import DQN, DQNConfig
 from rltrain.agents.nn.masking import action_mask, masked_values
+from rltrain.agents.nn.noisy import reset_noise
 from rltrain.agents.replay_terms import discount, send_td_errors, weighted
 from rltrain.buffers.replay import ReplayBatch
 from rltrain.config.registry import register_agent
@@ -107,6 +108,7 @@ class QRDQN(DQN):
     @override
     def training_step(self, batch: ReplayBatch, optim: Optimization) -> dict[str, MetricValue]:
         c = self.config
+        reset_noise(self.noisy_layers)  # one draw per network for the step (noisy layers)
         with torch.no_grad():
             next_quantiles = self.target_network(batch.next_observations)  # [B, A, N]
             chooser = self.q_network(batch.next_observations) if c.double_q else next_quantiles

@@ -12,6 +12,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from rltrain.agents.nn.encoders import Encoder, FlatEncoder
+from rltrain.agents.nn.noisy import NoisyLinear
 from rltrain.buffers.replay import check_fits
 from rltrain.types import ObsTensors
 
@@ -67,25 +68,37 @@ def check_parameters_fit(parameters: int, what: str,
                fix)
 
 
-def check_mlp_fits(in_features: int, hidden_sizes: Sequence[int], out_features: int) -> None:
-    """:func:`check_parameters_fit` for an MLP of these widths."""
+def check_mlp_fits(in_features: int, hidden_sizes: Sequence[int], out_features: int,
+                   *, noisy: bool = False) -> None:
+    """:func:`check_parameters_fit` for an MLP of these widths (``noisy``: of noisy layers,
+    two parameters per weight)."""
     widths = [in_features, *hidden_sizes, out_features]
-    check_parameters_fit(linear_parameters(widths),
+    check_parameters_fit((2 if noisy else 1) * linear_parameters(widths),
                          f"a network of layer widths {', '.join(f'{w:,}' for w in widths)}")
 
 
+def linear(in_features: int, out_features: int, noise: float | None = None) -> nn.Module:
+    """``nn.Linear``, or with ``noise`` a :class:`~rltrain.agents.nn.noisy.NoisyLinear` of that
+    initial scale (``sigma0``)."""
+    if noise is None:
+        return nn.Linear(in_features, out_features)
+    return NoisyLinear(in_features, out_features, sigma0=noise)
+
+
 def mlp(in_features: int, hidden_sizes: Sequence[int], out_features: int,
-        activation: type[nn.Module] = nn.ReLU, *, layer_norm: bool = False) -> MLP:
+        activation: type[nn.Module] = nn.ReLU, *, layer_norm: bool = False,
+        noise: float | None = None) -> MLP:
     """A multilayer perceptron: Linear (+ LayerNorm with ``layer_norm``) + activation per hidden
-    size, then a Linear output. Refused with ``MemoryError`` before anything is allocated when
-    it could not train in the memory available (:func:`check_mlp_fits`)."""
-    check_mlp_fits(in_features, hidden_sizes, out_features)
+    size, then a Linear output; with ``noise``, noisy linear layers of that ``sigma0``
+    (:func:`linear`). Refused with ``MemoryError`` before anything is allocated when it could
+    not train in the memory available (:func:`check_mlp_fits`)."""
+    check_mlp_fits(in_features, hidden_sizes, out_features, noisy=noise is not None)
     layers: list[nn.Module] = []
     for size in hidden_sizes:
         norm = [nn.LayerNorm(size)] if layer_norm else []
-        layers += [nn.Linear(in_features, size), *norm, activation()]
+        layers += [linear(in_features, size, noise), *norm, activation()]
         in_features = size
-    layers.append(nn.Linear(in_features, out_features))
+    layers.append(linear(in_features, out_features, noise))
     return MLP(*layers)
 
 
@@ -102,13 +115,17 @@ class QNetwork(nn.Module):
             arXiv:1511.06581, Eq. 9), per atom for ``atoms > 1`` (as Rainbow).
         atoms: Outputs per action. Default 1.
         layer_norm: A LayerNorm after each hidden layer (PQN's). Default False.
+        noise: Noisy linear layers after the encoder, of this initial scale ``sigma0``
+            (:class:`~rltrain.agents.nn.noisy.NoisyLinear`; Rainbow's exploration); None:
+            plain ones. Default None.
 
     Its forward calls the encoder's and the MLP's ``forward`` directly, as :class:`MLP` calls
     its layers': hooks registered on those parts do not run; register them on the QNetwork.
     """
 
     def __init__(self, obs: int | Encoder, num_actions: int, hidden_sizes: Sequence[int],
-                 *, dueling: bool = False, atoms: int = 1, layer_norm: bool = False) -> None:
+                 *, dueling: bool = False, atoms: int = 1, layer_norm: bool = False,
+                 noise: float | None = None) -> None:
         super().__init__()
         self.encoder = as_encoder(obs)
         obs_dim = self.encoder.out_features
@@ -117,12 +134,13 @@ class QNetwork(nn.Module):
             if not hidden_sizes:
                 raise ValueError("A dueling Q-network needs at least one hidden layer.")
             self.torso = mlp(obs_dim, hidden_sizes[:-1], hidden_sizes[-1],
-                             layer_norm=layer_norm)
-            self.value = nn.Sequential(nn.ReLU(), nn.Linear(hidden_sizes[-1], atoms))
-            self.advantage = nn.Sequential(nn.ReLU(),
-                                           nn.Linear(hidden_sizes[-1], num_actions * atoms))
+                             layer_norm=layer_norm, noise=noise)
+            self.value = nn.Sequential(nn.ReLU(), linear(hidden_sizes[-1], atoms, noise))
+            self.advantage = nn.Sequential(
+                nn.ReLU(), linear(hidden_sizes[-1], num_actions * atoms, noise))
         else:
-            self.q = mlp(obs_dim, hidden_sizes, num_actions * atoms, layer_norm=layer_norm)
+            self.q = mlp(obs_dim, hidden_sizes, num_actions * atoms, layer_norm=layer_norm,
+                         noise=noise)
 
     def forward(self, obs: ObsTensors) -> torch.Tensor:
         """Q-values, shape ``[batch, num_actions]``; ``[batch, num_actions, atoms]`` for

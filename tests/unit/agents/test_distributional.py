@@ -140,9 +140,10 @@ def test_a_step_weights_rows_and_sends_back_priorities(agent_type: type) -> None
 
 
 def fit(agent_name: str, run_dir: Path, ckpt_path: str | None = None,
-        stop_at: int | None = None) -> None:
-    config = (C51Config(hidden_sizes=[16], v_min=0.0, v_max=50.0, dueling=True)
-              if agent_name == "c51" else QRDQNConfig(hidden_sizes=[16], dueling=True))
+        stop_at: int | None = None, noisy: bool = False) -> None:
+    config = (C51Config(hidden_sizes=[16], v_min=0.0, v_max=50.0, dueling=True, noisy=noisy)
+              if agent_name == "c51"
+              else QRDQNConfig(hidden_sizes=[16], dueling=True, noisy=noisy))
     strategy = OffPolicyStrategy(OffPolicyConfig(
         batch_size=16, warmup_steps=50, num_envs=2, train_interval=10, train_steps=3,
         buffer_size=500, seed=6, n_step=2, prioritized=True))
@@ -151,15 +152,19 @@ def fit(agent_name: str, run_dir: Path, ckpt_path: str | None = None,
                 ckpt_path=ckpt_path, eval_interval=None)
 
 
-@pytest.mark.parametrize("agent_name", ["c51", "qrdqn"])
-def test_a_run_resumes_bit_for_bit(agent_name: str, tmp_path: Path) -> None:
+@pytest.mark.parametrize(("agent_name", "noisy"),
+                         [("c51", False), ("qrdqn", False), ("c51", True), ("qrdqn", True)])
+def test_a_run_resumes_bit_for_bit(agent_name: str, noisy: bool, tmp_path: Path) -> None:
+    """With noisy layers too: their noise is drawn from torch's generator, which checkpoints
+    save, before each use."""
     straight, split = tmp_path / "straight", tmp_path / "split"
-    fit(agent_name, straight)
-    fit(agent_name, split, stop_at=50)  # mid-round: 3 gradient steps a round
-    fit(agent_name, split, ckpt_path="last")
+    fit(agent_name, straight, noisy=noisy)
+    fit(agent_name, split, stop_at=50, noisy=noisy)  # mid-round: 3 gradient steps a round
+    fit(agent_name, split, ckpt_path="last", noisy=noisy)
     a = Checkpointer.load(straight / "checkpoints" / "last.pt")
     b = Checkpointer.load(split / "checkpoints" / "last.pt")
     assert a["progress"]["env_steps"] == 300
+    assert noisy == any("weight_sigma" in key for key in a["agent"])
     for part in ("agent", "optimization", "buffer", "progress"):
         assert_same_tensors(a[part], b[part], part)
 
