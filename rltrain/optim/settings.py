@@ -7,6 +7,8 @@ from typing import Literal
 
 import torch
 
+from rltrain.optim.compiled import COMPILE_MODES
+
 #: Training precisions: float32, or autocast to bfloat16 / float16 (weights stay float32).
 DTYPES: dict[str, torch.dtype] = {"float32": torch.float32, "bfloat16": torch.bfloat16,
                                   "float16": torch.float16}
@@ -75,9 +77,10 @@ class OptimizationSettings:
         if self.on_nan_loss not in ("stop", "skip", "raise"):
             raise ValueError(f"on_nan_loss must be 'stop', 'skip' or 'raise'; got "
                              f"{self.on_nan_loss!r}.")
-        if self.compile not in (None, "default", "reduce-overhead", "max-autotune"):
-            raise ValueError(f"compile must be None, 'default', 'reduce-overhead' or "
-                             f"'max-autotune'; got {self.compile!r}.")
+        if self.compile is not None and self.compile not in COMPILE_MODES.values():
+            raise ValueError(f"compile must be None or a torch.compile mode "
+                             f"({', '.join(sorted(set(filter(None, COMPILE_MODES.values()))))}); "
+                             f"got {self.compile!r}.")
         object.__setattr__(self, "dtype", resolve_dtype(self.dtype))
 
     def hparams(self) -> dict[str, float | int | str | bool]:
