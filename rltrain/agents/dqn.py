@@ -68,6 +68,10 @@ class DQNConfig:
         exploration_steps: Env steps over which epsilon decays linearly (SB3's
             ``exploration_fraction × total_timesteps``: 0.16 × 50,000). Default 8,000.
         huber_delta: Huber (smooth L1) loss threshold. Default 1.0.
+        loss: The TD loss: ``"huber"``, Huber of threshold ``huber_delta`` on the TD error (the
+            Nature DQN's and SB3's), or ``"mse"``, its square (CleanRL's ``dqn.py``), whose
+            gradient grows with the error. Default ``"huber"``. C51 and QR-DQN keep their own
+            losses.
         normalize_images: Scale image pixels to [0, 1] in the CNN encoder (``uint8`` by 255;
             SB3's ``normalize_images``); False feeds them as they are (MiniGrid's object,
             colour and state indices). Default True.
@@ -95,6 +99,7 @@ class DQNConfig:
     epsilon_end: float = 0.04
     exploration_steps: int = 8_000
     huber_delta: float = 1.0
+    loss: str = "huber"
     normalize_images: bool = True
     encoder: str = "auto"
     noisy: bool = False
@@ -119,12 +124,18 @@ class DQNConfig:
              f"hidden_sizes must be positive widths; got {list(self.hidden_sizes)}."),
             (self.huber_delta > 0,
              f"huber_delta must be > 0 (the Huber loss's threshold); got {self.huber_delta}."),
+            (self.loss in TD_LOSSES,
+             f"loss must be one of {', '.join(TD_LOSSES)}; got {self.loss!r}."),
             (self.noisy_sigma0 > 0,
              f"noisy_sigma0 must be > 0 (the noisy layers' initial noise scale); got "
              f"{self.noisy_sigma0}."),
         ]
         require(config_name(self), checks)  # a subclass's errors name it
         check_typed_fields(config_name(self), self)
+
+
+#: The TD losses of :attr:`DQNConfig.loss`.
+TD_LOSSES = ("huber", "mse")
 
 
 def linear_schedule(start: float, end: float, duration: int, t: int) -> float:
@@ -277,8 +288,10 @@ class DQN(LearningAgent):
             td_target = batch.rewards + discount(batch, c.gamma) * (1.0 - batch.terminated) * next_q
         q_values = self.q_network(batch.observations)
         q_taken = q_values.gather(1, batch.actions.long().unsqueeze(1)).squeeze(1)
-        loss = weighted(F.huber_loss(q_taken, td_target, delta=c.huber_delta, reduction="none"),
-                        batch)
+        # L = Huber_δ(Q(s, a) − y), or (Q(s, a) − y)² with loss="mse"
+        errors = (F.huber_loss(q_taken, td_target, delta=c.huber_delta, reduction="none")
+                  if c.loss == "huber" else F.mse_loss(q_taken, td_target, reduction="none"))
+        loss = weighted(errors, batch)
         optim.step("q", loss)
         send_td_errors(batch, q_taken - td_target)
 

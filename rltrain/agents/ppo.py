@@ -169,7 +169,9 @@ class PPO(LearningAgent):
                                encoder=c.encoder)
         head = ActionHead(action_space, c.log_std_init, state_independent_std=not c.use_sde)
         latent = c.hidden_sizes[-1] if c.hidden_sizes else encoder.out_features
-        sde = (StateDependentNoise(latent, head.out_features, c.log_std_init, c.sde_sample_freq)
+        sde = (StateDependentNoise(latent, head.out_features, c.log_std_init, c.sde_sample_freq,
+                                   full_std=c.sde_full_std, expln=c.sde_expln,
+                                   learn_features=c.sde_learn_features)
                if c.use_sde else None)
         if c.recurrent is not None:
             self.net = RecurrentActorCritic(encoder, head, c.recurrent, c.recurrent_hidden_size,

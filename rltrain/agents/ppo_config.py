@@ -52,6 +52,13 @@ class PPOConfig:
             log-std; 1-D ``Box`` actions only. ``log_std_init`` starts its ``log σ``. Default False.
         sde_sample_freq: Env steps between draws of gSDE's exploration matrices; -1 draws only
             at each rollout's start (SB3's default). Default -1.
+        sde_full_std: gSDE learns one ``σ`` per feature and action; False: one per feature,
+            shared by the actions (SB3's ``full_std``). Default True.
+        sde_expln: gSDE's ``σ`` grows linearly above ``log σ = 0`` instead of exponentially
+            (SB3's ``use_expln``, which RL-Zoo's gSDE entries set). Default False.
+        sde_learn_features: The loss's gradient reaches the policy's features through gSDE's
+            noise and variance (SB3's ``learn_features``: its SAC does, its PPO detaches
+            them). Default False.
         ortho_init: Initialise the networks orthogonally (gains √2, 0.01 and 1, above); False
             keeps PyTorch's default initialisation (SB3's ``ortho_init=False``, RL-Zoo's MuJoCo
             presets). Default True.
@@ -91,6 +98,9 @@ class PPOConfig:
     log_std_init: float = 0.0
     use_sde: bool = False
     sde_sample_freq: int = -1
+    sde_full_std: bool = True
+    sde_expln: bool = False
+    sde_learn_features: bool = False
     ortho_init: bool = True
     normalize_observations: bool = False
     normalize_rewards: bool = False

@@ -67,6 +67,12 @@ class SACConfig:
         sde_sample_freq: Env steps between draws of the acting matrices; -1 draws after each
             round of gradient steps, as SB3 draws at each collection's start. Default -1.
         log_std_init: The start of gSDE's ``log σ`` (SB3's SAC default). Default -3.0.
+        sde_full_std: gSDE learns one ``σ`` per feature and action; False: one per feature,
+            shared by the actions (SB3's ``full_std``). Default True.
+        sde_expln: gSDE's ``σ`` grows linearly above ``log σ = 0`` instead of exponentially
+            (SB3's ``use_expln``, which RL-Zoo's gSDE entries set). Default False.
+        sde_learn_features: The loss's gradient reaches the policy's features through gSDE's
+            noise and variance (SB3's ``learn_features``, which its SAC sets). Default True.
         normalize_images: Scale image pixels to [0, 1] in the CNN encoders (``uint8`` by 255;
             SB3's ``normalize_images``); False feeds them as they are. Default True.
         encoder: How 3-D ``Box`` observations are encoded: ``"auto"`` (a CNN for images,
@@ -85,6 +91,9 @@ class SACConfig:
     target_update_interval: int = 1
     use_sde: bool = False
     sde_sample_freq: int = -1
+    sde_full_std: bool = True
+    sde_expln: bool = False
+    sde_learn_features: bool = True
     log_std_init: float = -3.0
     normalize_images: bool = True
     encoder: str = "auto"
@@ -163,7 +172,9 @@ class SAC(LearningAgent):
         self.actor = (
             StateDependentSquashedActor(self.encoder(observation_space), action_dim,
                                         c.hidden_sizes, low, high, c.log_std_init,
-                                        c.sde_sample_freq)
+                                        c.sde_sample_freq, full_std=c.sde_full_std,
+                                        expln=c.sde_expln,
+                                        learn_features=c.sde_learn_features)
             if c.use_sde else SquashedGaussianActor(self.encoder(observation_space),
                                                     action_dim, c.hidden_sizes, low, high))
         self.critic = TwinQ(self.encoder(observation_space), action_dim, c.hidden_sizes)

@@ -191,8 +191,9 @@ class _Translation:
             raise self.refuse("policy_kwargs", "enable_critic_lstm=False: rltrain's value "
                               "head reads the recurrent layer")
         kwargs.pop("shared_lstm", None)  # one LSTM for both heads: rltrain's layout
-        if kwargs.pop("use_expln", False) or kwargs.pop("full_std", True) is False:
-            raise self.refuse("policy_kwargs", "gSDE's use_expln / full_std=False")
+        for key, target in (("use_expln", "sde_expln"), ("full_std", "sde_full_std")):
+            if key in kwargs:
+                self.set("agent", target, bool(kwargs.pop(key)))
         if kwargs:
             raise self.refuse("policy_kwargs", f"{sorted(kwargs)}")
 
@@ -213,7 +214,9 @@ class _Translation:
                 self.set("agent", target, self.get(key))
         self.set("strategy", "name", "on_policy")
         self.set("strategy", "n_steps", int(self.get("n_steps")))
-        self.set("strategy", "batch_size", int(self.get("batch_size")))
+        rollout = int(self.get("n_steps")) * self.config["strategy"]["num_envs"]
+        # SB3 cuts a minibatch larger than the rollout to the rollout (one per epoch)
+        self.set("strategy", "batch_size", min(int(self.get("batch_size")), rollout))
         self.set("strategy", "update_epochs", int(self.get("n_epochs")))
         normalize = self.get("normalize", False)
         if isinstance(normalize, str):

@@ -90,11 +90,11 @@ class ActorCritic(nn.Module):
                     ) -> ActionDistribution:
         """``π(·|s)`` from the actor trunk's features: the head's distribution (invalid
         actions' logits masked, so their probability is 0 and the log-probabilities and
-        entropy are the masked distribution's), or gSDE's over the detached features (SB3's
-        ``learn_features=False``)."""
+        entropy are the masked distribution's), or gSDE's over the features (detached unless
+        its ``learn_features``)."""
         out = self.policy_out(hidden)
         if self.sde is not None:
-            return self.sde.distribution(out, hidden.detach())
+            return self.sde.distribution(out, hidden)
         return self.head(masked_logits(out, mask))  # type: ignore[no-any-return]
 
     def value(self, obs: ObsTensors) -> torch.Tensor:

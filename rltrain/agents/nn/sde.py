@@ -1,13 +1,17 @@
 """Generalized state-dependent exploration (gSDE; Raffin et al. 2022, arXiv:2005.05719), as
-Stable-Baselines3's ``use_sde`` with its defaults (``full_std=True``, ``use_expln=False``,
-``learn_features=False``).
+Stable-Baselines3's ``use_sde``, with its ``full_std``, ``use_expln`` and ``learn_features``.
 
-The exploration noise is a function of the policy's last hidden features ``z(s)`` (detached):
+The exploration noise is a function of the policy's last hidden features ``z(s)``:
 ``ε(s) = z(s) θ`` with ``θ ~ N(0, σ²)`` a ``[latent, action]`` matrix per sub-env, drawn again
 only every ``sample_freq`` env steps (and at each rollout's start), so the noise is smooth in
 time and in the state. The action is ``μ(s) + ε(s)``; its distribution given ``s`` is Gaussian
 with variance ``Σ_j z_j(s)² σ_jk²`` (+1e-6), which gives the log-probability and entropy the
-loss uses. ``σ = exp(log_std)`` is learned; ``log_std`` starts at ``log_std_init``.
+loss uses. ``σ`` is learned from ``log σ``, which starts at ``log_std_init``: ``σ = exp(log σ)``,
+or with ``expln`` ``exp(log σ)`` below 0 and ``log1p(log σ) + 1`` above (SB3's ``use_expln``: it
+grows linearly, not exponentially); one per feature and action (``full_std``) or one per
+feature shared by the actions. With ``learn_features`` the loss's gradient reaches the features
+through the noise and the variance (SB3's SAC does this); without, the features are detached
+(SB3's PPO).
 """
 
 # torch.distributions is untyped: its calls return Any here.
@@ -28,11 +32,13 @@ from rltrain.types import ObsTensors
 
 #: Added to the variance of the actions' Gaussian (SB3's epsilon).
 VARIANCE_FLOOR = 1e-6
+#: Added to ``log σ`` inside ``expln``'s ``log1p`` (SB3's epsilon there).
+EXPLN_EPS = 1e-6
 
 
 class StateDependentNoise(nn.Module):
-    """gSDE's learned ``log_std`` ``[latent, action]`` and the exploration matrices of the
-    sub-envs (saved with the agent, so a resumed run explores on as the straight one).
+    """gSDE's learned ``log σ`` and the exploration matrices of the sub-envs (saved with the
+    agent, so a resumed run explores on as the straight one).
 
     Args:
         latent_dim: Size of the features ``z(s)``.
@@ -40,23 +46,49 @@ class StateDependentNoise(nn.Module):
         log_std_init: The start of every ``log σ``.
         sample_freq: Env steps between draws of new matrices; -1 draws only at each
             rollout's start (:meth:`new_rollout`). Default -1.
+        full_std: One ``σ`` per feature and action (``[latent, action]``); False: one per
+            feature, shared by the actions. Default True.
+        expln: ``σ`` from ``log σ`` by SB3's ``expln`` (linear growth above ``log σ = 0``)
+            instead of ``exp``. Default False.
+        learn_features: Let the gradient reach the features through the noise and the
+            variance; False detaches them. Default False.
     """
 
     matrices: torch.Tensor
     steps: torch.Tensor
 
     def __init__(self, latent_dim: int, action_dim: int, log_std_init: float,
-                 sample_freq: int = -1) -> None:
+                 sample_freq: int = -1, *, full_std: bool = True, expln: bool = False,
+                 learn_features: bool = False) -> None:
         super().__init__()
-        self.log_std = nn.Parameter(torch.full((latent_dim, action_dim), float(log_std_init)))
-        self.sample_freq = sample_freq
+        self.log_std = nn.Parameter(torch.full((latent_dim, action_dim if full_std else 1),
+                                               float(log_std_init)))
+        self.action_dim, self.sample_freq = action_dim, sample_freq
+        self.expln, self.learn_features = expln, learn_features
         self.register_buffer("matrices", torch.zeros(0, latent_dim, action_dim))
         self.register_buffer("steps", torch.zeros((), dtype=torch.int64))
 
+    def sigma(self) -> torch.Tensor:
+        """``σ`` ``[latent, action]`` from ``log σ``: ``exp``, or SB3's ``expln``
+        (``exp(x)`` for ``x <= 0``, ``log1p(x) + 1`` above)."""
+        log_std = self.log_std
+        if self.expln:
+            below = log_std.clamp(max=0.0).exp() * (log_std <= 0)
+            above = (torch.log1p(log_std.clamp(min=0.0) + EXPLN_EPS) + 1.0) * (log_std > 0)
+            std = below + above
+        else:
+            std = log_std.exp()
+        return std.expand(-1, self.action_dim)
+
+    def features(self, latent: torch.Tensor) -> torch.Tensor:
+        """The features the noise and the variance read: ``latent``, detached unless
+        ``learn_features``."""
+        return latent if self.learn_features else latent.detach()
+
     def weights(self) -> torch.Tensor:
         """One matrix ``θ ~ N(0, σ²)`` ``[latent, action]``, reparameterised (its gradient
-        reaches ``log_std``), for a batch of training samples."""
-        std = self.log_std.exp()
+        reaches ``log σ``), for a batch of training samples."""
+        std = self.sigma()
         return std * torch.randn_like(std)
 
     def new_rollout(self) -> None:
@@ -69,17 +101,19 @@ class StateDependentNoise(nn.Module):
         drawing new matrices first when they are due."""
         due = self.sample_freq > 0 and int(self.steps) % self.sample_freq == 0
         if due or self.matrices.shape[0] != latent.shape[0]:
-            std = self.log_std.detach().exp()
+            std = self.sigma().detach()
             self.matrices = torch.randn(latent.shape[0], *std.shape, device=std.device) * std
         self.steps += 1
         return torch.bmm(latent.unsqueeze(1), self.matrices).squeeze(1)
 
     def std(self, latent: torch.Tensor) -> torch.Tensor:
         """The actions' standard deviation given the features: ``sqrt(z² σ² + 1e-6)``."""
-        return (latent.square() @ self.log_std.exp().square() + VARIANCE_FLOOR).sqrt()
+        return (latent.square() @ self.sigma().square() + VARIANCE_FLOOR).sqrt()
 
     def distribution(self, mean: torch.Tensor, latent: torch.Tensor) -> StateDependentActions:
-        """The actions' distribution given the mean ``μ(s)`` and the features ``z(s)``."""
+        """The actions' distribution given the mean ``μ(s)`` and the features ``z(s)``
+        (detached here unless ``learn_features``)."""
+        latent = self.features(latent)
         return StateDependentActions(mean, self.std(latent), latent, self)
 
     def _load_from_state_dict(self, state_dict: dict[str, Any], prefix: str, *args: Any,
@@ -116,7 +150,8 @@ class StateDependentSquashedActor(BoundedActor):
     """SAC's actor with gSDE: ``a = tanh(μ(s) + z(s) θ) * scale + bias`` (SB3's SAC with
     ``use_sde``): the features ``z(s)`` of a ReLU trunk, the mean clipped to
     ``±clip_mean``, the same interface as
-    :class:`~rltrain.agents.nn.networks.SquashedGaussianActor`.
+    :class:`~rltrain.agents.nn.networks.SquashedGaussianActor`. ``sde`` settings: those of
+    :class:`StateDependentNoise` (SB3's SAC learns the features: ``learn_features=True``).
 
     Args:
         obs: The observation encoder, or a flat observation size.
@@ -128,11 +163,12 @@ class StateDependentSquashedActor(BoundedActor):
         sample_freq: Env steps between draws of the acting matrices (-1: at each
             :meth:`StateDependentNoise.new_rollout`).
         clip_mean: Bound of ``μ(s)`` before the squash (SB3's ``clip_mean``). Default 2.
+        **sde: ``full_std``, ``expln``, ``learn_features`` of :class:`StateDependentNoise`.
     """
 
     def __init__(self, obs: int | Encoder, action_dim: int, hidden_sizes: Sequence[int],
                  low: torch.Tensor, high: torch.Tensor, log_std_init: float, sample_freq: int,
-                 clip_mean: float = 2.0) -> None:
+                 clip_mean: float = 2.0, **sde: bool) -> None:
         super().__init__(low, high)
         self.encoder = as_encoder(obs)
         width = self.encoder.out_features
@@ -143,13 +179,15 @@ class StateDependentSquashedActor(BoundedActor):
             width = size
         self.trunk = MLP(*layers)
         self.mu = nn.Linear(width, action_dim)
-        self.sde = StateDependentNoise(width, action_dim, log_std_init, sample_freq)
+        self.sde = StateDependentNoise(width, action_dim, log_std_init, sample_freq, **sde)
         self.clip_mean = clip_mean
 
     def features(self, obs: ObsTensors) -> tuple[torch.Tensor, torch.Tensor]:
-        """The clipped mean ``μ(s)`` and the detached features ``z(s)``."""
+        """The clipped mean ``μ(s)`` and the features ``z(s)`` (detached unless the noise
+        learns them)."""
         latent = self.trunk(self.encoder(obs))
-        return self.mu(latent).clamp(-self.clip_mean, self.clip_mean), latent.detach()
+        return (self.mu(latent).clamp(-self.clip_mean, self.clip_mean),
+                self.sde.features(latent))
 
     def forward(self, obs: ObsTensors, noise: torch.Tensor | None = None,
                 matrix: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:

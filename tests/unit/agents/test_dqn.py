@@ -72,8 +72,9 @@ HAND_BATCH = ReplayBatch(
 ROW_LOSSES = {True: [0.18, 1.5, 2.0], False: [0.18, 4.0, 2.0]}  # keyed by double_q
 
 
-def hand_agent(double_q: bool) -> DQN:
-    agent = build(DQNConfig(hidden_sizes=[], gamma=0.5, double_q=double_q, huber_delta=1.0))
+def hand_agent(double_q: bool, loss: str = "huber") -> DQN:
+    agent = build(DQNConfig(hidden_sizes=[], gamma=0.5, double_q=double_q, huber_delta=1.0,
+                            loss=loss))
     (online,) = [m for m in agent.q_network.modules() if isinstance(m, torch.nn.Linear)]
     (target,) = [m for m in agent.target_network.modules() if isinstance(m, torch.nn.Linear)]
     with torch.no_grad():
@@ -117,6 +118,17 @@ def test_sgd_step_on_hand_batch_moves_online_weights_by_the_huber_gradient() -> 
     # the target network is left alone (target_update_interval 128)
     assert torch.equal(target.weight, torch.tensor(TARGET_W))
     assert torch.equal(target.bias, torch.tensor(TARGET_B))
+
+
+def test_the_mse_loss_is_the_mean_squared_td_error_and_its_gradient_unclipped() -> None:
+    # CleanRL's dqn.py: the TD errors d = [-0.6, -2, 2.5] (double Q) squared, averaged;
+    # dL/dQ(s,a) per row = 2 d / 3 = [-0.4, -4/3, 5/3] (Huber clips the last two to ±1/3).
+    agent = hand_agent(double_q=True, loss="mse")
+    metrics = sgd(agent, lr=0.1).training_step(agent, HAND_BATCH)
+    assert float(metrics["loss"]) == pytest.approx((0.36 + 4.0 + 6.25) / 3, rel=1e-6)
+    (online,) = [m for m in agent.q_network.modules() if isinstance(m, torch.nn.Linear)]
+    grad_b = torch.tensor([-0.4 + 5 / 3, -4 / 3])
+    assert torch.allclose(online.bias, torch.tensor(ONLINE_B) - 0.1 * grad_b, atol=1e-6)
 
 
 def single_row(i: int) -> ReplayBatch:
@@ -408,6 +420,7 @@ def test_fit_on_continuous_actions_fails_before_writing_anything(
     ({"epsilon_end": 1.5}, "epsilon_end"),
     ({"exploration_steps": -1}, "exploration_steps"),
     ({"hidden_sizes": [8, 0]}, "hidden_sizes"),
+    ({"loss": "l1"}, "loss"),
 ])
 def test_config_rejects_bad_values_naming_the_field(kwargs: dict, field: str) -> None:
     with pytest.raises(ValueError, match=rf"\b{field}\b"):

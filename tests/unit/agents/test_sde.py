@@ -4,6 +4,7 @@ every ``sde_sample_freq`` env steps and at each rollout's start, refusals, and e
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 from typing import Any
 
@@ -180,6 +181,59 @@ def test_sacs_gsde_actor_is_the_squashed_gaussian_of_gsdes_std_at_the_matrixs_dr
                                atol=2e-4, rtol=1e-4)
     (-log_prob.mean()).backward()  # θ is reparameterised: log σ learns through the draw too
     assert actor.sde.log_std.grad is not None and actor.sde.log_std.grad.abs().sum() > 0
+
+
+def test_expln_and_a_shared_std_give_sb3s_sigma() -> None:
+    sde = StateDependentNoise(latent_dim=3, action_dim=2, log_std_init=0.0, expln=True)
+    with torch.no_grad():
+        sde.log_std.copy_(torch.tensor([[-1.0, 0.0], [0.5, 2.0], [-3.0, 1.0]]))
+    # SB3's expln: exp(x) for x <= 0, log1p(x + 1e-6) + 1 above: linear growth, not exp
+    expected = torch.tensor([[math.exp(-1.0), 1.0], [math.log1p(0.5 + 1e-6) + 1,
+                                                     math.log1p(2.0 + 1e-6) + 1],
+                             [math.exp(-3.0), math.log1p(1.0 + 1e-6) + 1]])
+    torch.testing.assert_close(sde.sigma(), expected)
+    shared = StateDependentNoise(latent_dim=3, action_dim=2, log_std_init=-1.0, full_std=False)
+    assert shared.log_std.shape == (3, 1)  # one σ per feature, shared by the actions
+    assert shared.sigma().shape == (3, 2) and (shared.sigma() == math.exp(-1.0)).all()
+    shared.weights().sum().backward()
+    assert shared.log_std.grad is not None and shared.log_std.grad.shape == (3, 1)
+
+
+@pytest.mark.parametrize("learn_features", [True, False])
+def test_learn_features_lets_the_gradient_reach_the_trunk_through_the_noise(
+        learn_features: bool) -> None:
+    torch.manual_seed(3)
+    agent = sac(hidden_sizes=[16, 8], log_std_init=-1.0, sde_learn_features=learn_features)
+    actor = agent.actor
+    assert isinstance(actor, StateDependentSquashedActor)
+    obs = torch.randn(32, 3)
+    _, latent = actor.features(obs)
+    # the part of the loss that reads the features only through gSDE: the noise and the std
+    (latent @ actor.sde.weights() + actor.sde.std(latent)).sum().backward()
+    grad = actor.trunk[0].weight.grad
+    reached = grad is not None and bool(grad.abs().sum() > 0)
+    assert reached == learn_features
+
+
+def test_gsde_matches_sb3s_distribution_for_each_setting() -> None:
+    sb3 = pytest.importorskip("stable_baselines3.common.distributions")
+    torch.manual_seed(4)
+    for full_std in (True, False):
+        for expln in (True, False):
+            ours = StateDependentNoise(5, 2, log_std_init=-0.5, full_std=full_std, expln=expln,
+                                       learn_features=True)
+            theirs = sb3.StateDependentNoiseDistribution(2, full_std=full_std, use_expln=expln,
+                                                         learn_features=True)
+            _, log_std = theirs.proba_distribution_net(latent_dim=5, log_std_init=-0.5)
+            with torch.no_grad():
+                log_std.copy_(torch.randn(log_std.shape) * 1.5)
+                ours.log_std.copy_(log_std)
+            torch.testing.assert_close(ours.sigma(), theirs.get_std(log_std))
+            mean, latent = torch.randn(7, 2), torch.randn(7, 5)
+            theirs.proba_distribution(mean, log_std, latent)
+            actions = torch.randn(7, 2)
+            torch.testing.assert_close(ours.distribution(mean, latent).log_prob(actions),
+                                       theirs.log_prob(actions))
 
 
 def test_sac_draws_new_acting_matrices_after_each_round_of_gradient_steps() -> None:

@@ -80,6 +80,16 @@ def test_the_units_are_translated() -> None:
     assert novel.env.id == "CartPole-v1" and novel.agent.recurrent == "lstm"
 
 
+def test_gsde_entries_take_sb3s_gsde_settings() -> None:
+    car = compose(["zoo:sac/MountainCarContinuous-v0"])  # use_expln=True, log_std_init -3.67
+    assert car.agent.use_sde and car.agent.sde_expln and car.agent.sde_full_std
+    assert car.agent.sde_learn_features  # SB3's SAC learns them; its PPO does not
+    assert car.agent.log_std_init == -3.67 and car.agent.hidden_sizes == [64, 64]
+    ppo = compose(["zoo:ppo/MountainCarContinuous-v0"])  # batch 256 > a rollout of 8 x 1
+    assert ppo.agent.use_sde and not ppo.agent.sde_learn_features
+    assert ppo.strategy.batch_size == 8  # SB3 cuts the minibatch to the rollout
+
+
 def test_another_version_of_an_env_takes_the_tuned_one_with_a_warning() -> None:
     with pytest.warns(UserWarning, match="RL-Zoo tuned HalfCheetah-v4, not HalfCheetah-v5"):
         config = compose(["zoo:sac/HalfCheetah-v5"])
@@ -90,7 +100,6 @@ def test_another_version_of_an_env_takes_the_tuned_one_with_a_warning() -> None:
     ("zoo:sac/LunarLanderContinuous-v3",
      r"RL-Zoo's learning_rate: 'lin_7.3e-4' has no rltrain equivalent \(sac has no "
      r"learning-rate schedule\)"),
-    ("zoo:sac/MountainCarContinuous-v0", r"policy_kwargs: .*use_expln"),
     ("zoo:a2c/CartPole-v1", r"rltrain translates RL-Zoo's \['dqn', 'ppo', 'ppo_lstm', "
                             r"'qrdqn', 'sac', 'td3'\]; not 'a2c'"),
     ("zoo:dqn/Pendulum-v1", r"RL-Zoo has no dqn entry for Pendulum-v1; it has \["),
