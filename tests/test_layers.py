@@ -19,6 +19,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("rltrain.types", "rltrain.errors", "rltrain._version", "rltrain._moved",
      "rltrain.runtime.heap"),
     ("rltrain.runtime", "rltrain.config.targets", "rltrain.config.registry",
+     "rltrain.config.search_path",
      "rltrain.config.checks", "rltrain.config.strategies", "rltrain.envs",
      "rltrain.buffers",
      "rltrain.observe",

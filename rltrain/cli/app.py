@@ -19,6 +19,7 @@ from omegaconf import DictConfig, OmegaConf
 from rltrain.checkpoint import Checkpointer, LoadedCheckpoint
 from rltrain.cli.analysis import ANALYSES
 from rltrain.cli.parser import parse_args
+from rltrain.cli.processes import confirmations
 from rltrain.cli.seeds import MANIFEST, launch, parent_of, parse_seeds, resume_group
 from rltrain.config.files import (
     SHIPPED_CONFIGS,
@@ -28,9 +29,11 @@ from rltrain.config.files import (
     parse_overrides,
     shipped_configs,
 )
+from rltrain.config.instantiate import named_modules
 from rltrain.config.presets import choose_preset
 from rltrain.config.registry import AGENTS, STRATEGIES, load_plugins
 from rltrain.config.schema import compose, validate
+from rltrain.config.search_path import isolate
 from rltrain.config.targets import TRUSTED, Trust, import_modules, within
 from rltrain.envs.errors import SubEnvError
 from rltrain.errors import TrainingError
@@ -40,6 +43,7 @@ from rltrain.optim import ended_on_refused_loss
 from rltrain.runtime.distributed import DistributedError, launched
 from rltrain.runtime.seeding import derive_seeds
 from rltrain.trainer import build
+from rltrain.trainer.run_dir import not_started
 
 #: Exit statuses: bad input found before training (a config, an environment, a checkpoint, a
 #: run directory), training that failed part-way, and an unexpected error (a bug).
@@ -79,10 +83,11 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def run_command(args: argparse.Namespace) -> int:
-    """The subcommand ``args`` names. Modules in the current directory can be named by import
-    path (``env._target_=my_envs.Corridor``), as under ``python -m``; installed ones win."""
-    if os.getcwd() not in sys.path:
-        sys.path.append(os.getcwd())
+    """The subcommand ``args`` names. A module in the current directory can be named by import
+    path on the command line or in the user's own config files (``env._target_=my_envs.Corridor``),
+    and installed ones win; nothing read from a file reaches the current directory
+    (:mod:`rltrain.config.search_path`)."""
+    isolate()
     import_modules(getattr(args, "imports", []), what="--import")
     if args.command == "fit":
         return fit(args)
@@ -157,7 +162,11 @@ def fit(args: argparse.Namespace) -> int:
     overrides = [a for a in args.args if "=" in a]
     ckpt_path: str | LoadedCheckpoint | None = None
     if args.resume is not None and (Path(args.resume) / MANIFEST).is_file():
-        return resume_group(Path(args.resume), overrides)
+        if files or args.seeds is not None:
+            raise ValueError(f"--resume {args.resume} continues a group of seeds as it was "
+                             "recorded; pass only key=value overrides (and --trust, --import).")
+        return resume_group(Path(args.resume), overrides,
+                            confirmations(args.trust, args.imports))
     if args.seeds is not None:
         return fit_seeds(args, files, overrides)
     if args.resume is not None:
@@ -165,7 +174,12 @@ def fit(args: argparse.Namespace) -> int:
             raise ValueError("--resume continues a run with its own saved config; pass only "
                              f"key=value overrides, not {', '.join(files)}.")
         config, ckpt_path = resumed_config(args.resume, overrides)
-        trust = stored_trust(Path(str(config.trainer.run_dir)), args.trust, overrides)
+        run_dir = Path(str(config.trainer.run_dir))
+        trust = stored_trust(run_dir, [*args.trust, *args.imports], overrides)
+        if ckpt_path == "last" and not_started(run_dir, checkpoint_folder(config)):
+            print(f"rltrain: {run_dir} holds no checkpoint yet: its run starts from its "
+                  "stored config")
+            ckpt_path = None
     else:
         if not files:
             choice = choose_preset(overrides, use_presets=not args.no_preset)
@@ -205,12 +219,10 @@ def fit_seeds(args: argparse.Namespace, files: list[str], overrides: list[str]) 
         choice = choose_preset(overrides, use_presets=not args.no_preset)
         files = choice.files
         print(f"rltrain: {choice.note}")
-    parent = parent_of(compose(files, overrides))
-    kept = [o for o in overrides if not o.startswith(("strategy.seed=", "trainer.run_dir="))]
-    passthrough = [*(f"--trust={m}" for m in args.trust),
-                   *(f"--import={m}" for m in args.imports),
-                   *(["--no-preset"] if args.no_preset else [])]
-    return launch([*files, *kept], chosen, args.jobs, parent, passthrough)
+    config = compose(files, overrides)
+    parent = parent_of(config)
+    return launch(config, chosen, args.jobs, parent,
+                  confirmations(args.trust, args.imports, named_modules(config)))
 
 
 def resumed_config(resume: str, overrides: list[str]
@@ -271,6 +283,13 @@ def check_stored_paths(saved: DictConfig, given: DictConfig, run_dir: Path) -> N
                 f"command line ({key}={stored}) or choose another.")
 
 
+def checkpoint_folder(config: DictConfig) -> Path:
+    """Where the run of ``config`` keeps its checkpoints."""
+    folder = config.trainer.checkpoint_dir
+    return Path(str(folder)) if folder is not None else Path(
+        str(config.trainer.run_dir)) / "checkpoints"
+
+
 def checkpoint_config(checkpoint: Path, state: dict[str, Any] | None = None) -> DictConfig:
     """The run config stored in ``checkpoint`` (or, for older files, in its run directory);
     ``state``: what the file holds, when it was read already."""
@@ -294,7 +313,8 @@ def evaluate(args: argparse.Namespace) -> int:
         extra["strategy"] = None
         seed = seed if seed is not None else derive_seeds(
             int(config.strategy.get("seed", 0))).evaluation
-    run = build(config, stored_trust(run_dir, args.trust, args.overrides), logger=False,
+    run = build(config, stored_trust(run_dir, [*args.trust, *args.imports], args.overrides),
+                logger=False,
                 enable_progress_bar=False, enable_console=False, enable_metrics_file=False,
                 **extra)
     metrics = run.evaluate(ckpt_path=checkpoint, episodes=args.episodes, seed=seed,

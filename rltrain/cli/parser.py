@@ -215,9 +215,10 @@ def add_trust(parser: argparse.ArgumentParser) -> None:
     """The ``--trust MODULE`` option of the commands that rebuild a stored run."""
     parser.add_argument(
         "--trust", action="append", default=[], metavar="MODULE",
-        help="a module whose functions a run directory's stored config may name (repeatable); "
-             "without it, a stored config may name only env, wrapper, agent and strategy "
-             "classes, from outside the run directory")
+        help="a module a stored config (a run's, a group's or a study's) may import and name "
+             "any function of (repeatable; the current directory is searched for it); without "
+             "it, a stored config may name only env, wrapper, agent and strategy classes of "
+             "rltrain, Gymnasium and packages that register environments")
 
 
 def add_import(parser: argparse.ArgumentParser) -> None:
@@ -227,7 +228,7 @@ def add_import(parser: argparse.ArgumentParser) -> None:
         "--import", dest="imports", action="append", default=[], metavar="MODULE",
         help="a module to import first (repeatable; the current directory is searched): your "
              "own agents and strategies register themselves there, e.g. --import my_agents "
-             "agent.name=my_agent")
+             "agent.name=my_agent; a stored config may then name its classes")
 
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:

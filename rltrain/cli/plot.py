@@ -24,6 +24,7 @@ from typing import Any, Literal
 
 import numpy as np
 
+from rltrain.cli.records import MAX_MAGNITUDE, bounded_int, lines, plain_number
 from rltrain.config.files import read_stored
 
 XAxis = Literal["env_steps", "wall_time"]
@@ -86,37 +87,44 @@ class GroupCurve:
 
 def read_rows(path: Path) -> list[dict[str, Any]]:
     """The JSON rows of a ``metrics.jsonl`` (a last line cut short by a crash is skipped),
-    read as untrusted input: a line that is not a JSON object, or a row whose steps, returns
-    or times are not numbers, is refused with its line number."""
+    read as untrusted input, one line at a time: a line that is too long, not UTF-8 or not a
+    JSON object, or a row whose steps, returns or times are not plain numbers, is refused with
+    its line number."""
     rows = []
-    try:
-        lines = path.read_text(encoding="utf-8").splitlines()
-    except UnicodeDecodeError as error:
-        raise ValueError(f"{path} is not a UTF-8 text file ({error}); it was not written by "
-                         "rltrain, or it was altered.") from None
-    for number, line in enumerate(lines, 1):
+    for number, raw, ended in lines(path):
+        line = _decode(raw, f"{path}:{number}")
         if not line.strip():
             continue
-        row = _row(line, f"{path}:{number}", last=number == len(lines))
+        row = _row(line, f"{path}:{number}", last=not ended)
         if row is None:
             break
         rows.append(row)
     return rows
 
 
+def _decode(raw: bytes, where: str) -> str:
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as error:
+        raise ValueError(f"{where} is not UTF-8 text ({error}); it was not written by "
+                         "rltrain, or it was altered.") from None
+
+
 def _row(line: str, where: str, *, last: bool = False) -> dict[str, Any] | None:
     """One ``metrics.jsonl`` line as a row, checked (``where`` names it in an error); None
     for the file's ``last`` line when it is not JSON (cut short by a crash)."""
     try:
-        row = json.loads(line)
-    except (json.JSONDecodeError, RecursionError) as error:
+        row = json.loads(line, parse_int=bounded_int)
+    except (ValueError, RecursionError) as error:
         if last and isinstance(error, json.JSONDecodeError):
             return None
         raise ValueError(f"{where} is not a JSON line: {error}.") from None
-    if not isinstance(row, dict) or not all(_number(row.get(key)) for key in NUMBERS):
+    if not isinstance(row, dict) or not all(_number(row.get(key)) for key in NUMBERS) \
+            or (row.get("env_steps") or 0) < 0:
         raise ValueError(f"{where} is not a metrics row (a JSON object whose "
-                         f"{', '.join(NUMBERS)} are finite numbers); it was not written "
-                         "by rltrain, or it was altered.")
+                         f"{', '.join(NUMBERS)} are finite numbers of magnitude at most "
+                         f"{MAX_MAGNITUDE:g}, env steps not negative); it was not written by "
+                         "rltrain, or it was altered.")
     return row
 
 
@@ -152,11 +160,7 @@ class MetricsTail:
         rows = []
         for raw in whole.splitlines():
             self.lines += 1
-            try:
-                line = raw.decode("utf-8")
-            except UnicodeDecodeError as error:
-                raise ValueError(f"{self.path}:{self.lines} is not UTF-8 text ({error}); it "
-                                 "was not written by rltrain, or it was altered.") from None
+            line = _decode(raw, f"{self.path}:{self.lines}")
             row = _row(line, f"{self.path}:{self.lines}") if line.strip() else None
             if row is not None:
                 rows.append(row)
@@ -165,9 +169,8 @@ class MetricsTail:
 
 
 def _number(value: Any) -> bool:
-    """Whether ``value`` is absent or a finite number (not a bool)."""
-    return value is None or (isinstance(value, (int, float)) and not isinstance(value, bool)
-                             and math.isfinite(value))
+    """Whether ``value`` is absent or a plain number (:func:`plain_number`)."""
+    return value is None or plain_number(value)
 
 
 #: The values of a ``metrics.jsonl`` row that :func:`read_run` reads as numbers.
@@ -188,9 +191,12 @@ def read_run(run_dir: str | Path) -> RunCurve:
     """The evaluations of the run in ``run_dir`` (``metrics.jsonl`` and ``config.yaml``)."""
     run_dir = Path(run_dir)
     path = run_dir / "metrics.jsonl"
+    if not run_dir.is_dir():
+        raise FileNotFoundError(f"{run_dir} is not a run directory: "
+                                f"{'it does not exist' if not run_dir.exists() else 'a file'}.")
     if not path.is_file():
-        raise FileNotFoundError(f"No metrics.jsonl in {run_dir}: plot needs run directories "
-                                "written with trainer.enable_metrics_file=true.")
+        raise FileNotFoundError(f"No metrics.jsonl in {run_dir}: curves and comparisons read "
+                                "run directories written with trainer.enable_metrics_file=true.")
     steps: list[float] = []
     returns: list[float] = []
     times: list[float] = []  # NaN where the row has no time of its own
@@ -206,6 +212,8 @@ def read_run(run_dir: str | Path) -> RunCurve:
             clock_steps.append(float(row["env_steps"]))
             clock.append(last)
         elif event == "evaluation" and row.get("eval/return_mean") is not None:
+            while steps and steps[-1] >= float(row["env_steps"]):  # a run resumed from an
+                steps.pop(), returns.pop(), times.pop()  # earlier checkpoint: its new rows win
             steps.append(float(row["env_steps"]))
             returns.append(float(row["eval/return_mean"]))
             own = row.get("time/elapsed")

@@ -8,10 +8,13 @@ import json
 import signal
 import subprocess
 import sys
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import IO, Any
 
+#: The ``rltrain`` command of a child process: this Python with ``-P``, so that the current
+#: directory is not put first on its search path while rltrain's own imports run.
+RLTRAIN = [sys.executable, "-P", "-m", "rltrain.cli"]
 #: ``prctl`` option: the signal the kernel sends a process when its parent dies.
 PR_SET_PDEATHSIG = 1
 
@@ -23,19 +26,23 @@ def _die_with_parent() -> None:
         ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
 
 
-def fit_command(run_dir: Path, fresh: list[str], resumed: list[str],
-                passthrough: list[str]) -> tuple[list[str], bool]:
-    """The ``rltrain fit`` command of the run in ``run_dir``, and whether it resumes: ``--resume
-    run_dir`` with the ``resumed`` overrides where it has a checkpoint; else the ``fresh``
-    configs and overrides into ``run_dir`` (its progress bar off; ``--overwrite`` where the
-    folder exists, a run stopped before its first checkpoint). ``passthrough``: flags both
-    take (``--trust``, ``--import``)."""
+def fit_command(run_dir: Path, overrides: list[str], passthrough: list[str]
+                ) -> tuple[list[str], bool]:
+    """The ``rltrain fit --resume RUN_DIR`` command of a run of a group or a study, and whether
+    it resumes from a checkpoint (else it starts from the config :func:`prepare_run` stored
+    there). ``overrides``: the command line's ``key=value``s; ``passthrough``: flags the child
+    takes (``--trust``, ``--import``), each from the command line, never from a record."""
     resume = any((run_dir / "checkpoints").glob("*.pt"))
-    command = [sys.executable, "-m", "rltrain.cli", "fit", *passthrough]
-    if resume:
-        return [*command, "--resume", str(run_dir), *resumed], True
-    return [*command, *fresh, f"trainer.run_dir={run_dir}", "trainer.enable_progress_bar=false",
-            *(["--overwrite"] if run_dir.exists() else [])], False
+    return [*RLTRAIN, "fit", *passthrough, "--resume", str(run_dir), *overrides], resume
+
+
+def confirmations(trusted: Sequence[str], imports: Sequence[str], named: Sequence[str] = ()
+                  ) -> list[str]:
+    """The flags a child process takes from this command line: ``--trust`` of each module the
+    user trusts or names (``named``: the modules of the user's own config, which the child
+    reads as a stored one) and ``--import`` of each module to import."""
+    modules = dict.fromkeys([*trusted, *named])
+    return [*(f"--trust={m}" for m in modules), *(f"--import={m}" for m in imports)]
 
 
 def start(command: list[str], log: IO[bytes]) -> subprocess.Popen[bytes]:

@@ -34,7 +34,11 @@ from rltrain.cli.processes import (
     start,
     summary,
 )
+from rltrain.cli.records import bounded_int, read_bounded
+from rltrain.config.files import literal_config
+from rltrain.config.schema import to_container
 from rltrain.trainer.preflight import default_run_dir
+from rltrain.trainer.run_dir import prepare_run
 
 #: The group's record in its parent folder.
 MANIFEST = "seeds.json"
@@ -84,34 +88,64 @@ def parent_of(config: DictConfig) -> Path:
     return fresh.with_name(fresh.name + "-seeds")
 
 
-def launch(args: list[str], seeds: list[int], jobs: int, parent: Path,
+#: The most seeds and jobs a group record may hold (what ``--seeds`` accepts).
+MAX_SEEDS, MAX_JOBS = 10_000, 1_024
+
+
+def launch(config: DictConfig, seeds: list[int], jobs: int, parent: Path,
            passthrough: list[str]) -> int:
     """Start a group: record it in ``parent/seeds.json`` (refused where a group or a run is
-    already), then run its seeds."""
+    already), then run its seeds. ``config``: the composed config of the command line."""
     if (parent / MANIFEST).exists() or (parent / "config.yaml").exists():
         raise ValueError(f"{parent} already holds a run or a group of seeds: continue it with "
                          f"rltrain fit --resume {parent}, or name another trainer.run_dir.")
     parent.mkdir(parents=True, exist_ok=True)
+    stored = to_container(config)
     atomic_write_text(parent / MANIFEST, json.dumps(
-        {"format": 1, "args": args, "seeds": seeds, "jobs": jobs, "passthrough": passthrough},
-        indent=2) + "\n")
-    return run_group(parent, args, seeds, jobs, passthrough, resuming=False)
+        {"format": FORMAT, "seeds": seeds, "jobs": jobs, "config": stored}, indent=2) + "\n")
+    return run_group(parent, literal_config(stored), seeds, jobs, [], passthrough,
+                     resuming=False)
 
 
-def resume_group(parent: Path, overrides: list[str]) -> int:
-    """``rltrain fit --resume PARENT`` of a group: its unfinished seeds, as recorded."""
+#: The record's format: 2 holds the composed config (1 held a command line to replay).
+FORMAT = 2
+
+
+def resume_group(parent: Path, overrides: list[str], passthrough: list[str]) -> int:
+    """``rltrain fit --resume PARENT`` of a group: its unfinished seeds. The record is read as
+    untrusted data: its seeds and jobs checked, its config given to each seed's run as a stored
+    config (checked there as any run's); ``overrides`` and ``passthrough`` come from this
+    command line only."""
+    path = parent / MANIFEST
     try:
-        record = json.loads((parent / MANIFEST).read_text(encoding="utf-8"))
-        args, seeds = list(map(str, record["args"])), [int(s) for s in record["seeds"]]
-        jobs, passthrough = int(record["jobs"]), list(map(str, record["passthrough"]))
-    except (OSError, ValueError, KeyError, TypeError) as error:
-        raise ValueError(f"{parent / MANIFEST} is not a group of seeds rltrain wrote "
-                         f"({error}).") from None
-    return run_group(parent, args + overrides, seeds, jobs, passthrough, resuming=True)
+        record = json.loads(read_bounded(path), parse_int=bounded_int)
+        if not isinstance(record, dict) or record.get("format") != FORMAT:
+            raise ValueError("its format is not " + (
+                "2 (it was written by an earlier rltrain, whose records held a command line to "
+                "replay, which rltrain no longer trusts: resume each started seed with rltrain "
+                f"fit --resume {parent}/seed-S, and start the others again with your command)"
+                if isinstance(record, dict) and record.get("format") == 1 else str(FORMAT)))
+        extra = sorted(set(record) - {"format", "seeds", "jobs", "config"})
+        if extra:
+            raise ValueError(f"it holds fields rltrain never writes ({', '.join(extra)[:200]})")
+        seeds, jobs, stored = record["seeds"], record["jobs"], record["config"]
+        if not (isinstance(seeds, list) and 0 < len(seeds) <= MAX_SEEDS
+                and all(type(s) is int and 0 <= s < 2**32 for s in seeds)
+                and len(set(seeds)) == len(seeds)):
+            raise ValueError(f"'seeds' must be distinct seeds in [0, 2**32), at most "
+                             f"{MAX_SEEDS:,}")
+        if not (type(jobs) is int and 1 <= jobs <= MAX_JOBS):
+            raise ValueError(f"'jobs' must be an int in [1, {MAX_JOBS}]")
+        if not isinstance(stored, dict):
+            raise ValueError("'config' must be a mapping")
+        config = literal_config(stored)
+    except (OSError, ValueError, KeyError, TypeError, RecursionError) as error:
+        raise ValueError(f"{path} is not a group of seeds rltrain wrote: {error}.") from None
+    return run_group(parent, config, seeds, jobs, overrides, passthrough, resuming=True)
 
 
-def run_group(parent: Path, args: list[str], seeds: list[int], jobs: int,
-              passthrough: list[str], *, resuming: bool) -> int:
+def run_group(parent: Path, config: DictConfig, seeds: list[int], jobs: int,
+              overrides: list[str], passthrough: list[str], *, resuming: bool) -> int:
     """Run the seeds ``jobs`` at a time; the first failure's exit status, else 0."""
     group = [Seed(s, parent / f"seed-{s}") for s in seeds]
     todo = [s for s in group if not (resuming and s.finished)]
@@ -124,8 +158,11 @@ def run_group(parent: Path, args: list[str], seeds: list[int], jobs: int,
         while todo or running:
             while todo and len(running) < jobs and not stop.requested:
                 seed = todo.pop(0)
-                _start(seed, args, threads, passthrough)
-                running.append(seed)
+                if _start(seed, config, [f"trainer.num_threads={threads}", *overrides],
+                          passthrough):
+                    running.append(seed)
+                else:
+                    failures.append(EXIT_BAD_INPUT)
             time.sleep(0.2)
             for seed in [s for s in running if s.process and s.process.poll() is not None]:
                 running.remove(seed)
@@ -141,20 +178,36 @@ def run_group(parent: Path, args: list[str], seeds: list[int], jobs: int,
     return failures[0] if failures else (130 if stop.requested else 0)
 
 
-def _start(seed: Seed, args: list[str], threads: int, passthrough: list[str]) -> None:
+#: The exit status of a seed whose run directory could not be prepared (the CLI's bad input).
+EXIT_BAD_INPUT = 2
+
+
+def _start(seed: Seed, config: DictConfig, overrides: list[str], passthrough: list[str]
+           ) -> bool:
+    """Start the seed's process (preparing its run directory from the group's config where it
+    has no checkpoint); False, with the reason printed, when its directory cannot take it."""
+    try:
+        if not any((seed.run_dir / "checkpoints").glob("*.pt")):
+            prepare_run(seed.run_dir, seed_config(config, seed.seed, seed.run_dir))
+    except (OSError, ValueError) as error:
+        print(f"seed {seed.seed}: failed (exit {EXIT_BAD_INPUT}): {error}", flush=True)
+        return False
     command, resume = fit_command(
-        seed.run_dir, [*args, f"strategy.seed={seed.seed}", f"trainer.num_threads={threads}"],
-        _resumable([a for a in args if "=" in a]), passthrough)
+        seed.run_dir, ["trainer.enable_progress_bar=false", *overrides], passthrough)
     seed.log = (seed.run_dir.parent / f"seed-{seed.seed}.log").open("ab")
     seed.process = start(command, seed.log)
     seed.started = time.monotonic()
     print(f"seed {seed.seed}: {'resumed' if resume else 'started'} in {seed.run_dir}",
           flush=True)
+    return True
 
 
-def _resumable(overrides: list[str]) -> list[str]:
-    """The overrides a resume takes (a run keeps its own seed and run directory)."""
-    return [o for o in overrides if not o.startswith(("strategy.seed=", "trainer.run_dir="))]
+def seed_config(config: DictConfig, seed: int, run_dir: Path) -> DictConfig:
+    """The group's config for one seed: its seed and run directory set."""
+    made = config.copy()
+    made.strategy.seed = seed
+    made.trainer.run_dir = str(run_dir)
+    return made
 
 
 def _report(seed: Seed) -> int:

@@ -1,6 +1,6 @@
 """``rltrain tune CONFIG --trials N --study DIR``: an Optuna study whose trials are rltrain runs.
 
-- The study folder holds ``tune.json`` (the command: configs, overrides, search space,
+- The study folder holds ``tune.json`` (the composed config, search space,
   objective), ``study.db`` (Optuna's SQLite storage), one run directory per trial
   (``trial-NNNN``, its output in ``trial-NNNN.log``) and ``best.yaml``, the best trial's config,
   which ``rltrain fit`` takes.
@@ -32,7 +32,7 @@ import math
 import os
 import signal
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -45,15 +45,28 @@ from rltrain.checkpoint.files import atomic_write_text
 from rltrain.cli.plot import MetricsTail, read_run
 from rltrain.cli.processes import (
     Stops,
+    confirmations,
     ended_on_signal,
     fit_command,
     last_line,
     start,
     summary,
 )
-from rltrain.cli.tune_space import Dimension, overrides_of, parse_space, read_space, space_path
+from rltrain.cli.records import bounded_int, read_bounded
+from rltrain.cli.tune_space import (
+    Dimension,
+    Scalar,
+    check_params,
+    params_layer,
+    parse_space,
+    read_space,
+    space_path,
+)
+from rltrain.config.files import literal_config
+from rltrain.config.instantiate import named_modules
 from rltrain.config.presets import choose_preset
-from rltrain.config.schema import compose
+from rltrain.config.schema import compose, to_container, validate
+from rltrain.trainer.run_dir import prepare_run
 
 RECORD, STORAGE, LOCK, BEST = "tune.json", "study.db", ".tune.lock", "best.yaml"
 #: Sampled settings that in a row make invalid configs before the study is stopped.
@@ -62,21 +75,26 @@ MAX_INVALID = 20
 
 @dataclass
 class Setup:
-    """What every trial of the study starts from (``tune.json``)."""
+    """What every trial of the study starts from (``tune.json``).
 
-    files: list[str]
-    overrides: list[str]
+    Attributes:
+        config: The study's composed config, as plain data (each trial's config is this with
+            its sampled settings; never a command line to replay).
+        space: The search space's mapping (:mod:`rltrain.cli.tune_space`).
+    """
+
+    config: dict[str, Any]
     space: dict[str, Any]
     objective: str = "auc"
     pruning: bool = True
     prune_after: int = 5
     trials: int = 20
     jobs: int = 1
-    passthrough: list[str] = field(default_factory=list)
 
-    def compose(self, extra: list[str]) -> DictConfig:
-        """The trial's config: the study's configs and overrides, then ``extra``."""
-        return compose(self.files, [*self.overrides, *extra])
+    def compose(self, params: Mapping[str, Scalar]) -> DictConfig:
+        """The trial's config: the study's config with the settings ``params`` (strings taken
+        literally)."""
+        return validate(OmegaConf.merge(literal_config(self.config), params_layer(params)))
 
 
 def _optuna() -> Any:
@@ -89,13 +107,20 @@ def _optuna() -> Any:
 
 
 def tune_command(args: argparse.Namespace) -> int:
-    """Start or continue the study in ``args.study`` (module docstring)."""
+    """Start or continue the study in ``args.study`` (module docstring). Everything is checked
+    before anything is written: a refused command leaves no study behind."""
     optuna = _optuna()
     study_dir: Path = args.study
+    continuing = (study_dir / RECORD).exists()
+    setup, named = _setup(args, study_dir)
+    dimensions = parse_space(setup.space, f"search space of {study_dir}", setup.compose)
     study_dir.mkdir(parents=True, exist_ok=True)
     with _locked(study_dir):
-        setup = _setup(args, study_dir)
-        dimensions = parse_space(setup.space, f"search space of {study_dir}", setup.compose)
+        if (study_dir / RECORD).exists() != continuing:
+            raise ValueError(f"{study_dir} was started by another rltrain tune meanwhile; run "
+                             "this command again to continue it.")
+        atomic_write_text(study_dir / RECORD, json.dumps(
+            {"format": FORMAT, **setup.__dict__}, indent=2) + "\n")
         storage = f"sqlite:///{(study_dir / STORAGE).resolve()}"
         known = len(optuna.load_study(study_name="rltrain", storage=storage).trials) \
             if (study_dir / STORAGE).exists() else 0
@@ -105,13 +130,18 @@ def tune_command(args: argparse.Namespace) -> int:
             pruner=(optuna.pruners.MedianPruner(n_startup_trials=setup.prune_after,
                                                  n_warmup_steps=warmup_evaluations(setup))
                     if setup.pruning else optuna.pruners.NopPruner()))
-        return Tuner(optuna, study, setup, dimensions, study_dir).run()
+        passthrough = confirmations(args.trust, args.imports, named)
+        return Tuner(optuna, study, setup, dimensions, study_dir, passthrough).run()
+
+
+#: The record's format: 2 holds the composed config (1 held a command line to replay).
+FORMAT = 2
 
 
 def warmup_evaluations(setup: Setup) -> int:
     """The evaluations a trial makes before it can be pruned: a third of the run's (RL-Zoo's
     rule), at least one. Optuna counts steps from the first evaluation, numbered 1."""
-    config = setup.compose([])
+    config = setup.compose({})
     return max(1, int(config.trainer.num_steps) // int(config.trainer.eval_interval) // 3)
 
 
@@ -132,19 +162,22 @@ def _locked(study_dir: Path) -> Iterator[None]:
         os.close(fd)
 
 
-def _setup(args: argparse.Namespace, study_dir: Path) -> Setup:
-    """The study's setup: read from ``tune.json`` when continuing (refusing other configs),
-    else composed from the command line and recorded."""
+def _setup(args: argparse.Namespace, study_dir: Path) -> tuple[Setup, list[str]]:
+    """The study's setup, and the modules its config names that the trials' runs may import
+    (the command line's own, for a new study): read from ``tune.json`` when continuing
+    (refusing other configs), else composed from the command line."""
     files = [a for a in args.args if "=" not in a]
     overrides = [a for a in args.args if "=" in a]
-    passthrough = [*(f"--trust={m}" for m in args.trust), *(f"--import={m}" for m in args.imports)]
     record = study_dir / RECORD
+    named: list[str] = []
     if record.exists():
         setup = _read_record(record)
         given: dict[str, tuple[Any, Any]] = {
-            "configs and overrides": (files + overrides, setup.files + setup.overrides),
             "--objective": (args.objective, setup.objective),
             "--no-pruning": (args.no_pruning or None, (not setup.pruning) or None)}
+        if files or overrides:
+            given["configs and overrides"] = (to_container(compose(files, overrides)),
+                                              setup.config)
         if args.space is not None:
             given["--space"] = (read_space(args.space), setup.space)
         for what, (new, old) in given.items():
@@ -157,37 +190,54 @@ def _setup(args: argparse.Namespace, study_dir: Path) -> Setup:
             choice = choose_preset(overrides)
             files = choice.files
             print(f"rltrain: {choice.note}")
-        agent = str(compose(files, overrides).agent.name)
-        path = space_path(files, agent, args.space)
+        config = compose(files, overrides)
+        path = space_path(files, str(config.agent.name), args.space)
         print(f"rltrain: search space {path}")
-        setup = Setup(files, overrides, read_space(path), args.objective or "auc",
-                      not args.no_pruning, args.prune_after, passthrough=passthrough)
-        config = setup.compose([])
         if config.trainer.eval_interval is None:
             raise ValueError("rltrain tune scores trials by their evaluations: set "
                              "trainer.eval_interval.")
+        setup = Setup(to_container(config), read_space(path), args.objective or "auc",
+                      not args.no_pruning, args.prune_after)
+        named = named_modules(config)
     setup.trials = args.trials if args.trials is not None else setup.trials
     setup.jobs = args.jobs if args.jobs is not None else setup.jobs
-    if setup.trials < 1 or setup.jobs < 1:
-        raise ValueError(f"--trials and --jobs must be >= 1; got {setup.trials} and "
-                         f"{setup.jobs}.")
-    atomic_write_text(record, json.dumps({"format": 1, **setup.__dict__}, indent=2) + "\n")
-    return setup
+    if not (1 <= setup.trials <= MAX_TRIALS and 1 <= setup.jobs <= MAX_JOBS):
+        raise ValueError(f"--trials must be in [1, {MAX_TRIALS:,}] and --jobs in [1, "
+                         f"{MAX_JOBS}]; got {setup.trials} and {setup.jobs}.")
+    return setup, named
+
+
+#: The most trials and jobs a study may have.
+MAX_TRIALS, MAX_JOBS = 1_000_000, 1_024
 
 
 def _read_record(path: Path) -> Setup:
+    """``tune.json`` read as untrusted data: every field's type and bounds checked."""
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-        if data.pop("format") != 1:
-            raise ValueError("unknown format")
+        data = json.loads(read_bounded(path), parse_int=bounded_int)
+        if not isinstance(data, dict) or data.get("format") != FORMAT:
+            raise ValueError(f"its format is not {FORMAT}" + (
+                " (it was written by an earlier rltrain, whose records held a command line "
+                "to replay, which rltrain no longer trusts: start a new study)"
+                if isinstance(data, dict) and data.get("format") == 1 else ""))
+        del data["format"]
+        extra = sorted(set(data) - set(Setup.__dataclass_fields__))
+        if extra:
+            raise ValueError(f"it holds fields rltrain never writes ({', '.join(extra)[:200]})")
         setup = Setup(**data)
-        if not (all(isinstance(x, str) for x in setup.files + setup.overrides
-                    + setup.passthrough) and isinstance(setup.space, dict)
-                and setup.objective in ("auc", "final", "best")
-                and isinstance(setup.prune_after, int)):
-            raise ValueError("fields of the wrong types")
-    except (OSError, ValueError, TypeError, KeyError, AttributeError) as error:
-        raise ValueError(f"{path} is not a study rltrain wrote ({error}).") from None
+        checks = {
+            "config": isinstance(setup.config, dict),
+            "space": isinstance(setup.space, dict),
+            "objective": setup.objective in ("auc", "final", "best"),
+            "pruning": isinstance(setup.pruning, bool),
+            "prune_after": type(setup.prune_after) is int and 0 <= setup.prune_after <= MAX_TRIALS,
+            "trials": type(setup.trials) is int and 1 <= setup.trials <= MAX_TRIALS,
+            "jobs": type(setup.jobs) is int and 1 <= setup.jobs <= MAX_JOBS}
+        wrong = [name for name, ok in checks.items() if not ok]
+        if wrong:
+            raise ValueError(f"{', '.join(wrong)} of the wrong type or out of bounds")
+    except (OSError, ValueError, TypeError, KeyError, RecursionError) as error:
+        raise ValueError(f"{path} is not a study rltrain wrote: {error}.") from None
     return setup
 
 
@@ -212,9 +262,9 @@ class Tuner:
     """The study's loop: start trials, report their evaluations, prune, record results."""
 
     def __init__(self, optuna: Any, study: Any, setup: Setup, dimensions: list[Dimension],
-                 study_dir: Path) -> None:
+                 study_dir: Path, passthrough: list[str]) -> None:
         self.optuna, self.study, self.setup = optuna, study, setup
-        self.dimensions, self.dir = dimensions, study_dir
+        self.dimensions, self.dir, self.passthrough = dimensions, study_dir, passthrough
         self.running: list[Running] = []
         self.threads = max(1, (os.cpu_count() or 1) // setup.jobs)
 
@@ -253,20 +303,29 @@ class Tuner:
     def _start(self, trial: Any) -> bool:
         params = dict(trial.params) or {d.key: d.suggest(trial) for d in self.dimensions}
         run_dir = self.dir / f"trial-{trial.number:04d}"
-        try:
-            config = self.setup.compose(overrides_of(params))
+        try:  # recorded or enqueued in the study's database (untrusted), or sampled
+            check_params(params, self.dimensions)
+            config = self.setup.compose(params)
         except Exception as error:  # a sampled combination the config refuses
             self.study.tell(trial, state=self.optuna.trial.TrialState.FAIL)
-            print(f"trial {trial.number}: invalid settings {params}: {error}", flush=True)
+            print(f"trial {trial.number}: invalid settings: {str(error)[:300]}", flush=True)
             return False
         if summary(run_dir) and not ended_on_signal(run_dir):  # ended before it was recorded
             self._complete(trial, run_dir, config)
             return True
-        every = config.trainer.checkpoint_interval or config.trainer.eval_interval
-        command, resume = fit_command(
-            run_dir, [*self.setup.files, *self.setup.overrides, *overrides_of(params),
-                      f"trainer.num_threads={self._threads(config)}",
-                      f"trainer.checkpoint_interval={every}"], [], self.setup.passthrough)
+        config.trainer.num_threads = self._threads(config)
+        config.trainer.checkpoint_interval = (config.trainer.checkpoint_interval
+                                              or config.trainer.eval_interval)
+        config.trainer.run_dir = str(run_dir)
+        try:
+            if not any((run_dir / "checkpoints").glob("*.pt")):
+                prepare_run(run_dir, config)
+        except (OSError, ValueError) as error:
+            self.study.tell(trial, state=self.optuna.trial.TrialState.FAIL)
+            print(f"trial {trial.number}: failed: {error}", flush=True)
+            return True
+        command, resume = fit_command(run_dir, ["trainer.enable_progress_bar=false"],
+                                      self.passthrough)
         running = Running(trial, run_dir, config)
         running.reported = {int(step) for frozen in self.study.get_trials(deepcopy=False)
                             if frozen.number == trial.number
@@ -330,7 +389,8 @@ class Tuner:
 
     def _write_best(self) -> None:
         best = self.study.best_trial
-        config = self.setup.compose(overrides_of(best.params))
+        check_params(best.params, self.dimensions)
+        config = self.setup.compose(best.params)
         config.trainer.run_dir = None
         atomic_write_text(self.dir / BEST, (
             f"# The best trial of the study in {self.dir}: trial {best.number}, "

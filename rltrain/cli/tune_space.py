@@ -14,6 +14,7 @@ Example (``ppo_cartpole.space.yaml``, or the shipped ``rltrain/configs/spaces/pp
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,7 +22,7 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
-from rltrain.config.files import SHIPPED_CONFIGS, read_stored
+from rltrain.config.files import SHIPPED_CONFIGS, literal_config, read_stored
 
 #: Where the spaces shipped for each agent are (``spaces/<agent.name>.yaml``).
 SHIPPED_SPACES = SHIPPED_CONFIGS / "spaces"
@@ -63,6 +64,20 @@ class Dimension:
         return trial.suggest_float(self.key, float(self.low or 0.0),  # type: ignore[no-any-return]
                                    float(self.high or 0.0), step=self.step, log=self.log)
 
+    def holds(self, value: Any) -> bool:
+        """Whether ``value`` is one this setting could sample."""
+        if self.choices is not None:
+            return any(type(value) is type(c) and value == c for c in self.choices)
+        if self.integer and type(value) is not int:
+            return False
+        return _number(value) and float(self.low or 0) <= value <= float(self.high or 0)
+
+    def describe(self) -> str:
+        """The setting's values in words."""
+        if self.choices is not None:
+            return f"one of {list(self.choices)}"
+        return f"from {self.low} to {self.high}"
+
     def extremes(self) -> list[Scalar]:
         """The values that bound the setting (each choice, or both ends)."""
         return list(self.choices) if self.choices is not None else [self.low, self.high]
@@ -98,11 +113,11 @@ def read_space(path: Path) -> dict[str, Any]:
 
 
 def parse_space(raw: Mapping[str, Any], where: str,
-                compose: Callable[[list[str]], DictConfig]) -> list[Dimension]:
+                compose: Callable[[Mapping[str, Scalar]], DictConfig]) -> list[Dimension]:
     """``raw`` (a space file's mapping) as dimensions; each key must exist in the config and
-    each bounding value must make a valid config (``compose(overrides)``), else
-    ``ValueError`` naming the key."""
-    base = compose([])
+    each bounding value must make a valid config (``compose(params)``), else ``ValueError``
+    naming the key."""
+    base = compose({})
     dimensions = []
     for key, spec in raw.items():
         dimension = _dimension(key, spec, where)
@@ -111,7 +126,7 @@ def parse_space(raw: Mapping[str, Any], where: str,
                              "shows them).")
         for value in dimension.extremes():
             try:
-                compose([f"{key}={_literal(value)}"])
+                compose({key: value})
             except Exception as error:
                 raise ValueError(f"{where}: {key}={value!r} does not make a valid config: "
                                  f"{error}") from None
@@ -119,11 +134,40 @@ def parse_space(raw: Mapping[str, Any], where: str,
     return dimensions
 
 
+def check_params(params: Mapping[str, Any], dimensions: list[Dimension]) -> None:
+    """Raise ``ValueError`` unless ``params`` (a trial's settings, as a study's database
+    recorded them: untrusted) set exactly the space's keys, each to a value it could sample."""
+    keys = [d.key for d in dimensions]
+    if sorted(params) != sorted(keys):
+        raise ValueError(f"its settings {sorted(map(str, params))[:10]} are not the search "
+                         f"space's {sorted(keys)}")
+    for dimension in dimensions:
+        if not dimension.holds(params[dimension.key]):
+            raise ValueError(f"{dimension.key}={repr(params[dimension.key])[:80]} is outside "
+                             f"the search space ({dimension.describe()})")
+
+
+def params_layer(params: Mapping[str, Scalar]) -> DictConfig:
+    """A trial's settings as a config layer, strings taken literally (no interpolation)."""
+    nested: dict[str, Any] = {}
+    for key, value in params.items():
+        *parents, last = key.split(".")
+        node = nested
+        for part in parents:
+            node = node.setdefault(part, {})
+        node[last] = value
+    return literal_config(nested)
+
+
 _MISSING = object()
+#: A dotted config key.
+KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*")
 _FIELDS = {"low", "high", "log", "step", "choices"}
 
 
 def _dimension(key: str, spec: Any, where: str) -> Dimension:
+    if not KEY.fullmatch(key):
+        raise ValueError(f"{where}: {key[:80]!r} is not a dotted config key (agent.lr).")
     if not isinstance(spec, Mapping) or not set(spec) <= _FIELDS or not spec:
         raise ValueError(f"{where}: {key} must be {{low: L, high: H[, log: true, step: S]}} "
                          f"or {{choices: [...]}}; got {spec!r}.")
@@ -155,19 +199,3 @@ def _number(value: Any) -> bool:
 
 def _scalar(value: Any) -> bool:
     return value is None or isinstance(value, bool | str) or _number(value)
-
-
-def _literal(value: Scalar) -> str:
-    """``value`` as an override's right-hand side (``null``, ``true``, a quoted string)."""
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, str):
-        return "'" + value.replace("'", "\\'") + "'"
-    return repr(value)
-
-
-def overrides_of(params: Mapping[str, Scalar]) -> list[str]:
-    """A trial's sampled settings as ``key=value`` overrides."""
-    return [f"{key}={_literal(value)}" for key, value in params.items()]

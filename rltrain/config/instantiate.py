@@ -34,6 +34,7 @@ from rltrain.config.targets import (
     Trust,
     check_untrusted,
     describe_callable,
+    env_packages,
     import_modules,
     import_path,
     inside,
@@ -105,18 +106,30 @@ def check_stored_targets(config: DictConfig, trust: Trust) -> None:
     """Refuse a stored config any of whose import paths (``env.imports``, an ``env.id``'s
     module, each ``_target_``) would import code from inside the folder it came from, importing
     nothing: for what reads a config without building all of it (``load_policy``)."""
-    plain = to_container(config)
+    for what, path in _named(to_container(config)):
+        try:
+            check_untrusted(path, trust, what)
+        except TargetError as error:
+            raise ConfigError(str(error)) from None
+
+
+def named_modules(config: DictConfig) -> list[str]:
+    """The top-level modules ``config``'s import paths name (``env.imports``, an ``env.id``'s
+    module, each ``_target_``), but for the packages a stored config may import anyway: what
+    the user confirms (``--trust``) when a process started by rltrain reads the user's own
+    config as a stored one."""
+    found = (path.partition(":")[0].split(".")[0] for _, path in _named(to_container(config)))
+    return [name for name in dict.fromkeys(found) if name and name not in env_packages()]
+
+
+def _named(plain: dict[str, Any]) -> list[tuple[str, str]]:
+    """``(config key, import path)`` of each import path in plain config data."""
     env = plain.get("env") or {}
     named = [("env.imports", name) for name in env.get("imports") or ()]
     if isinstance(env.get("id"), str) and ":" in env["id"]:
         named.append(("env.id", env["id"].rpartition(":")[0]))
     named += [(f"{where}._target_", path) for where, path in _targets(plain)]
-    for what, path in named:
-        if isinstance(path, str):
-            try:
-                check_untrusted(path, trust, what)
-            except TargetError as error:
-                raise ConfigError(str(error)) from None
+    return [(what, path) for what, path in named if isinstance(path, str)]
 
 
 def _targets(node: Any, where: str = "") -> list[tuple[str, Any]]:
@@ -159,6 +172,14 @@ def _wrapper(item: dict[str, Any], index: int, trust: Trust, home: str) -> Targe
     module = str(getattr(cls, "__module__", ""))
     if trust.trusts(module) or trust.stored_in is None:
         return Target(path, kwargs)
+    for key, value in kwargs.items():
+        if _holds_mapping(value):
+            raise TargetError(
+                f"{what}: the stored config gives the wrapper {path!r} a mapping as its "
+                f"keyword {key!r} ({str(value)[:80]}); a stored wrapper takes plain values "
+                "(numbers, strings, lists of them) and rltrain builds no object from a stored "
+                "mapping. Give that wrapper on the command line, or confirm its module: "
+                f"--trust {module.split('.')[0]}.")
     top, packages = module.split(".")[0], (*WRAPPER_PACKAGES, home.split(".")[0])
     if top not in packages:
         raise TargetError(
@@ -169,6 +190,12 @@ def _wrapper(item: dict[str, Any], index: int, trust: Trust, home: str) -> Targe
     if isinstance(cls, type) and issubclass(cls, RecordVideo):
         _check_video_folder(kwargs, trust.stored_in, what)
     return Target(path, kwargs)
+
+
+def _holds_mapping(value: Any) -> bool:
+    if isinstance(value, Mapping):
+        return True
+    return isinstance(value, list | tuple) and any(_holds_mapping(v) for v in value)
 
 
 def _check_video_folder(kwargs: Mapping[str, Any], run_dir: Path, what: str) -> None:

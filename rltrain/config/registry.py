@@ -15,10 +15,11 @@ reinforce = "my_package.reinforce"``), loaded the first time a name is not found
 from __future__ import annotations
 
 import dataclasses
-import importlib.metadata
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TypeVar
+
+from rltrain.config.search_path import installed_entry_points
 
 T = TypeVar("T", bound=type)
 
@@ -118,10 +119,11 @@ _plugins_loaded = False
 
 def load_plugins() -> None:
     """Import, once, every module of the installed ``rltrain.plugins`` entry points (so
-    their agents and strategies register themselves)."""
+    their agents and strategies register themselves); never one declared by metadata in the
+    current directory (:func:`~rltrain.config.search_path.installed_entry_points`)."""
     global _plugins_loaded
     if _plugins_loaded:
         return
     _plugins_loaded = True
-    for entry in importlib.metadata.entry_points(group=PLUGIN_GROUP):
+    for entry in installed_entry_points(PLUGIN_GROUP):
         entry.load()

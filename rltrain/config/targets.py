@@ -5,11 +5,14 @@ or ``"my_envs:Corridor"``) plus keyword arguments; :func:`locate` finds it and
 :func:`import_path` gives the path of an object when it has one (classes and module-level
 functions, not lambdas or local functions).
 
-What a stored config names (a run directory's ``config.yaml``, a checkpoint's config) is
-untrusted: :func:`locate` with ``trusted=False`` accepts only a class of the expected kind (an
-env, a wrapper, an agent, a strategy: made by its constructor, never an arbitrary function such
-as ``os.system``), from a module that is not inside the directory the config came from, unless
-the user names the module as trusted (``rltrain ... --trust MODULE``).
+What a stored config names (a run directory's ``config.yaml``, a checkpoint's config, a seed
+group's or a study's record) is untrusted: :func:`locate` with an untrusted :class:`Trust`
+accepts only a class of the expected kind (an env, a wrapper, an agent, a strategy: made by its
+constructor, never an arbitrary function such as ``os.system``), from a package a stored config
+may import (:data:`STORED_IMPORTS` and the packages that declare Gymnasium's environment entry
+point: importing a module runs its code), never from inside the directory the config came from
+or from the current directory, unless the user names the module as trusted (``rltrain ...
+--trust MODULE``).
 """
 
 from __future__ import annotations
@@ -25,6 +28,8 @@ from dataclasses import dataclass, field
 from importlib.machinery import ModuleSpec
 from pathlib import Path
 from typing import Any
+
+from rltrain.config.search_path import allow_local, installed_entry_points, local_file
 
 
 class TargetError(ValueError):
@@ -56,6 +61,53 @@ class Trust:
 #: The user's own config: anything may be named.
 TRUSTED = Trust()
 
+#: The top-level packages a stored config may import without ``--trust``: rltrain's,
+#: Gymnasium's, and packages that exist to register environments (their import registers the
+#: ids). Besides these, the packages of installed distributions that declare Gymnasium's
+#: ``gymnasium.envs`` entry point (:data:`ENV_ENTRY_POINTS`).
+STORED_IMPORTS = frozenset({
+    "rltrain", "gymnasium", "ale_py", "envpool", "minigrid", "miniworld", "gymnasium_robotics",
+    "shimmy", "highway_env", "panda_gym", "metaworld"})
+#: The entry-point group through which installed packages register Gymnasium environments.
+ENV_ENTRY_POINTS = "gymnasium.envs"
+
+
+@functools.cache
+def env_packages() -> frozenset[str]:
+    """The top-level packages a stored config may import: :data:`STORED_IMPORTS` and those of
+    the installed ``gymnasium.envs`` entry points."""
+    declared = {entry.value.partition(":")[0].split(".")[0]
+                for entry in installed_entry_points(ENV_ENTRY_POINTS)}
+    return STORED_IMPORTS | {name for name in declared if name}
+
+
+def admit(path: str, trust: Trust, what: str) -> None:
+    """Before ``path`` (``module.Name``, ``module:Name`` or a module) is looked up: for the
+    user's own names, let its top-level module be found in the current directory too; for an
+    untrusted config, refuse it unless its package is one a stored config may import."""
+    module = path.partition(":")[0]
+    top = module.split(".")[0]
+    if not MODULE_NAME.fullmatch(module):
+        return  # names no module: what reads it says so
+    if trust.stored_in is None or trust.trusts(module) or trust.trusts(top):
+        allow_local(top)
+    else:
+        refuse_unlisted(top, trust, what, path)
+
+
+def refuse_unlisted(module_name: str, trust: Trust, what: str, path: str) -> None:
+    """Refuse ``module_name`` for an untrusted config unless its package is one a stored
+    config may import (:func:`env_packages`) or one the user trusts."""
+    top = module_name.split(".")[0]
+    if trust.trusts(module_name) or top in env_packages():
+        return
+    source = "" if path == module_name else f" (for {path!r})"
+    raise TargetError(
+        f"{what}: the stored config would import {top!r}{source}. Importing a module runs its "
+        "code, and a stored config (a run's, a checkpoint's, a seed group's or a study's) may "
+        "import only rltrain, Gymnasium and packages that register environments. If you wrote "
+        f"it, confirm the module on the command line: --trust {top}.")
+
 
 @dataclass(frozen=True)
 class Target:
@@ -84,6 +136,7 @@ def locate(path: str, *, kind: type | None = None, trust: Trust = TRUSTED,
     if not isinstance(path, str) or not path.strip():
         raise TargetError(f"{what}: an import path is a non-empty string such as "
                           f"'package.module.Name'; got {path!r}.")
+    admit(path, trust, what)
     module_name, attribute = _split(path, what)
     obj: Any = _import(module_name, trust, what, path)
     for part in attribute.split("."):
@@ -105,9 +158,11 @@ def import_modules(names: Collection[str], trust: Trust = TRUSTED, what: str = "
 
 
 def check_untrusted(path: str, trust: Trust, what: str) -> None:
-    """Refuse ``path`` (``module.Name``, ``module:Name`` or a module) when a module of it would
-    be imported from inside the folder the untrusted config came from; imports nothing (for a
-    config part that is read but not built)."""
+    """Refuse ``path`` (``module.Name``, ``module:Name`` or a module) when its package is not
+    one a stored config may import, or a module of it would be imported from inside the folder
+    the untrusted config came from; imports nothing (for a config part that is read but not
+    built)."""
+    admit(path, trust, what)
     if ":" in path or not MODULE_NAME.fullmatch(path):
         module_name = path.partition(":")[0]
     else:
@@ -125,18 +180,23 @@ def check_untrusted(path: str, trust: Trust, what: str) -> None:
 
 
 def _import(module_name: str, trust: Trust, what: str, path: str) -> Any:
-    """Import ``module_name``; for an untrusted config, only once every module of its dotted
-    path has been found (without importing any) and none of their files or search locations
-    lies inside the folder the config came from, and each again, as it is imported, with its
-    parent's real search path."""
+    """Import ``module_name``. For the user's own names, a module in the current directory is
+    found too (:func:`allow_local`). For an untrusted config, only a package a stored config
+    may import (:func:`refuse_unlisted`), once every module of its dotted path has been found
+    (without importing any) and none of their files or search locations lies inside the folder
+    the config came from, and each again, as it is imported, with its parent's real search
+    path."""
     if not MODULE_NAME.fullmatch(module_name):
         raise TargetError(f"{what}: {module_name!r} (from {path!r}) is not a module name "
                           "(dotted Python identifiers).")
     checked = not trust.trusts(module_name)
     if checked:
-        for found in find_module_path(module_name):
-            _refuse_inside(found, trust, what, path)
+        refuse_unlisted(module_name, trust, what, path)
+    else:
+        allow_local(module_name)
     try:
+        for found in _find_or_refuse(module_name, what, path) if checked else ():
+            _refuse_inside(found, trust, what, path)
         module: Any = None
         for prefix in _prefixes(module_name):
             if checked and prefix not in sys.modules:
@@ -149,6 +209,22 @@ def _import(module_name: str, trust: Trust, what: str, path: str) -> Any:
                           "the package (e.g. pip install minigrid), or run from the folder "
                           "holding your module (the current directory is searched).") from error
     return module
+
+
+def _find_or_refuse(module_name: str, what: str, path: str) -> list[FoundModule]:
+    """:func:`find_module_path` for an untrusted name; a module found only in the current
+    directory is named in the refusal, with the flag that allows it."""
+    try:
+        return find_module_path(module_name)
+    except ImportError:
+        local = local_file(module_name)
+        if local is None:
+            raise
+        top = module_name.split(".")[0]
+        raise TargetError(
+            f"{what}: {path!r} would be imported from {local}, in the current directory, which "
+            "a stored config may not import from (only the command line names local modules). "
+            f"If it is yours, confirm it: --trust {top}.") from None
 
 
 #: A module name: dotted identifiers (what a stored config may ask to import).

@@ -27,6 +27,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from omegaconf import DictConfig
+
 from rltrain.checkpoint import MANIFEST, Checkpointer, ManifestError, atomic_write_text
 from rltrain.checkpoint.intact import find_intact, unfinished_saves, what_is_left
 from rltrain.checkpoint.io import LocalFiles
@@ -37,6 +39,7 @@ from rltrain.checkpoint.manifest import (
     SHARD_NAME,
     TEMPORARY_NAME,
 )
+from rltrain.config.files import save_config
 from rltrain.config.targets import within
 from rltrain.trainer.outputs import stopped_on_refused_loss
 
@@ -173,6 +176,29 @@ def _say_unfinished(run_dir: Path, checkpoint_dir: Path) -> None:
             f"{f' and {len(parts) - 4} more' if len(parts) > 4 else ''}): the run it belongs "
             "to stopped before its first checkpoint and cannot be resumed. Starting a new run "
             "there; the files the failed run left are removed (rltrain's only).", stacklevel=4)
+
+
+def prepare_run(run_dir: Path, config: DictConfig) -> None:
+    """Make ``run_dir`` a run that has not started: marked as rltrain's, holding ``config`` as
+    its ``config.yaml``, which ``rltrain fit --resume RUN_DIR`` starts from (the runs of a seed
+    group or a study: each reads its config as any stored config, untrusted). A folder that is
+    not rltrain's, is being written or holds a run is refused, and nothing is written then."""
+    _refuse_foreign(RunDirectory.inspect(run_dir))
+    refuse_if_locked(run_dir)
+    _refuse_existing_run(run_dir, run_dir / "checkpoints")
+    _make_dir(run_dir)
+    remove_run_files(run_dir, run_dir / "checkpoints")  # what a run that never saved left
+    if not (run_dir / MARKER).exists():
+        _mark(run_dir)
+    save_config(config, run_dir / "config.yaml")
+
+
+def not_started(run_dir: Path, checkpoint_dir: Path) -> bool:
+    """Whether ``run_dir`` is a run :func:`prepare_run` made that has not started: marked as
+    rltrain's, holding its config and no other file of rltrain's, no checkpoint file."""
+    folder = RunDirectory.inspect(run_dir)
+    return (folder.marked and folder.ours == ("config.yaml",)
+            and not checkpoint_files(checkpoint_dir))
 
 
 def checkpoint_files(directory: Path) -> list[Path]:

@@ -121,7 +121,8 @@ def test_the_command_writes_the_table_and_the_figure(tmp_path: Path) -> None:
     assert bad.returncode == 2 and "--out report.txt" in bad.stderr
     assert not (tmp_path / "report.txt").exists()
     missing = rltrain("compare", "nowhere", cwd=tmp_path)
-    assert missing.returncode == 2 and "No metrics.jsonl in nowhere" in missing.stderr
+    assert missing.returncode == 2 and "nowhere is not a run directory: it does not exist" \
+        in missing.stderr and "plot" not in missing.stderr
 
 
 def test_runs_of_different_environments_are_compared_with_a_warning(tmp_path: Path) -> None:

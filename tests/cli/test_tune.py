@@ -17,8 +17,9 @@ from conftest import rltrain
 
 optuna = pytest.importorskip("optuna")
 
+from rltrain.cli.tune import Setup  # noqa: E402
 from rltrain.cli.tune_space import parse_space  # noqa: E402
-from rltrain.config.schema import compose  # noqa: E402
+from rltrain.config.schema import compose, to_container  # noqa: E402
 
 QUICK = ["ppo_cartpole", "trainer.num_steps=1024", "trainer.eval_interval=256",
          "trainer.eval_episodes=1", "trainer.logger=false", "strategy.num_envs=4",
@@ -46,7 +47,8 @@ def states(path: Path) -> list[str]:
 def test_bad_search_spaces_are_refused_naming_the_key(spec: dict[str, object],
                                                       message: str) -> None:
     with pytest.raises(ValueError, match=message.replace("{", r"\{").replace("(", r"\(")):
-        parse_space(spec, "space.yaml", lambda extra: compose(["ppo_cartpole"], extra))
+        setup = Setup(to_container(compose(["ppo_cartpole"])), dict(spec))
+        parse_space(spec, "space.yaml", setup.compose)
 
 
 def test_a_study_runs_prunes_and_writes_the_best_config(tmp_path: Path) -> None:

@@ -49,6 +49,9 @@ from rltrain.agents.dreamer import Dreamer, DreamerConfig
 from rltrain.checkpoint import Checkpointer, ManifestError, atomic_save, load_agent
 from rltrain.cli.app import resumed_config
 from rltrain.cli.plot import read_run
+from rltrain.cli.seeds import resume_group
+from rltrain.cli.tune import _read_record as _read_study
+from rltrain.cli.tune_space import Dimension, check_params
 from rltrain.config.files import ConfigError, literal_config
 from rltrain.config.schema import compose
 from rltrain.config.targets import Trust
@@ -349,9 +352,15 @@ CASES = [
     Case("stored config naming a function as its env (os.system)",
          lambda d: build(literal_config({"env": {"_target_": "os.system", "kwargs": {
              "command": f"touch {shlex.quote(str(d / RAN))}"}}}), Trust(stored_in=d)),
-         ConfigError, r"env\._target_: the stored config names 'os\.system', which is not a "
-         r"subclass of gymnasium\.core\.Env\. A stored config .* is untrusted.*--trust os\.",
+         ConfigError, r"env\._target_: the stored config would import 'os' \(for 'os\.system'\)"
+         r"\. Importing a module runs its code, .*--trust os\.",
          after=never_ran),
+    Case("stored config naming a Gymnasium function as its env (gymnasium.make)",
+         lambda d: build(literal_config({"env": {"_target_": "gymnasium.make", "kwargs": {
+             "id": "CartPole-v1"}}}), Trust(stored_in=d)),
+         ConfigError, r"env\._target_: the stored config names 'gymnasium\.make', which is not "
+         r"a subclass of gymnasium\.core\.Env\. A stored config .* is untrusted.*--trust "
+         r"gymnasium\."),
     Case("stored config of a run whose env had no import path (a lambda)",
          lambda d: build(literal_config({"env": {"id": None, "unrecorded": (
              "it was the Python callable <lambda>, which has no import path")}})), ConfigError,
@@ -508,15 +517,14 @@ CASES = [
          before_training=False),
     Case("stored config importing a module planted in the run through a namespace package",
          lambda d: _stored_build(d), ConfigError,
-         r"env\.imports: 'run\.evil' would be imported from .*run, inside .*run, where the "
-         r"stored config came from; code in a run directory is never run\. Move the module "
-         r"out, or confirm it: --trust run",
+         r"env\.imports: the stored config would import 'run'\. Importing a module runs its "
+         r"code, .* confirm the module on the command line: --trust run\.",
          setup=lambda d: _stored_edit(d, ENV, ENV + "\n  imports: [run.evil]"),
          after=never_ran),
     Case("stored config naming a class in a package planted in the run (its __init__ never runs)",
          lambda d: _stored_build(d), ConfigError,
-         r"agent\._target_: 'run\.evilpkg\.sub\.Agent' would be imported from .*run, where the "
-         r"stored config came from; code in a run directory is never run",
+         r"agent\._target_: the stored config would import 'run' \(for "
+         r"'run\.evilpkg\.sub\.Agent'\)\. Importing a module runs its code",
          setup=lambda d: _stored_edit(d, "  name: dqn", "  _target_: run.evilpkg.sub.Agent"),
          after=never_ran),
     Case("stored config holding an escaped interpolation (\\${oc.env:...})",
@@ -561,8 +569,75 @@ CASES = [
     Case("metrics.jsonl row that is not an object of numbers, for rltrain plot",
          lambda d: read_run(d), ValueError,
          r"metrics\.jsonl:\d+ is not a metrics row \(a JSON object whose env_steps, "
-         r"eval/return_mean, time/elapsed are finite numbers\); it was not written by rltrain",
+         r"eval/return_mean, time/elapsed are finite numbers of magnitude at most 1e\+15, env "
+         r"steps not negative\); it was not written by rltrain",
          setup=lambda d: _metrics_line(d, '{"event": "evaluation", "env_steps": NaN}')),
+    Case("metrics.jsonl with a return of 1e308 (an average would overflow)",
+         lambda d: read_run(d), ValueError,
+         r"metrics\.jsonl:2 is not a metrics row .*magnitude at most 1e\+15",
+         setup=lambda d: _metrics_line(d, '{"event": "evaluation", "env_steps": 200, '
+                                          '"eval/return_mean": 1e308}')),
+    Case("metrics.jsonl with negative env steps",
+         lambda d: read_run(d), ValueError,
+         r"metrics\.jsonl:2 is not a metrics row .*env steps not negative",
+         setup=lambda d: _metrics_line(d, '{"event": "evaluation", "env_steps": -5, '
+                                          '"eval/return_mean": 1.0}')),
+    Case("metrics.jsonl holding a 5,000-digit integer",
+         lambda d: read_run(d), ValueError,
+         r"metrics\.jsonl:2 is not a JSON line: it holds an integer of 5,000 digits; rltrain "
+         r"writes at most 30",
+         setup=lambda d: _metrics_line(d, '{"env_steps": ' + "9" * 5000 + "}")),
+    Case("metrics.jsonl line longer than 1 MiB (never read whole)",
+         lambda d: read_run(d), ValueError,
+         r"metrics\.jsonl:2 is longer than 1,048,576 bytes",
+         setup=lambda d: _metrics_line(d, " " * (2 << 20))),
+    Case("compare or plot of a path that does not exist",
+         lambda d: read_run(d / "nowhere"), FileNotFoundError,
+         r"nowhere is not a run directory: it does not exist\.",
+         setup=lambda d: d.mkdir()),
+    Case("group record (seeds.json) of the earlier format: a command line to replay",
+         lambda d: resume_group(d, [], []), ValueError,
+         r"seeds\.json is not a group of seeds rltrain wrote: its format is not 2 \(it was "
+         r"written by an earlier rltrain.*resume each started seed with rltrain fit --resume",
+         setup=lambda d: _record(d, "seeds.json", {"format": 1, "args": ["--import=evil"],
+                                                   "seeds": [0], "jobs": 1,
+                                                   "passthrough": []})),
+    Case("group record (seeds.json) with a field rltrain never writes (passthrough)",
+         lambda d: resume_group(d, [], []), ValueError,
+         r"seeds\.json is not a group of seeds rltrain wrote: it holds fields rltrain never "
+         r"writes \(passthrough\)",
+         setup=lambda d: _record(d, "seeds.json", {"format": 2, "seeds": [0], "jobs": 1,
+                                                   "config": {}, "passthrough": ["--import=x"]})),
+    Case("group record (seeds.json) with 10**9 jobs",
+         lambda d: resume_group(d, [], []), ValueError,
+         r"seeds\.json is not a group of seeds rltrain wrote: 'jobs' must be an int in \[1, "
+         r"1024\]",
+         setup=lambda d: _record(d, "seeds.json", {"format": 2, "seeds": [0], "jobs": 10**9,
+                                                   "config": {}})),
+    Case("study record (tune.json) of the earlier format: a command line to replay",
+         lambda d: _read_study(d / "tune.json"), ValueError,
+         r"tune\.json is not a study rltrain wrote: its format is not 2 \(it was written by an "
+         r"earlier rltrain",
+         setup=lambda d: _record(d, "tune.json", {"format": 1, "files": ["evil.yaml"],
+                                                  "overrides": [], "space": {}})),
+    Case("study record (tune.json) with 10**12 trials",
+         lambda d: _read_study(d / "tune.json"), ValueError,
+         r"tune\.json is not a study rltrain wrote: trials of the wrong type or out of bounds",
+         setup=lambda d: _record(d, "tune.json", {"format": 2, "config": {}, "space": {},
+                                                  "trials": 10**12})),
+    Case("trial settings from a study's database outside its search space",
+         lambda d: check_params({"env.id": "studies.s.evil:Foo-v0"},
+                                [Dimension("agent.lr", low=1e-4, high=1e-3)]), ValueError,
+         r"its settings \['env\.id'\] are not the search space's \['agent\.lr'\]"),
+    Case("trial setting from a study's database beyond its range",
+         lambda d: check_params({"agent.lr": 5.0}, [Dimension("agent.lr", low=1e-4, high=1e-3)]),
+         ValueError, r"agent\.lr=5\.0 is outside the search space \(from 0\.0001 to 0\.001\)"),
+    Case("stored wrapper given a mapping as a keyword",
+         lambda d: build(literal_config({"env": {"id": "CartPole-v1", "wrappers": [
+             {"_target_": "gymnasium.wrappers.TimeLimit", "max_episode_steps": {"a": 1}}]}}),
+             Trust(stored_in=d)), ConfigError,
+         r"env\.wrappers\[0\]\._target_: the stored config gives the wrapper "
+         r"'gymnasium\.wrappers\.TimeLimit' a mapping as its keyword 'max_episode_steps'"),
     Case("unwritable run directory",
          lambda d: trainer(d / "a-file" / "run").fit("CartPole-v1", dqn()), PermissionError,
          r"Cannot write to the run directory .*Choose a run_dir you can write to",
@@ -847,6 +922,12 @@ def _broadcast_bounds(run_dir: Path) -> None:
 def _checkpoints_moved_out(run_dir: Path) -> None:
     _checkpoints_elsewhere(run_dir)
     (run_dir / "checkpoints").rename(run_dir.parent / "elsewhere")
+
+
+def _record(folder: Path, name: str, data: dict[str, Any]) -> None:
+    """A group's or a study's record, ``data``, in ``folder``."""
+    folder.mkdir(parents=True)
+    (folder / name).write_text(json.dumps(data))
 
 
 def _metrics_line(run_dir: Path, line: str) -> None:

@@ -10,10 +10,8 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import shutil
 import subprocess
-import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,41 +20,13 @@ from typing import Any
 import pytest
 import torch
 import yaml
-from conftest import ROOT
+from hostile import EVIL, SECRET, load_policy, rltrain, snapshot
 
 from rltrain.checkpoint.manifest import MANIFEST
 
 #: Scenario tests of whole runs (subprocesses, real files): out of the fast inner loop,
 #: ``pytest -m "not slow"``; CI runs them.
 pytestmark = pytest.mark.slow
-
-SECRET = "s3cr3t-from-the-environment"
-
-#: Planted code: importing it leaves a file named after the module beside the test's folder.
-EVIL = """
-import pathlib
-pathlib.Path({mark!r}, __name__).write_text("ran")
-import gymnasium
-class Agent: pass
-class Strategy: pass
-class Env(gymnasium.Env): pass
-class Wrap(gymnasium.Wrapper): pass
-gymnasium.register("Foo-v0", entry_point=Env)
-"""
-
-
-#: The console script pip installed beside this Python (what a user runs), else the module.
-SCRIPT = ([str(Path(sys.executable).with_name("rltrain"))]
-          if Path(sys.executable).with_name("rltrain").is_file()
-          else [sys.executable, "-m", "rltrain.cli"])
-
-
-def rltrain(*args: str, cwd: Path, env: dict[str, str] | None = None
-            ) -> subprocess.CompletedProcess[str]:
-    """The ``rltrain`` command, run in ``cwd``."""
-    return subprocess.run([*SCRIPT, *args], cwd=cwd, capture_output=True, text=True,
-                          timeout=120, env={**os.environ, **(env or {})}, check=False)
-
 
 @pytest.fixture(scope="module")
 def original(tmp_path_factory: pytest.TempPathFactory) -> Path:
@@ -118,22 +88,6 @@ def planted(original: Path, tmp_path: Path) -> Planted:
     mark.mkdir()
     shutil.copytree(original, work / "runs" / "victim", symlinks=True)
     return Planted(work, mark)
-
-
-def snapshot(folder: Path, skip: Path) -> dict[str, tuple[int, int]]:
-    """Every file under ``folder`` but those under ``skip``: size and modification time."""
-    return {str(p): (p.stat().st_size, p.stat().st_mtime_ns) for p in folder.rglob("*")
-            if p.is_file() and skip not in p.parents}
-
-
-def load_policy(path: str, cwd: Path) -> subprocess.CompletedProcess[str]:
-    code = ("import sys, rltrain\ntry:\n    rltrain.load_policy(sys.argv[1])\n"
-            "except (ValueError, OSError) as error:\n"
-            "    print('refused:', error, file=sys.stderr)\n"
-            "    raise SystemExit(2)\n")
-    return subprocess.run([sys.executable, "-c", code, path], cwd=cwd, text=True,
-                          capture_output=True, timeout=120,
-                          env={**os.environ, "PYTHONPATH": str(ROOT), "RLTRAIN_SECRET": SECRET})
 
 
 def readers(planted: Planted, path: str, cwd: Path
@@ -234,7 +188,7 @@ def test_code_planted_in_a_run_never_runs(planted: Planted,
                       planted.run if inside else planted.work)
     if inside:
         results.pop("plot")  # its output would land inside the run
-    assert_refused_cleanly(planted, results, before, must="code in a run directory is never run")
+    assert_refused_cleanly(planted, results, before, must="the stored config would import")
 
 
 #: The readers that build no env from a checkpoint that stores its spaces.

@@ -94,7 +94,7 @@ def test_predict_carries_the_state_and_resets_it_at_episode_starts(tmp_path: Pat
                                                update_epochs=1))
     Trainer(num_steps=64, strategy=strategy, run_dir=tmp_path, **QUIET).fit(
         Cue, PPO(PPOConfig(recurrent="gru", recurrent_hidden_size=8)))
-    policy = load_policy(tmp_path)
+    policy = load_policy(tmp_path, trust=[__name__])
     cue = np.array([1.0, 0.0, 0.0], np.float32)
     _, state = policy.predict(cue)
     assert state is not None and state[0].abs().sum() > 0

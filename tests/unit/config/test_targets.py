@@ -107,12 +107,17 @@ def test_a_cli_run_of_an_env_and_strategy_in_local_modules_evaluates_and_resumes
     assert stored.env._target_ == "my_envs.Corridor" and stored.env.id is None
     assert stored.env.wrappers == [{"_target_": "gymnasium.wrappers.TimeLimit",
                                     "max_episode_steps": 30}]
-    evaluate = rltrain("evaluate", run_dir, cwd=project)
+    # the run's own modules are the user's word on the command line only, never the record's
+    refused = rltrain("evaluate", run_dir, cwd=project)
+    assert refused.returncode == 2 and "--trust my_" in refused.stderr, refused.stderr
+    trusted = ["--trust", "my_envs", "--trust", "my_strategies"]
+    evaluate = rltrain("evaluate", run_dir, *trusted, cwd=project)
     assert evaluate.returncode == 0, evaluate.stderr
     metrics = evaluated(evaluate.stdout)
     assert metrics["eval/return_mean"] == pytest.approx(final_return(run_dir))
     assert metrics["eval/length_mean"] <= 30
-    resume = rltrain("fit", "--resume", run_dir, "trainer.num_steps=400", cwd=project)
+    resume = rltrain("fit", "--resume", run_dir, "trainer.num_steps=400", *trusted,
+                     cwd=project)
     assert resume.returncode == 0, resume.stderr
     assert json.loads((run_dir / "summary.json").read_text())["env_steps"] == 400
 
@@ -140,7 +145,8 @@ def test_python_runs_with_importable_pieces_are_rebuilt_by_the_cli(project: Path
     assert stored.env._target_ == "my_envs.make_corridor"
     assert stored.strategy._target_ == "my_strategies.MyOffPolicy"
     assert stored.strategy.seed == 7
-    evaluate = rltrain("evaluate", run_dir, "--trust", "my_envs", cwd=project)
+    evaluate = rltrain("evaluate", run_dir, "--trust", "my_envs", "--trust", "my_strategies",
+                       cwd=project)
     assert evaluate.returncode == 0, evaluate.stderr
     assert evaluated(evaluate.stdout)["eval/return_mean"] == pytest.approx(final_return(run_dir))
 
@@ -202,7 +208,7 @@ def test_a_hostile_stored_config_calls_nothing(project: Path) -> None:
     stored.env = {"_target_": "evil.Evil"}
     OmegaConf.save(stored, run_dir / "config.yaml")
     inside = rltrain("fit", "--resume", ".", cwd=run_dir)
-    assert inside.returncode == 2 and "code in a run directory is never run" in inside.stderr
+    assert inside.returncode == 2 and "the stored config would import 'evil'" in inside.stderr
     assert not (run_dir / "imported").exists()
 
 

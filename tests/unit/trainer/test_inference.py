@@ -41,6 +41,10 @@ from rltrain.inference import policy as inference_policy
 
 SIDE = 6
 
+#: This module: the wrapper of the "dict" runs lives here, and a stored config imports it only
+#: when trusted.
+OWN = [__name__]
+
 
 class CartPoleDict(gym.ObservationWrapper[Any, Any, Any]):
     """CartPole as a Dict: a ``SIDE x SIDE x 3`` uint8 image of the cart's position, the state
@@ -134,7 +138,7 @@ def test_load_policy_rebuilds_the_agent_from_the_checkpoint_alone(
         runs: dict[str, tuple[Path, Any]], name: str, monkeypatch: pytest.MonkeyPatch) -> None:
     run_dir, trained = runs[name]
     monkeypatch.setattr(inference_policy, "make_probe_env", never_make_env)
-    policy = rltrain.load_policy(run_dir)
+    policy = rltrain.load_policy(run_dir, trust=OWN)
     assert type(policy.agent) is type(trained)
     assert policy.checkpoint == Checkpointer(run_dir / "checkpoints").resolve("last")
     assert policy.observation_space == trained.spaces[0]
@@ -143,7 +147,7 @@ def test_load_policy_rebuilds_the_agent_from_the_checkpoint_alone(
     assert loaded.keys() == saved.keys()
     assert all(torch.equal(loaded[k].cpu(), saved[k].cpu()) for k in saved)
     # The same from the checkpoint file itself.
-    again = rltrain.load_policy(policy.checkpoint)
+    again = rltrain.load_policy(policy.checkpoint, trust=OWN)
     assert again.observation_space == policy.observation_space
 
 
@@ -270,7 +274,7 @@ def test_predict_refuses_observations_of_another_shape_or_kind(
         policy.predict(np.zeros(3, np.float32))
     with pytest.raises(ValueError, match=r"got shape \(2, 2, 4\)"):
         policy.predict(np.zeros((2, 2, 4), np.float32))
-    dict_policy = rltrain.load_policy(runs["dict"][0])
+    dict_policy = rltrain.load_policy(runs["dict"][0], trust=OWN)
     with pytest.raises(ValueError, match=r"dict observations with the keys \['pixels', "):
         dict_policy.predict(np.zeros(4, np.float32))
     obs = observations(DICT, 1)[0]
@@ -281,7 +285,7 @@ def test_predict_refuses_observations_of_another_shape_or_kind(
 def test_dict_observations_with_a_uint8_image_and_a_discrete_key(
         runs: dict[str, tuple[Path, Any]]) -> None:
     run_dir, trained = runs["dict"]
-    policy = rltrain.load_policy(run_dir)
+    policy = rltrain.load_policy(run_dir, trust=OWN)
     obs = observations(DICT, 6)
     batch, _ = policy.predict(stack(obs))
     tensors = {k: torch.as_tensor(v) for k, v in stack(obs).items()}
@@ -390,7 +394,7 @@ def test_exported_programs_run_in_a_fresh_process_with_the_same_actions(
         runs: dict[str, tuple[Path, Any]], tmp_path: Path) -> None:
     jobs, expected = [], {}
     for name, (run_dir, _) in runs.items():
-        policy = rltrain.load_policy(run_dir)
+        policy = rltrain.load_policy(run_dir, trust=OWN)
         program = policy.export(tmp_path / f"{name}.pt2")
         obs = observations(ENVS[name], 5, seed=3)
         batch = stack(obs)
@@ -425,7 +429,8 @@ def test_exported_programs_run_in_a_fresh_process_with_the_same_actions(
 
 def test_export_policy_and_its_metadata(runs: dict[str, tuple[Path, Any]],
                                         tmp_path: Path) -> None:
-    out = rltrain.inference.export_policy(runs["dict"][0], tmp_path / "sub" / "dict.pt2")
+    out = rltrain.inference.export_policy(runs["dict"][0], tmp_path / "sub" / "dict.pt2",
+                                          trust=OWN)
     extra = {"rltrain.json": ""}
     torch.export.load(str(out), extra_files=extra)
     meta = json.loads(extra["rltrain.json"])
