@@ -18,7 +18,7 @@ games with uniformly random actions on rltrain's evaluation pipeline.
     python -m benchmarks.atari_ppo --library rltrain|sb3|random [--game ALE/Breakout-v5] \
         [--steps 1000000] [--seed 0] [--run-dir runs/atari-<library>]
 
-Writes ``benchmarks/results/atari_ppo_<game>_<library>.json``.
+Writes ``benchmarks/results/atari_ppo_<game>_<library>_seed<seed>.json``.
 """
 
 from __future__ import annotations
@@ -149,8 +149,8 @@ def main() -> None:
     else:
         result = (train_rltrain if args.library == "rltrain" else train_sb3)(args, run_dir)
         print(f"{args.library}, ppo_atari on {args.game}: {curve_text(result['curve'])}")
-    write_results(f"atari_ppo_{name}_{args.library}", {"args": {**vars(args), "run_dir": str(
-        run_dir)}, **result})
+    write_results(f"atari_ppo_{name}_{args.library}_seed{args.seed}",
+                  {"args": {**vars(args), "run_dir": str(run_dir)}, **result})
 
 
 if __name__ == "__main__":
