@@ -129,8 +129,23 @@ def sb3_settings(config: Any) -> dict[str, Any]:
         "gradient_steps": int(strategy.train_steps), "ent_coef": ent_coef,
         "target_update_interval": agent.target_update_interval,
         "target_entropy": "auto" if agent.target_entropy is None else agent.target_entropy,
-        "policy_kwargs": {"net_arch": list(agent.hidden_sizes)},
+        "policy_kwargs": {"net_arch": list(agent.hidden_sizes), **sb3_gsde(agent)[1]},
+        **sb3_gsde(agent)[0],
     }
+
+
+def sb3_gsde(agent: SACConfig) -> tuple[dict[str, Any], dict[str, Any]]:
+    """SB3's gSDE arguments and policy arguments equal to ``agent``'s (none without gSDE);
+    SB3's SAC always learns the features, and draws uniform actions during warm-up."""
+    if not agent.use_sde:
+        return {}, {}
+    if not agent.sde_learn_features:
+        raise ValueError("agent.sde_learn_features=false has no Stable-Baselines3 SAC "
+                         "equivalent (its SAC learns them)")
+    return ({"use_sde": True, "sde_sample_freq": agent.sde_sample_freq,
+             "use_sde_at_warmup": False},
+            {"log_std_init": agent.log_std_init, "use_expln": agent.sde_expln,
+             "full_std": agent.sde_full_std})
 
 
 def run_sb3(args: argparse.Namespace, run_root: str, seed: int) -> dict[str, Any]:
