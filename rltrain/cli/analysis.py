@@ -43,7 +43,7 @@ def compare(args: argparse.Namespace) -> int:
             raise ValueError(f"--out {out}: give a .md file (the table) or a .png, .svg or "
                              ".pdf file (the figure).")
     result = compare_runs(args.runs, metric=args.metric, threshold=args.threshold,
-                          reps=args.reps, seed=args.seed)
+                          reps=args.reps, seed=args.seed, unfinished=args.include_unfinished)
     table = markdown(result)
     print(table, end="")
     for out in outs:

@@ -242,16 +242,27 @@ def profiles(groups: Sequence[np.ndarray], reps: int, seed: int
 
 
 def compare(run_dirs: Iterable[str | Path], *, metric: Metric = "final",
-            threshold: float | None = None, reps: int = 2_000, seed: int = 0
-            ) -> Comparison:
-    """Read, group and compare the runs in ``run_dirs`` (a folder of runs stands for them).
-    ``threshold`` defaults to the runs' shared ``trainer.return_threshold`` (none when they
-    differ or have none); ``reps`` bootstrap samples drawn from ``seed``."""
+            threshold: float | None = None, reps: int = 2_000, seed: int = 0,
+            unfinished: bool = False) -> Comparison:
+    """Read, group and compare the runs in ``run_dirs`` (a folder of runs stands for them;
+    a run given twice counts once). ``threshold`` defaults to the runs' shared
+    ``trainer.return_threshold`` (none when they differ or have none); ``reps`` bootstrap
+    samples drawn from ``seed``. A run that has not finished (still running, killed, stopped
+    by a signal) is left out with a warning, unless ``unfinished``: then it counts at its last
+    complete evaluation."""
     if reps < 100:
         raise ValueError(f"--reps {reps}: use at least 100 bootstrap samples (default 2000).")
     runs = [read_run(run_dir) for run_dir in expand(run_dirs)]
+    if not unfinished:
+        for run in (r for r in runs if not r.finished):
+            last = f"{int(run.env_steps[-1]):,}" if len(run.env_steps) else "no"
+            warnings.warn(f"{run.run_dir} has not finished ({run.state}; its last complete "
+                          f"evaluation at {last} env steps): left out. Pass "
+                          "--include-unfinished to count it at that evaluation.", stacklevel=2)
+        runs = [r for r in runs if r.finished]
     if not runs:
-        raise ValueError("No run directories to compare.")
+        raise ValueError("No finished run directories to compare (--include-unfinished counts "
+                         "the others at their last evaluation).")
     warn_mixed_envs(runs)
     threshold = shared_threshold(runs) if threshold is None else threshold
     grouped = group_runs(runs)

@@ -156,6 +156,10 @@ def add_compare_parser(commands: Any) -> None:
                          help="bootstrap samples of each interval (default 2000)")
     compare.add_argument("--seed", type=int, default=0,
                          help="seed of the bootstrap samples (default 0)")
+    compare.add_argument("--include-unfinished", action="store_true",
+                         help="count runs that have not finished (running, killed, stopped by a "
+                              "signal) at their last complete evaluation; without it they are "
+                              "left out with a warning")
 
 
 def add_tune_parser(commands: Any) -> None:

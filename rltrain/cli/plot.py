@@ -17,6 +17,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import warnings
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -30,8 +31,14 @@ from rltrain.config.files import read_stored
 XAxis = Literal["env_steps", "wall_time"]
 Spread = Literal["minmax", "std"]
 
-#: Config keys that do not make two runs different experiments.
-IGNORED_KEYS = ("strategy.seed", "trainer.run_dir")
+#: Config keys that do not make two runs different experiments: the seed, where the run is
+#: written, how many threads it had (``--seeds`` sets it from ``--jobs`` and the cores), and
+#: what it shows or keeps.
+IGNORED_KEYS = ("strategy.seed", "trainer.run_dir", "trainer.num_threads",
+                "trainer.enable_progress_bar", "trainer.enable_console",
+                "trainer.console_interval", "trainer.checkpoint_dir",
+                "trainer.checkpoint_interval", "trainer.keep_last_checkpoints",
+                "trainer.keep_best", "trainer.overwrite")
 
 X_LABELS = {"env_steps": "env steps", "wall_time": "wall time (s)"}
 
@@ -45,8 +52,13 @@ class RunCurve:
         env_steps: Env steps of each evaluation.
         wall_time: Seconds of training before each evaluation (``time/elapsed`` at its env step,
             interpolated between ``"metrics"`` rows; a resumed run's segments follow each other).
-        returns: Mean evaluation return of each evaluation.
+        returns: Mean evaluation return of each complete evaluation (one a stop request cut
+            short is left out).
         config: The run's ``config.yaml``, flattened to dotted keys (empty when it has none).
+        state: ``"finished"`` when its last segment ended on its own (all its env steps, its
+            return threshold, a callback); else why not: ``"running or killed"`` (its last
+            ``start`` row has no ``end``), or the stop request's reason (``"SIGINT
+            received"``).
     """
 
     run_dir: Path
@@ -54,6 +66,12 @@ class RunCurve:
     wall_time: np.ndarray
     returns: np.ndarray
     config: Mapping[str, Any]
+    state: str = "finished"
+
+    @property
+    def finished(self) -> bool:
+        """Whether the run ended on its own (:attr:`state`)."""
+        return self.state == "finished"
 
     def x(self, axis: XAxis) -> np.ndarray:
         """``env_steps`` or ``wall_time``."""
@@ -203,15 +221,22 @@ def read_run(run_dir: str | Path) -> RunCurve:
     clock_steps: list[float] = []
     clock: list[float] = []
     offset = last = 0.0
+    state = "running or killed"
     for row in read_rows(path):
         event = row.get("event")
         if event == "start":
             offset = last  # a resumed run's time/elapsed starts again from 0
+            state = "running or killed"
+        elif event == "end":
+            reason = row.get("stop_reason")
+            state = str(reason)[:200] if isinstance(reason, str) and (
+                reason.endswith("received") or "non-finite" in reason) else "finished"
         elif event == "metrics" and row.get("time/elapsed") is not None:
             last = offset + float(row["time/elapsed"])
             clock_steps.append(float(row["env_steps"]))
             clock.append(last)
-        elif event == "evaluation" and row.get("eval/return_mean") is not None:
+        elif (event == "evaluation" and row.get("eval/return_mean") is not None
+              and row.get("complete") is not False):  # cut short by a stop: not a score
             while steps and steps[-1] >= float(row["env_steps"]):  # a run resumed from an
                 steps.pop(), returns.pop(), times.pop()  # earlier checkpoint: its new rows win
             steps.append(float(row["env_steps"]))
@@ -230,7 +255,7 @@ def read_run(run_dir: str | Path) -> RunCurve:
     config_file = run_dir / "config.yaml"
     config = flatten(read_stored(config_file)) if config_file.is_file() else {}
     return RunCurve(run_dir=run_dir, env_steps=env_steps, wall_time=wall,
-                    returns=np.asarray(returns), config=config)
+                    returns=np.asarray(returns), config=config, state=state)
 
 
 def group_key(config: Mapping[str, Any]) -> str:
@@ -313,15 +338,24 @@ def learning_curves(run_dirs: Iterable[str | Path], axis: XAxis = "env_steps"
 
 
 def expand(run_dirs: Iterable[str | Path]) -> list[Path]:
-    """Run directories: each folder given, or the runs directly inside a folder of runs."""
+    """Run directories: each folder given, or the runs directly inside a folder of runs; a
+    run given twice (by another path, or inside a folder also given) counts once, with a
+    warning."""
     out: list[Path] = []
+    seen: dict[Path, Path] = {}
     for run_dir in map(Path, run_dirs):
+        found = [run_dir]
         if not (run_dir / "metrics.jsonl").is_file() and run_dir.is_dir():
             inner = sorted(p for p in run_dir.iterdir() if (p / "metrics.jsonl").is_file())
-            if inner:
-                out.extend(inner)
+            found = inner or found
+        for run in found:
+            key = run.resolve()
+            if key in seen:
+                warnings.warn(f"{run} is the run {seen[key]} given again: counted once.",
+                              stacklevel=2)
                 continue
-        out.append(run_dir)
+            seen[key] = run
+            out.append(run)
     return out
 
 

@@ -12,10 +12,11 @@
   ``--prune-after`` trials (default 5) have finished and after the first third of the run's
   evaluations (RL-Zoo's warm-up). A pruned trial is stopped
   with SIGINT: it saves a checkpoint and ends.
-- The objective is maximised: ``auc`` (default) is the mean evaluation return over the
-  run's evaluation grid, where a run that stopped early on ``trainer.return_threshold`` keeps
-  its final return for the rest of the budget, so solving sooner scores higher; ``final`` is
-  the last evaluation, ``best`` the highest.
+- The objective is maximised: ``auc`` (default) is the mean of the run's complete
+  evaluations, a run that stopped early on ``trainer.return_threshold`` counting its final
+  return again for each evaluation interval of the budget it did not reach, so solving sooner
+  scores higher; ``final`` is the last evaluation, ``best`` the highest. An evaluation a stop
+  request cut short is neither reported nor scored.
 - Running the command again continues the study (one ``tune`` per study at a time: a lock):
   a trial that was running when ``tune`` died resumes from its run directory's last checkpoint
   under its own trial number, with the evaluations it had reported; it restarts only when it
@@ -28,7 +29,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import os
 import signal
 import time
@@ -352,7 +352,8 @@ class Tuner:
             return
         interval = int(running.config.trainer.eval_interval)
         for row in rows:
-            if row.get("event") != "evaluation" or row.get("eval/return_mean") is None:
+            if (row.get("event") != "evaluation" or row.get("eval/return_mean") is None
+                    or row.get("complete") is False):  # cut short by a stop: not a score
                 continue
             step = round(float(row["env_steps"]) / interval)
             if step not in running.reported:
@@ -414,17 +415,15 @@ class Tuner:
 
 
 def objective(run_dir: Path, kind: str, config: DictConfig) -> float:
-    """The trial's score from its evaluations (module docstring)."""
+    """The trial's score from its complete evaluations (module docstring): for ``auc``, the
+    mean of its evaluations, the final return counted again for each evaluation interval of
+    the budget a run that stopped early (its return threshold) did not reach."""
     run = read_run(run_dir)
-    evaluations = dict(zip(run.env_steps, run.returns, strict=True))  # a resume's last
-    x = np.array(sorted(evaluations))
-    y = np.array([evaluations[s] for s in x])
+    returns = run.returns  # one per env step, in order (a resume's last)
     if kind == "final":
-        return float(y[-1])
+        return float(returns[-1])
     if kind == "best":
-        return float(y.max())
-    interval = float(config.trainer.eval_interval)
-    grid = interval * np.arange(1, math.ceil(float(config.trainer.num_steps) / interval) + 1)
-    grid = np.union1d(grid, x)
-    at = np.searchsorted(x, grid, side="right") - 1  # the last evaluation at or before
-    return float(y[at[at >= 0]].mean())
+        return float(returns.max())
+    left = float(config.trainer.num_steps) - float(run.env_steps[-1])
+    missing = max(0, round(left / float(config.trainer.eval_interval)))
+    return float(np.mean([*returns, *[float(returns[-1])] * missing]))

@@ -76,16 +76,28 @@ def test_time_to_threshold_is_kaplan_meier_with_censored_runs() -> None:
 
 
 def write_run(run_dir: Path, lr: float, seed: int, returns: list[float],
-              env_id: str = "CartPole-v1") -> None:
-    """A run directory as rltrain writes it (config.yaml, metrics.jsonl)."""
+              env_id: str = "CartPole-v1", *, end: str | None = "num_steps",
+              threads: int = 1, cut_short: float | None = None) -> None:
+    """A run directory as rltrain writes it (config.yaml, metrics.jsonl). ``end``: the stop
+    reason of its ``end`` row (``"num_steps"`` for none: it took all its steps), or None for a
+    run with no ``end`` row (running or killed); ``cut_short``: the return of a last
+    evaluation a stop request cut short."""
     run_dir.mkdir(parents=True)
     (run_dir / "config.yaml").write_text(
         f"agent:\n  name: ppo\n  lr: {lr}\nenv:\n  id: {env_id}\nstrategy:\n  seed: {seed}\n"
-        f"trainer:\n  run_dir: {run_dir}\n  return_threshold: 400.0\n")
-    rows = [{"event": "start", "env_steps": 0}]
+        f"trainer:\n  run_dir: {run_dir}\n  return_threshold: 400.0\n"
+        f"  num_threads: {threads}\n")
+    rows: list[dict[str, object]] = [{"event": "start", "env_steps": 0}]
     for k, value in enumerate(returns, 1):
         rows += [{"event": "metrics", "env_steps": k * 1000, "time/elapsed": 2.0 * k},
-                 {"event": "evaluation", "env_steps": k * 1000, "eval/return_mean": value}]
+                 {"event": "evaluation", "env_steps": k * 1000, "eval/return_mean": value,
+                  "complete": True}]
+    if cut_short is not None:
+        rows.append({"event": "evaluation", "env_steps": len(returns) * 1000 + 500,
+                     "eval/return_mean": cut_short, "complete": False})
+    if end is not None:
+        rows.append({"event": "end", "env_steps": len(returns) * 1000,
+                     "stop_reason": None if end == "num_steps" else end})
     (run_dir / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
 
 
@@ -137,3 +149,38 @@ def test_runs_of_different_environments_are_compared_with_a_warning(tmp_path: Pa
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # one environment: no warning
         compare([tmp_path / "cartpole"], reps=200)
+
+
+def test_an_evaluation_a_stop_cut_short_is_not_a_score(tmp_path: Path) -> None:
+    write_run(tmp_path / "g" / "seed-0", 1e-3, 0, [50.0, 104.0], cut_short=500.0,
+              end="SIGINT received")
+    write_run(tmp_path / "g" / "seed-1", 1e-3, 1, [60.0, 200.0])
+    result = compare([tmp_path / "g"], reps=200, unfinished=True)
+    (group,) = result.groups
+    assert sorted(run.final for run in group.runs) == [104.0, 200.0]  # not the cut-short 500
+    assert max(run.best for run in group.runs) == 200.0 and group.reached == 0
+
+
+def test_runs_that_have_not_finished_are_left_out_with_a_warning(tmp_path: Path) -> None:
+    write_run(tmp_path / "g" / "seed-0", 1e-3, 0, [50.0, 420.0])
+    write_run(tmp_path / "g" / "seed-1", 1e-3, 1, [60.0, 300.0], end=None)  # running/killed
+    write_run(tmp_path / "g" / "seed-2", 1e-3, 2, [70.0, 90.0], end="SIGTERM received")
+    with pytest.warns(UserWarning) as caught:
+        result = compare([tmp_path / "g"], reps=200)
+    messages = " ".join(str(w.message) for w in caught)
+    assert "seed-1 has not finished (running or killed" in messages
+    assert "seed-2 has not finished (SIGTERM received" in messages
+    assert [run.final for run in result.groups[0].runs] == [420.0]
+    everything = compare([tmp_path / "g"], reps=200, unfinished=True)
+    assert sorted(run.final for run in everything.groups[0].runs) == [90.0, 300.0, 420.0]
+    threshold = compare([tmp_path / "g" / "seed-0"], reps=200)  # stopped on its threshold
+    assert threshold.groups[0].runs[0].final == 420.0
+
+
+def test_a_run_given_twice_counts_once_and_thread_counts_make_no_group(tmp_path: Path) -> None:
+    for seed in range(3):  # launched with other --jobs: other torch thread counts
+        write_run(tmp_path / "g" / f"seed-{seed}", 1e-3, seed, [100.0 * seed], threads=seed + 1)
+    with pytest.warns(UserWarning, match=r"seed-0 is the run .*seed-0 given again: counted once"):
+        result = compare([tmp_path / "g" / "seed-0", tmp_path / "g"], reps=200)
+    (group,) = result.groups
+    assert sorted(run.final for run in group.runs) == [0.0, 100.0, 200.0]

@@ -127,3 +127,24 @@ def test_the_space_beside_the_config_is_found_before_the_shipped_one(tmp_path: P
     assert space_path([str(config)], "ppo", tmp_path / "x.yaml") == tmp_path / "x.yaml"
     with pytest.raises(ValueError, match=r"No search space for agent 'pqn'.*pass --space FILE"):
         space_path(["pqn_cartpole"], "pqn", None)
+
+
+def test_the_auc_objective_is_the_mean_of_the_evaluations_one_per_interval(
+        tmp_path: Path) -> None:
+    from omegaconf import OmegaConf
+
+    from rltrain.cli.tune import objective
+
+    # 8 sub-envs: evaluations land at 1,504, 3,000 and 4,504 env steps of an interval of 1,500
+    rows = [{"event": "start", "env_steps": 0}]
+    rows += [{"event": "evaluation", "env_steps": s, "eval/return_mean": r, "complete": True}
+             for s, r in ((1504, 10.0), (3000, 20.0), (4504, 60.0))]
+    rows += [{"event": "evaluation", "env_steps": 4504, "eval/return_mean": 500.0,
+              "complete": False}, {"event": "end", "env_steps": 4504, "stop_reason": None}]
+    (tmp_path / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    config = OmegaConf.create({"trainer": {"num_steps": 4504, "eval_interval": 1500}})
+    assert objective(tmp_path, "auc", config) == pytest.approx(30.0)  # not 27.5: no double 3,000
+    assert objective(tmp_path, "final", config) == 60.0  # not the cut-short 500
+    assert objective(tmp_path, "best", config) == 60.0
+    early = OmegaConf.create({"trainer": {"num_steps": 9000, "eval_interval": 1500}})
+    assert objective(tmp_path, "auc", early) == pytest.approx((10 + 20 + 60 * 4) / 6)
