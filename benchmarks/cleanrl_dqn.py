@@ -160,6 +160,7 @@ def write_run(folder: Path, library: str, seed: int, steps: int,
         if ended:
             rows.append({"event": "evaluation", "env_steps": end,
                          "eval/return_mean": float(np.mean(ended)), "complete": True})
+    rows.append({"event": "end", "env_steps": steps, "stop_reason": None})  # it finished
     (folder / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     (folder / "config.yaml").write_text(yaml.safe_dump({
         "library": library, "env": {"id": "CartPole-v1"}, "agent": {"name": "dqn"},
