@@ -23,6 +23,9 @@
   died before its first checkpoint (a run of ``trainer.checkpoint_interval`` env steps,
   ``trainer.eval_interval`` when the config sets none). Trials count towards ``--trials`` once
   completed, pruned or failed.
+- A trial whose own process is killed (the OOM killer, SIGKILL) resumes the same way at once,
+  up to :data:`MAX_RETRIES` times per command; one killed after it finished keeps its result.
+  A trial that fails (an error, a refused config) is recorded failed.
 """
 
 from __future__ import annotations
@@ -71,6 +74,9 @@ from rltrain.trainer.run_dir import prepare_run
 RECORD, STORAGE, LOCK, BEST = "tune.json", "study.db", ".tune.lock", "best.yaml"
 #: Sampled settings that in a row make invalid configs before the study is stopped.
 MAX_INVALID = 20
+#: Times one ``tune`` command resumes a trial whose process was killed (by a signal: the OOM
+#: killer, SIGKILL) before it records the trial failed.
+MAX_RETRIES = 3
 
 
 @dataclass
@@ -266,6 +272,10 @@ class Tuner:
         self.optuna, self.study, self.setup = optuna, study, setup
         self.dimensions, self.dir, self.passthrough = dimensions, study_dir, passthrough
         self.running: list[Running] = []
+        #: Trials to start again first: running when the study stopped, or whose process was
+        #: killed (their runs resume from their checkpoints).
+        self.stale: list[Any] = []
+        self.retries: dict[int, int] = {}
         self.threads = max(1, (os.cpu_count() or 1) // setup.jobs)
 
     def finished(self) -> int:
@@ -277,14 +287,14 @@ class Tuner:
     def run(self) -> int:
         """Run trials until ``--trials`` have finished, or Ctrl-C/SIGTERM; 130 when stopped."""
         states = self.optuna.trial.TrialState
-        stale = [self.optuna.trial.Trial(self.study, frozen._trial_id)  # reattached by id
+        self.stale = [self.optuna.trial.Trial(self.study, frozen._trial_id)  # by id
                  for frozen in self.study.get_trials(deepcopy=False, states=(states.RUNNING,))]
         invalid = 0
         with Stops(lambda: [r.process for r in self.running]) as stop:
             while True:
                 while not stop.requested and len(self.running) < self.setup.jobs and (
-                        stale or self.finished() + len(self.running) < self.setup.trials):
-                    trial = stale.pop(0) if stale else self.study.ask()
+                        self.stale or self.finished() + len(self.running) < self.setup.trials):
+                    trial = self.stale.pop(0) if self.stale else self.study.ask()
                     started = self._start(trial)
                     invalid = 0 if started else invalid + 1
                     if invalid >= MAX_INVALID:
@@ -373,8 +383,13 @@ class Tuner:
             print(f"trial {number}: pruned at evaluation {max(running.reported)}", flush=True)
         elif not running.pruned and (ended_on_signal(running.run_dir) or (stopped and code)):
             print(f"trial {number}: stopped; it resumes when the study continues", flush=True)
-        elif code == 0:
+        elif code == 0 or finished(running.run_dir):  # killed after it finished: kept
             self._complete(running.trial, running.run_dir, running.config)
+        elif code < 0 and self.retries.get(number, 0) < MAX_RETRIES:  # OOM killer, SIGKILL
+            self.retries[number] = self.retries.get(number, 0) + 1
+            self.stale.append(running.trial)
+            print(f"trial {number}: its process was killed ({signal.Signals(-code).name}); it "
+                  "resumes from its last checkpoint", flush=True)
         else:
             self.study.tell(running.trial, state=states.FAIL)
             log = self.dir / f"{running.run_dir.name}.log"
@@ -412,6 +427,15 @@ class Tuner:
             print(f"stopped; continue with rltrain tune --study {self.dir}", flush=True)
             return 130
         return 0
+
+
+def finished(run_dir: Path) -> bool:
+    """Whether the run in ``run_dir`` ended on its own (its summary written, its metrics'
+    last segment ended other than by a signal)."""
+    try:
+        return bool(summary(run_dir)) and read_run(run_dir).finished
+    except (OSError, ValueError):
+        return False
 
 
 def objective(run_dir: Path, kind: str, config: DictConfig) -> float:

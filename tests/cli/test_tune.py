@@ -148,3 +148,46 @@ def test_the_auc_objective_is_the_mean_of_the_evaluations_one_per_interval(
     assert objective(tmp_path, "best", config) == 60.0
     early = OmegaConf.create({"trainer": {"num_steps": 9000, "eval_interval": 1500}})
     assert objective(tmp_path, "auc", early) == pytest.approx((10 + 20 + 60 * 4) / 6)
+    # a trial's process killed after it finished keeps its result: its run says it finished
+    from rltrain.cli.tune import finished
+
+    assert not finished(tmp_path)  # no summary.json yet
+    (tmp_path / "summary.json").write_text(json.dumps({"env_steps": 4504, "stop_reason": None}))
+    assert finished(tmp_path)
+    with (tmp_path / "metrics.jsonl").open("a") as file:  # resumed, then killed
+        file.write(json.dumps({"event": "start", "env_steps": 4504}) + "\n")
+    assert not finished(tmp_path)
+
+
+def holder_pid(run_dir: Path) -> int:
+    """The PID of the process writing ``run_dir`` (its lock file's record)."""
+    return int(json.loads((run_dir / ".rltrain.lock").read_text().strip())["pid"])
+
+
+def test_a_trial_whose_own_process_is_killed_resumes_from_its_checkpoint(
+        tmp_path: Path) -> None:
+    import os
+    import signal
+
+    path = tmp_path / "study"
+    steps = ["trainer.num_steps=2048", "trainer.checkpoint_interval=256",
+             "trainer.return_threshold=null"]
+    tune = subprocess.Popen(
+        [sys.executable, "-m", "rltrain.cli", "tune", *QUICK, *steps, "--trials", "1",
+         "--no-pruning", "--study", str(path)], cwd=tmp_path, text=True,
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    run = path / "trial-0000"
+    deadline = time.monotonic() + 240
+    while not (run / "checkpoints" / "manifest.json").exists():
+        assert time.monotonic() < deadline and tune.poll() is None
+        time.sleep(0.1)
+    os.kill(holder_pid(run), signal.SIGKILL)  # the trial's process alone, as the OOM killer
+    output, _ = tune.communicate(timeout=300)
+    assert tune.returncode == 0, output
+    assert "trial 0: its process was killed (SIGKILL); it resumes" in output
+    assert "trial 0: resumed" in output
+    assert states(path) == ["COMPLETE"]
+    rows = [json.loads(r) for r in (run / "metrics.jsonl").read_text().splitlines()]
+    starts = [r for r in rows if r["event"] == "start"]
+    assert len(starts) == 2 and starts[1]["env_steps"] > 0  # resumed, not run again
+    assert json.loads((run / "summary.json").read_text())["env_steps"] == 2048
