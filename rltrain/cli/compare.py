@@ -36,18 +36,23 @@ Metric = Literal["final", "best"]
 
 #: The aggregates of each group's scores, in the order of :func:`aggregates`.
 AGGREGATES = ("iqm", "mean", "median")
+#: Runs below which the interquartile mean trims nothing (it is the mean).
+IQM_RUNS = 4
 
 
 @dataclass(frozen=True)
 class Estimate:
-    """A point estimate and its 95% interval (``low == high == value`` for one run)."""
+    """A point estimate and its 95% interval (NaN ends when there is none: one run)."""
 
     value: float
     low: float
     high: float
 
     def text(self, digits: int = 1) -> str:
-        """``"412.3 [380.1, 450.0]"``; an open end is ``∞``, an unknown value ``—``."""
+        """``"412.3 [380.1, 450.0]"``; an open end is ``∞``, an unknown value ``—``, and no
+        interval (one run) ``"412.3 [no CI: 1 run]"``."""
+        if math.isnan(self.low) and math.isnan(self.high) and not math.isnan(self.value):
+            return f"{_number(self.value, digits)} [no CI: 1 run]"
         return f"{_number(self.value, digits)} [{_number(self.low, digits)}, " \
                f"{_number(self.high, digits)}]"
 
@@ -169,6 +174,9 @@ def aggregates(scores: np.ndarray) -> np.ndarray:
 def interval_estimates(scores: Sequence[float], reps: int, seed: int) -> dict[str, Estimate]:
     """:data:`AGGREGATES` of ``scores`` with 95% stratified-bootstrap intervals."""
     matrix = np.asarray(scores, dtype=np.float64)[:, None]
+    if len(matrix) < 2:  # a bootstrap of one run is that run: no interval
+        return {name: Estimate(float(value), math.nan, math.nan)
+                for name, value in zip(AGGREGATES, aggregates(matrix), strict=True)}
     points, intervals = _estimates(
         {"group": matrix}, aggregates, reps=reps, seed=seed)
     return {name: Estimate(float(points["group"][i]), float(intervals["group"][0, i]),
@@ -195,8 +203,10 @@ def time_to_threshold(times: Sequence[float], reached: Sequence[bool]) -> Estima
         warnings.simplefilter("ignore", RuntimeWarning)
         band = cdf.confidence_interval(0.95)
     times_at, point = cdf.quantiles, cdf.probabilities
-    low = np.where(np.isnan(band.low.probabilities), point, band.low.probabilities)
-    high = np.where(np.isnan(band.high.probabilities), point, band.high.probabilities)
+    # Where Greenwood's band is undefined (one run, or none, left at risk), it is as wide as
+    # it can be: [0, 1], never the point itself.
+    low = np.where(np.isnan(band.low.probabilities), 0.0, band.low.probabilities)
+    high = np.where(np.isnan(band.high.probabilities), 1.0, band.high.probabilities)
     return Estimate(_first_at_half(times_at, point), _first_at_half(times_at, high),
                     _first_at_half(times_at, low))
 
@@ -316,13 +326,19 @@ def markdown(result: Comparison) -> str:
              "|---|---|---|---|---|---|" + ("---|---|---|" if result.threshold is not None
                                             else "")]
     for name, group in zip(names, result.groups, strict=True):
-        row = (f"| {name}: {group.label} | {len(group.runs)} | {group.final['iqm'].text()} | "
-               f"{group.final['mean'].text()} | {group.final['median'].text()} | "
-               f"{group.best['iqm'].text()} |")
+        mark = "†" if len(group.runs) < IQM_RUNS else ""
+        row = (f"| {name}: {group.label} | {len(group.runs)} | "
+               f"{group.final['iqm'].text()}{mark} | {group.final['mean'].text()} | "
+               f"{group.final['median'].text()} | {group.best['iqm'].text()}{mark} |")
         if group.steps_to is not None and group.seconds_to is not None:
-            row += (f" {group.reached}/{len(group.runs)} | {group.steps_to.text(0)} | "
-                    f"{group.seconds_to.text(1)} |")
+            reached = group.reached > 0
+            row += (f" {group.reached}/{len(group.runs)} | "
+                    f"{group.steps_to.text(0) if reached else 'not reached'} | "
+                    f"{group.seconds_to.text(1) if reached else 'not reached'} |")
         lines.append(row)
+    if any(len(group.runs) < IQM_RUNS for group in result.groups):
+        lines += ["", f"† fewer than {IQM_RUNS} runs: the interquartile mean cuts none, so "
+                      "it is their mean."]
     if len(names) > 1:
         lines += ["", f"Probability of improvement (P(a run of the row's group has a higher "
                       f"{result.metric} return than one of the column's), [95% CI]):", "",

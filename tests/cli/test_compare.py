@@ -184,3 +184,24 @@ def test_a_run_given_twice_counts_once_and_thread_counts_make_no_group(tmp_path:
         result = compare([tmp_path / "g" / "seed-0", tmp_path / "g"], reps=200)
     (group,) = result.groups
     assert sorted(run.final for run in group.runs) == [0.0, 100.0, 200.0]
+
+
+def test_intervals_are_never_zero_width_where_they_cannot_be_known(tmp_path: Path) -> None:
+    # 1 of 3 runs reached the threshold, the other two censored before it: one run at risk
+    # at the event, so Greenwood's band is undefined there: the interval is open, not a point
+    estimate = time_to_threshold([300.6, 100.0, 150.0], [True, False, False])
+    assert estimate.value == math.inf or estimate.high == math.inf
+    assert estimate.low < estimate.high
+    single = time_to_threshold([300.6, 500.0, 500.0], [True, False, False])
+    assert single.high == math.inf  # the upper end is unbounded by one event of three
+    # one run: no interval at all; all censored: "not reached"; under 4 runs: IQM = mean
+    write_run(tmp_path / "one" / "seed-0", 1e-3, 0, [100.0, 200.0])
+    for seed in range(2):
+        write_run(tmp_path / "two" / f"seed-{seed}", 3e-3, seed, [50.0, 60.0 + seed])
+    result = compare([tmp_path / "one", tmp_path / "two"], reps=200, threshold=400.0)
+    one = next(g for g in result.groups if len(g.runs) == 1)
+    assert math.isnan(one.final["iqm"].low) and one.final["iqm"].text() == \
+        "200.0 [no CI: 1 run]"
+    table = markdown(result)
+    assert "0/1 | not reached | not reached |" in table and "∞ [∞, ∞]" not in table
+    assert "200.0 [no CI: 1 run]†" in table and "† fewer than 4 runs" in table
