@@ -189,8 +189,6 @@ def time_to_threshold(times: Sequence[float], reached: Sequence[bool]) -> Estima
     run that did not reach it is right-censored at its time; the interval is where the
     estimate's pointwise 95% band (Greenwood) crosses one half. ``inf`` where the curve (or
     its band) stays under one half: too few runs reached the threshold to bound it."""
-    from scipy import stats
-
     data = np.asarray(times, dtype=np.float64)
     hit = np.asarray(reached, dtype=bool)
     valid = np.isfinite(data)
@@ -198,7 +196,7 @@ def time_to_threshold(times: Sequence[float], reached: Sequence[bool]) -> Estima
     if not hit.any():
         return Estimate(math.inf, math.inf, math.inf) if data.size else \
             Estimate(math.nan, math.nan, math.nan)
-    cdf = stats.ecdf(stats.CensoredData(uncensored=data[hit], right=data[~hit])).cdf
+    cdf = kaplan_meier(data, hit)
     with warnings.catch_warnings():  # "undefined at some observations": where it reaches 1
         warnings.simplefilter("ignore", RuntimeWarning)
         band = cdf.confidence_interval(0.95)
@@ -209,6 +207,16 @@ def time_to_threshold(times: Sequence[float], reached: Sequence[bool]) -> Estima
     high = np.where(np.isnan(band.high.probabilities), 1.0, band.high.probabilities)
     return Estimate(_first_at_half(times_at, point), _first_at_half(times_at, high),
                     _first_at_half(times_at, low))
+
+
+def kaplan_meier(times: Sequence[float] | np.ndarray, reached: Sequence[bool] | np.ndarray
+                 ) -> Any:
+    """SciPy's Kaplan-Meier estimate (``ecdf(...).cdf``) of the fraction of runs that have
+    reached the threshold by each time, runs that did not reach it censored at ``times``."""
+    from scipy import stats
+
+    data, hit = np.asarray(times, dtype=np.float64), np.asarray(reached, dtype=bool)
+    return stats.ecdf(stats.CensoredData(uncensored=data[hit], right=data[~hit])).cdf
 
 
 def _first_at_half(times: np.ndarray, fraction: np.ndarray) -> float:

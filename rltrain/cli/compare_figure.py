@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from rltrain.cli.compare import AGGREGATES, Comparison
+from rltrain.cli.compare import AGGREGATES, Comparison, kaplan_meier
 
 
 def draw_comparison(result: Comparison, out: str | Path, *, dpi: int = 100) -> Path:
@@ -103,14 +103,17 @@ def _reached(ax: Any, result: Comparison, names: list[str], colors: list[str]) -
         ax.set_axis_off()
         return
     for name, group, color in zip(names, result.groups, colors, strict=True):
-        steps = np.array(sorted(run.steps_to for run in group.runs if run.reached))
-        fraction = np.arange(1, steps.size + 1) / len(group.runs)
         end = max(run.steps_to for run in group.runs)
+        steps, fraction = np.array([]), np.array([])
+        if group.reached:  # the Kaplan-Meier curve the table's medians are read from
+            cdf = kaplan_meier([run.steps_to for run in group.runs],
+                               [run.reached for run in group.runs])
+            steps, fraction = cdf.quantiles, cdf.probabilities
         ax.step(np.concatenate([[0.0], steps, [end]]),
                 np.concatenate([[0.0], fraction, fraction[-1:] if steps.size else [0.0]]),
                 where="post", color=color, label=name, linewidth=1.8)
     ax.set_xlabel("env steps")
-    ax.set_ylabel(f"fraction of runs that reached {result.threshold:g}")
+    ax.set_ylabel(f"reached {result.threshold:g} (Kaplan-Meier)")
     ax.set_ylim(-0.02, 1.02)
     ax.grid(True, alpha=0.3)
     ax.set_title("time to threshold")
