@@ -22,11 +22,12 @@ from benchmarks._util import QUIET
 from rltrain.config.schema import compose
 
 
-def atari_config(game: str, steps: int, run_dir: str, extra: list[str] | None = None
-                 ) -> DictConfig:
-    """``ppo_atari`` on ``game`` (``ALE/Breakout-v5``) for ``steps`` env steps."""
-    return compose(["ppo_atari"], [f"env.id={game}", f"trainer.num_steps={steps}",
-                                   f"trainer.run_dir={run_dir}", *QUIET, *(extra or [])])
+def atari_config(game: str, steps: int, run_dir: str, extra: list[str] | None = None,
+                 preset: str = "ppo_atari") -> DictConfig:
+    """``preset`` (``ppo_atari``, or ``dqn_atari``) on ``game`` (``ALE/Breakout-v5``) for
+    ``steps`` env steps."""
+    return compose([preset], [f"env.id={game}", f"trainer.num_steps={steps}",
+                              f"trainer.run_dir={run_dir}", *QUIET, *(extra or [])])
 
 
 def sb3_atari_envs(game: str, num_envs: int, seed: int, sticky: float, *,

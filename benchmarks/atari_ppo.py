@@ -18,7 +18,9 @@ games with uniformly random actions on rltrain's evaluation pipeline.
     python -m benchmarks.atari_ppo --library rltrain|sb3|random [--game ALE/Breakout-v5] \
         [--steps 1000000] [--seed 0] [--run-dir runs/atari-<library>]
 
-Writes ``benchmarks/results/atari_ppo_<game>_<library>_seed<seed>.json``.
+``--preset dqn_atari`` trains rltrain's DQN preset instead (rltrain only).
+
+Writes ``benchmarks/results/atari_<ppo|dqn>_<game>_<library>_seed<seed>.json``.
 """
 
 from __future__ import annotations
@@ -57,7 +59,7 @@ def train_rltrain(args: argparse.Namespace, run_dir: Path) -> dict[str, Any]:
                  f"trainer.eval_interval={args.eval_interval}",
                  f"trainer.eval_episodes={EPISODES}", "trainer.enable_metrics_file=true",
                  f"trainer.checkpoint_interval={args.eval_interval}"]
-    config = atari_config(args.game, args.steps, str(run_dir), overrides)
+    config = atari_config(args.game, args.steps, str(run_dir), overrides, args.preset)
     resume = (run_dir / "checkpoints" / "last.pt").exists()
     start = time.perf_counter()
     summary = build(config).fit(ckpt_path="last" if resume else None).summary
@@ -139,8 +141,12 @@ def main() -> None:
     parser.add_argument("--eval-interval", type=int, default=100_000)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--backend", default="envpool", choices=["envpool", "gymnasium"])
+    parser.add_argument("--preset", default="ppo_atari", choices=["ppo_atari", "dqn_atari"],
+                        help="rltrain's preset (SB3's side is PPO: ppo_atari only)")
     parser.add_argument("--run-dir", type=Path, default=None)
     args = parser.parse_args()
+    if args.library == "sb3" and args.preset != "ppo_atari":
+        parser.error("--library sb3 trains PPO: --preset ppo_atari only")
     name = args.game.removeprefix("ALE/").split("-")[0].lower()
     run_dir = args.run_dir or Path("runs") / f"atari-{name}-{args.library}"
     if args.library == "random":
@@ -149,7 +155,7 @@ def main() -> None:
     else:
         result = (train_rltrain if args.library == "rltrain" else train_sb3)(args, run_dir)
         print(f"{args.library}, ppo_atari on {args.game}: {curve_text(result['curve'])}")
-    write_results(f"atari_ppo_{name}_{args.library}_seed{args.seed}",
+    write_results(f"atari_{args.preset.split('_')[0]}_{name}_{args.library}_seed{args.seed}",
                   {"args": {**vars(args), "run_dir": str(run_dir)}, **result})
 
 

@@ -1,0 +1,92 @@
+"""The long learning runs behind the results page, as one queue: each is its own benchmark
+command, resumable where its script is (rerun to continue), two at a time by default; a run
+whose results file is already in ``benchmarks/results/`` is skipped, so starting the queue
+again at the start of each sitting continues it.
+
+    python -m benchmarks.evidence [--jobs 2] [--only breakout td3 ...] [--dry-run]
+
+Each command's output goes to ``--logs`` (default ``runs/evidence``), its run directory under
+``--runs`` (default ``runs/evidence``). One torch thread per run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from benchmarks._util import RESULTS
+
+
+@dataclass(frozen=True)
+class Job:
+    """One benchmark run: its group, the results file it writes, and its arguments."""
+
+    group: str
+    results: str
+    args: tuple[str, ...]
+
+
+def jobs(runs: Path, cleanrl: str | None) -> list[Job]:
+    """Every run of the queue, the slowest groups first."""
+    out = []
+    for seed in range(5):  # PPO on Breakout, 1M env steps, beside SB3
+        for library in ("rltrain", "sb3"):
+            out.append(Job("breakout", f"atari_ppo_breakout_{library}_seed{seed}", (
+                "benchmarks.atari_ppo", "--library", library, "--seed", str(seed),
+                "--run-dir", str(runs / f"breakout-{library}-s{seed}"))))
+    for seed in (0, 1):  # DQN on Pong, 1M env steps
+        out.append(Job("pong", f"atari_dqn_pong_rltrain_seed{seed}", (
+            "benchmarks.atari_ppo", "--library", "rltrain", "--preset", "dqn_atari", "--game",
+            "ALE/Pong-v5", "--seed", str(seed), "--run-dir", str(runs / f"pong-dqn-s{seed}"))))
+    for seed in range(5):  # TD3 on HalfCheetah-v5, 100k env steps, beside SB3
+        for library in ("rltrain", "sb3"):
+            out.append(Job("td3", f"td3_halfcheetah_{library}_seed{seed}", (
+                "benchmarks.mujoco_offpolicy", "--config", "td3_halfcheetah", "--seeds",
+                str(seed), "--results", f"td3_halfcheetah_{library}_seed{seed}",
+                *(["--sb3"] if library == "sb3" else []))))
+    if cleanrl is not None:  # DQN with CleanRL's settings beside CleanRL's dqn.py
+        out.append(Job("cleanrl", "cleanrl_dqn", (
+            "benchmarks.cleanrl_dqn", "--cleanrl", cleanrl, "--out", str(runs / "cleanrl-dqn"))))
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--jobs", type=int, default=2)
+    parser.add_argument("--only", nargs="+", help="groups: breakout pong td3 cleanrl")
+    parser.add_argument("--runs", type=Path, default=Path("runs/evidence"))
+    parser.add_argument("--logs", type=Path, default=Path("runs/evidence"))
+    parser.add_argument("--cleanrl", help="a CleanRL checkout (the cleanrl group needs one)")
+    parser.add_argument("--dry-run", action="store_true")
+    args = parser.parse_args()
+    todo = [job for job in jobs(args.runs, args.cleanrl)
+            if (args.only is None or job.group in args.only)
+            and not (RESULTS / f"{job.results}.json").exists()]
+    args.logs.mkdir(parents=True, exist_ok=True)
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+    running: list[tuple[Job, subprocess.Popen[bytes]]] = []
+    while todo or running:
+        while todo and len(running) < args.jobs:
+            job = todo.pop(0)
+            print(f"{time.strftime('%H:%M:%S')} start {job.results}", flush=True)
+            if args.dry_run:
+                print("   python -m " + " ".join(job.args), flush=True)
+                continue
+            log = (args.logs / f"{job.results}.log").open("ab")
+            running.append((job, subprocess.Popen([sys.executable, "-m", *job.args],
+                                                  stdout=log, stderr=subprocess.STDOUT,
+                                                  env=env)))
+        time.sleep(5)
+        for job, process in [r for r in running if r[1].poll() is not None]:
+            running.remove((job, process))
+            print(f"{time.strftime('%H:%M:%S')} end {job.results} (exit {process.returncode})",
+                  flush=True)
+
+
+if __name__ == "__main__":
+    main()
