@@ -1,0 +1,197 @@
+"""Write docs/results.md, the results page, from the result files in benchmarks/results/: one
+table per workload (task, budget, seeds, rltrain beside its peer per seed and as an IQM with
+its 95% bootstrap interval, the probability that an rltrain run scores higher, the verdict and
+the commands). Needs the ``stats`` extra (rliable, SciPy).
+
+    python scripts/results_page.py > docs/results.md
+
+``tests/docs/test_results_page.py`` checks that the page is what this script writes.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import sys
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parent.parent
+RESULTS = ROOT / "benchmarks" / "results"
+sys.path.insert(0, str(ROOT))
+
+from rltrain.cli.compare import improvement, interval_estimates  # noqa: E402
+
+#: Bootstrap samples and their seed (fixed: the page is the same for the same files).
+REPS, SEED = 2_000, 0
+#: Seeds per library below which no verdict is given.
+MIN_SEEDS = 5
+
+
+@dataclass(frozen=True)
+class Workload:
+    """One table of the page.
+
+    Attributes:
+        title: The heading.
+        about: What is run, in a sentence or two.
+        budget: Env steps per run.
+        score: What a run's score is.
+        peer: The other library's name.
+        read: ``library -> {seed: score}`` from the result files.
+        commands: How to run both sides.
+        wanted: Seeds per library the comparison is planned with.
+    """
+
+    title: str
+    about: str
+    budget: int
+    score: str
+    peer: str
+    read: Callable[[str], dict[int, float]]
+    commands: tuple[str, ...]
+    wanted: int = 5
+
+
+def _load(name: str) -> Any:
+    path = RESULTS / f"{name}.json"
+    return json.loads(path.read_text()) if path.exists() else None
+
+
+def atari_finals(game: str, algo: str = "ppo") -> Callable[[str], dict[int, float]]:
+    def read(library: str) -> dict[int, float]:
+        out = {}
+        for path in sorted(RESULTS.glob(f"atari_{algo}_{game}_{library}_seed*.json")):
+            data = json.loads(path.read_text())
+            if data["curve"] and data["curve"][-1][0] >= data["args"]["steps"]:
+                out[int(data["args"]["seed"])] = float(data["curve"][-1][1])
+        return out
+    return read
+
+
+def cleanrl_finals(library: str) -> dict[int, float]:
+    data = _load("cleanrl_dqn") or {"runs": {}}
+    return {int(key.split("seed-")[1]): float(run["final"])
+            for key, run in data["runs"].items() if key.startswith(f"{library}/")}
+
+
+def seeds_file(rltrain_name: str, peer_name: str, field: str
+               ) -> Callable[[str], dict[int, float]]:
+    def read(library: str) -> dict[int, float]:
+        data = _load(rltrain_name if library == "rltrain" else peer_name) or {"runs": []}
+        return {int(run["seed"]): (math.inf if run[field] is None else float(run[field]))
+                for run in data["runs"]}
+    return read
+
+
+def per_seed_files(prefix: str, field: str) -> Callable[[str], dict[int, float]]:
+    def read(library: str) -> dict[int, float]:
+        out = {}
+        for path in sorted(RESULTS.glob(f"{prefix}_{library}_seed*.json")):
+            for run in json.loads(path.read_text())["runs"]:
+                out[int(run["seed"])] = float(run[field])
+        return out
+    return read
+
+
+WORKLOADS = [
+    Workload(
+        "PPO on Atari Breakout", "`ppo_atari` (8 envs x 128 steps, the Nature CNN) on "
+        "ALE/Breakout-v5 beside Stable-Baselines3's PPO `CnnPolicy` on the same settings "
+        "(`AtariWrapper`, 4 frames stacked); 10 greedy whole games every 100,000 env steps.",
+        1_000_000, "mean score of 10 greedy whole games at 1M env steps", "SB3",
+        atari_finals("breakout"),
+        ("python -m benchmarks.atari_ppo --library rltrain --seed S --run-dir RUN",
+         "python -m benchmarks.atari_ppo --library sb3 --seed S --run-dir RUN_SB3")),
+    Workload(
+        "DQN on CartPole-v1 with CleanRL's settings", "rltrain's DQN given CleanRL's "
+        "`dqn.py` hyperparameters as overrides (`agent.loss=mse`, lr 2.5e-4, a 120-84 MLP, no "
+        "double Q, no gradient clip, the target copied every 500 env steps) beside CleanRL's "
+        "own script (patched for the Gymnasium 1.x vector API only).", 500_000,
+        "mean return of the last 100 training episodes (what CleanRL reports)", "CleanRL",
+        cleanrl_finals,
+        ("python -m benchmarks.cleanrl_dqn --cleanrl CLEANRL_CHECKOUT --seeds 1 2 3 4 5",)),
+    Workload(
+        "SAC with gSDE on MountainCarContinuous-v0", "RL-Zoo's entry "
+        "(`zoo:sac/MountainCarContinuous-v0`: gSDE with `use_expln`, 64x64, 50,000 env steps) "
+        "beside SB3's SAC on the same settings; 10 greedy episodes every 2,500 env steps.",
+        50_000, "env steps to a mean greedy return of 90 (∞: not reached)", "SB3",
+        seeds_file("sac_mountaincar_gsde", "sac_mountaincar_gsde_sb3", "threshold_env_steps"),
+        ("python -m benchmarks.sac_learning --config zoo:sac/MountainCarContinuous-v0 "
+         "--seeds 0 1 2 3 4 --threshold 90 --eval-interval 2500 --results "
+         "sac_mountaincar_gsde [--sb3 --results sac_mountaincar_gsde_sb3]",)),
+    Workload(
+        "TD3 on HalfCheetah-v5", "`td3_halfcheetah` beside SB3's TD3 on the same settings; 10 "
+        "greedy episodes every 10,000 env steps.", 100_000,
+        "mean greedy return at 100,000 env steps", "SB3",
+        per_seed_files("td3_halfcheetah", "final_eval_return"),
+        ("python -m benchmarks.mujoco_offpolicy --config td3_halfcheetah --seeds S "
+         "--results td3_halfcheetah_rltrain_seedS [--sb3 --results td3_halfcheetah_sb3_seedS]",)),
+]
+
+
+def verdict(ours: Sequence[float], theirs: Sequence[float], peer: str, lower: bool) -> str:
+    """What the probability of improvement's interval says (or that too few runs are in)."""
+    if min(len(ours), len(theirs)) < 2:
+        return "not enough runs yet"
+    a, b = (np.array(theirs), np.array(ours)) if lower else (np.array(ours), np.array(theirs))
+    p = improvement([np.nan_to_num(a, posinf=1e18), np.nan_to_num(b, posinf=1e18)],
+                    REPS, SEED)[0, 1]
+    text = f"P(rltrain better) {p.value:.2f} [{p.low:.2f}, {p.high:.2f}]"
+    if min(len(ours), len(theirs)) < MIN_SEEDS:  # a bootstrap of 2 or 3 runs is no interval
+        return (f"too few seeds for a verdict ({len(ours)} and {len(theirs)}; at least "
+                f"{MIN_SEEDS} each): {text}")
+    if p.low > 0.5:
+        return f"**rltrain ahead**: {text}"
+    if p.high < 0.5:
+        return f"**{peer} ahead**: {text}"
+    return f"no difference measured: {text}"
+
+
+def _score(value: float) -> str:
+    return "∞" if math.isinf(value) else f"{value:,.1f}"
+
+
+def section(work: Workload) -> list[str]:
+    ours, theirs = work.read("rltrain"), work.read("sb3" if work.peer == "SB3" else "cleanrl")
+    lower = "env steps to" in work.score  # fewer is better
+    seeds = sorted(set(ours) | set(theirs))
+    lines = [f"## {work.title}", "", work.about, "",
+             f"Budget {work.budget:,} env steps; score: {work.score}; seeds: "
+             f"{len(ours)} rltrain, {len(theirs)} {work.peer} (planned {work.wanted} each).", ""]
+    if not seeds:
+        return [*lines, "No finished runs yet.", "", *(f"    {c}" for c in work.commands), ""]
+    lines += ["| seed | " + " | ".join(str(s) for s in seeds) + " | IQM [95% CI] |",
+              "|---|" + "---|" * (len(seeds) + 1)]
+    for name, runs in (("rltrain", ours), (work.peer, theirs)):
+        values = [runs[s] for s in sorted(runs)]
+        finite = [v for v in values if math.isfinite(v)]
+        iqm = (interval_estimates(finite, REPS, SEED)["iqm"].text() if finite
+               and len(finite) == len(values) else "—")
+        lines.append(f"| {name} | " + " | ".join(_score(runs[s]) if s in runs else "—"
+                                                 for s in seeds) + f" | {iqm} |")
+    verdict_text = verdict(list(ours.values()), list(theirs.values()), work.peer, lower)
+    return [*lines, "", f"Verdict: {verdict_text}.", "", "Commands:", "",
+            *(f"    {c}" for c in work.commands), ""]
+
+
+def page() -> str:
+    head = ["# Results", "",
+            "How rltrain learns beside the libraries practitioners compare it with, on the same "
+            "settings and seeds. Every number comes from a file in `benchmarks/results/`; this "
+            "page is written from them by `python scripts/results_page.py > docs/results.md`. "
+            "IQM: the interquartile mean over seeds (the mean below 4 seeds), with a 95% "
+            "stratified-bootstrap interval; P(rltrain better): the probability that an rltrain "
+            "run scores better than a peer run (Mann-Whitney), with its interval; the verdict "
+            "names a library only when that interval excludes one half. How each benchmark is "
+            "run, and the measurements behind implementation choices, are in "
+            "[benchmarks.md](benchmarks.md).", ""]
+    return "\n".join(head + [line for work in WORKLOADS for line in section(work)])
+
+
+if __name__ == "__main__":
+    sys.stdout.write(page())
