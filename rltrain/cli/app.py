@@ -39,6 +39,7 @@ from rltrain.envs.errors import SubEnvError
 from rltrain.errors import TrainingError
 from rltrain.inference import export_policy
 from rltrain.inference.policy import resolve as resolve_checkpoint
+from rltrain.observe.loggers import LOGGER_PACKAGES
 from rltrain.optim import ended_on_refused_loss
 from rltrain.runtime.distributed import DistributedError, launched
 from rltrain.runtime.seeding import derive_seeds
@@ -102,7 +103,8 @@ def run_command(args: argparse.Namespace) -> int:
 
 def export_command(args: argparse.Namespace) -> int:
     """``rltrain export``: the run's policy as a ``torch.export`` file (docs/inference.md)."""
-    out = export_policy(args.path, args.out, which=args.checkpoint, trust=args.trust)
+    out = export_policy(args.path, args.out, which=args.checkpoint,
+                        trust=[*args.trust, *args.imports])
     print(f"exported: {out}")
     return 0
 
@@ -162,9 +164,11 @@ def fit(args: argparse.Namespace) -> int:
     overrides = [a for a in args.args if "=" in a]
     ckpt_path: str | LoadedCheckpoint | None = None
     if args.resume is not None and (Path(args.resume) / MANIFEST).is_file():
-        if files or args.seeds is not None:
+        per_seed = [o for o in overrides if o.startswith(("strategy.seed=", "trainer.run_dir="))]
+        if files or args.seeds is not None or per_seed:
             raise ValueError(f"--resume {args.resume} continues a group of seeds as it was "
-                             "recorded; pass only key=value overrides (and --trust, --import).")
+                             "recorded, each seed in its own run directory; pass only key=value "
+                             "overrides of the other settings (and --trust, --import).")
         return resume_group(Path(args.resume), overrides,
                             confirmations(args.trust, args.imports))
     if args.seeds is not None:
@@ -221,8 +225,9 @@ def fit_seeds(args: argparse.Namespace, files: list[str], overrides: list[str]) 
         print(f"rltrain: {choice.note}")
     config = compose(files, overrides)
     parent = parent_of(config)
+    folders = [o for o in overrides if o.startswith(tuple(f"{k}=" for k in STORED_FOLDERS))]
     return launch(config, chosen, args.jobs, parent,
-                  confirmations(args.trust, args.imports, named_modules(config)))
+                  confirmations(args.trust, args.imports, named_modules(config)), folders)
 
 
 def resumed_config(resume: str, overrides: list[str]
@@ -247,6 +252,11 @@ def resumed_config(resume: str, overrides: list[str]
         saved = checkpoint_config(path, ckpt_path.state)
         if path.parent.name == "checkpoints":  # the run it belongs to, wherever it was moved
             saved.trainer.run_dir = str(path.parent.parent)
+        elif OmegaConf.select(given, "trainer.run_dir") is None:  # the file's word: untrusted
+            raise ConfigError(
+                f"--resume {path}: the checkpoint is not in a run's checkpoints/ folder, so "
+                "where the run goes on is not known (the run directory its config names is "
+                "not used: a checkpoint is untrusted). Name it: trainer.run_dir=DIR.")
     else:
         raise FileNotFoundError(f"Nothing to resume at {path}: pass a run directory, a "
                                 "checkpoint file, or last/best with trainer.run_dir=RUN_DIR.")
@@ -267,13 +277,18 @@ def stored_config_errors(source: Path) -> Iterator[None]:
                           ) from None
 
 
+#: The settings that name folders outside the run directory only on the command line's word.
+STORED_FOLDERS = ("trainer.checkpoint_dir", "trainer.logger")
+
+
 def check_stored_paths(saved: DictConfig, given: DictConfig, run_dir: Path) -> None:
     """Refuse a stored config whose checkpoint or log folder lies outside its run directory
     unless the command line names that folder too: what a run directory says is untrusted, and
     must not make rltrain write elsewhere."""
-    for key in ("trainer.checkpoint_dir", "trainer.logger"):
+    for key in STORED_FOLDERS:
         stored = OmegaConf.select(saved, key)
-        if not isinstance(stored, str) or OmegaConf.select(given, key) is not None:
+        if not isinstance(stored, str) or OmegaConf.select(given, key) is not None \
+                or stored in LOGGER_PACKAGES:  # a logger's name, not a folder
             continue
         folder = Path(stored) if Path(stored).is_absolute() else Path.cwd() / stored
         if not within(folder, run_dir):
@@ -327,22 +342,8 @@ def stored_trust(run_dir: Path, trusted: list[str], overrides: list[str]) -> Tru
     """What a config read from ``run_dir`` may name: classes of the expected kind, plus any
     callable of the modules given by ``--trust`` or named in the command line's
     ``overrides`` (the user's own words)."""
-    named = [module for value in _targets(OmegaConf.to_container(parse_overrides(overrides)))
-             for module in [value.partition(":")[0] if ":" in value
-                            else value.rpartition(".")[0]] if module]
+    named = named_modules(parse_overrides(overrides), every=True)
     return Trust(stored_in=run_dir, modules=[*trusted, *named])
-
-
-def _targets(node: Any) -> Iterator[str]:
-    if isinstance(node, dict):
-        for key, value in node.items():
-            if key == "_target_" and isinstance(value, str):
-                yield value
-            else:
-                yield from _targets(value)
-    elif isinstance(node, list):
-        for value in node:
-            yield from _targets(value)
 
 
 def with_overrides(stored: DictConfig, overrides: list[str]) -> DictConfig:

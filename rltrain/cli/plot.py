@@ -25,7 +25,7 @@ from typing import Any, Literal
 
 import numpy as np
 
-from rltrain.cli.records import MAX_MAGNITUDE, bounded_int, lines, plain_number
+from rltrain.cli.records import MAX_LINE_BYTES, MAX_MAGNITUDE, bounded_int, lines, plain_number
 from rltrain.config.files import read_stored
 
 XAxis = Literal["env_steps", "wall_time"]
@@ -41,6 +41,8 @@ IGNORED_KEYS = ("strategy.seed", "trainer.run_dir", "trainer.num_threads",
                 "trainer.keep_best", "trainer.overwrite")
 
 X_LABELS = {"env_steps": "env steps", "wall_time": "wall time (s)"}
+#: The most of a ``metrics.jsonl`` one read of a run still being written takes.
+MAX_TAIL_BYTES = 16 * MAX_LINE_BYTES
 
 
 @dataclass(frozen=True)
@@ -171,10 +173,14 @@ class MetricsTail:
                 if file.seek(0, os.SEEK_END) < self.offset:
                     self.offset = self.lines = 0
                 file.seek(self.offset)
-                data = file.read()
+                data = file.read(MAX_TAIL_BYTES)  # the rest waits for the next read
         except FileNotFoundError:
             return []
         whole = data[:data.rfind(b"\n") + 1]
+        if not whole and len(data) > MAX_LINE_BYTES:
+            raise ValueError(f"{self.path}:{self.lines + 1} is longer than {MAX_LINE_BYTES:,} "
+                             "bytes (rltrain's rows are a few hundred); it was not written by "
+                             "rltrain, or it was altered.")
         rows = []
         for raw in whole.splitlines():
             self.lines += 1

@@ -5,12 +5,15 @@ from __future__ import annotations
 
 import ctypes
 import json
+import os
 import signal
 import subprocess
 import sys
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import IO, Any
+
+from rltrain.cli.records import bounded_int, read_bounded
 
 #: The ``rltrain`` command of a child process: this Python with ``-P``, so that the current
 #: directory is not put first on its search path while rltrain's own imports run.
@@ -43,6 +46,17 @@ def confirmations(trusted: Sequence[str], imports: Sequence[str], named: Sequenc
     reads as a stored one) and ``--import`` of each module to import."""
     modules = dict.fromkeys([*trusted, *named])
     return [*(f"--trust={m}" for m in modules), *(f"--import={m}" for m in imports)]
+
+
+def open_log(path: Path) -> IO[bytes]:
+    """``path`` opened to append a child's output, never through a symbolic link (a group's or
+    a study's folder is untrusted)."""
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW, 0o644)
+    except OSError as error:
+        raise OSError(error.errno, f"Cannot write the log {path}: {error.strerror} (a "
+                                   "symbolic link is never followed)") from None
+    return os.fdopen(fd, "ab")
 
 
 def start(command: list[str], log: IO[bytes]) -> subprocess.Popen[bytes]:
@@ -80,8 +94,8 @@ class Stops:
 def summary(run_dir: Path) -> dict[str, Any]:
     """The run's ``summary.json`` (empty when it has none yet, or an unreadable one)."""
     try:
-        data = json.loads((run_dir / "summary.json").read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+        data = json.loads(read_bounded(run_dir / "summary.json"), parse_int=bounded_int)
+    except (OSError, ValueError, RecursionError):
         return {}
     return data if isinstance(data, dict) else {}
 

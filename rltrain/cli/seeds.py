@@ -31,12 +31,13 @@ from rltrain.cli.processes import (
     ended_on_signal,
     fit_command,
     last_line,
+    open_log,
     start,
     summary,
 )
 from rltrain.cli.records import bounded_int, read_bounded
 from rltrain.config.files import literal_config
-from rltrain.config.schema import to_container
+from rltrain.config.schema import to_container, validate
 from rltrain.trainer.preflight import default_run_dir
 from rltrain.trainer.run_dir import prepare_run
 
@@ -93,9 +94,11 @@ MAX_SEEDS, MAX_JOBS = 10_000, 1_024
 
 
 def launch(config: DictConfig, seeds: list[int], jobs: int, parent: Path,
-           passthrough: list[str]) -> int:
+           passthrough: list[str], overrides: list[str]) -> int:
     """Start a group: record it in ``parent/seeds.json`` (refused where a group or a run is
-    already), then run its seeds. ``config``: the composed config of the command line."""
+    already), then run its seeds. ``config``: the composed config of the command line;
+    ``overrides``: the command line's own that every seed takes as given (the folders it
+    names outside the seeds' runs)."""
     if (parent / MANIFEST).exists() or (parent / "config.yaml").exists():
         raise ValueError(f"{parent} already holds a run or a group of seeds: continue it with "
                          f"rltrain fit --resume {parent}, or name another trainer.run_dir.")
@@ -103,7 +106,7 @@ def launch(config: DictConfig, seeds: list[int], jobs: int, parent: Path,
     stored = to_container(config)
     atomic_write_text(parent / MANIFEST, json.dumps(
         {"format": FORMAT, "seeds": seeds, "jobs": jobs, "config": stored}, indent=2) + "\n")
-    return run_group(parent, literal_config(stored), seeds, jobs, [], passthrough,
+    return run_group(parent, literal_config(stored), seeds, jobs, overrides, passthrough,
                      resuming=False)
 
 
@@ -138,7 +141,7 @@ def resume_group(parent: Path, overrides: list[str], passthrough: list[str]) -> 
             raise ValueError(f"'jobs' must be an int in [1, {MAX_JOBS}]")
         if not isinstance(stored, dict):
             raise ValueError("'config' must be a mapping")
-        config = literal_config(stored)
+        config = validate(literal_config(stored))
     except (OSError, ValueError, KeyError, TypeError, RecursionError) as error:
         raise ValueError(f"{path} is not a group of seeds rltrain wrote: {error}.") from None
     return run_group(parent, config, seeds, jobs, overrides, passthrough, resuming=True)
@@ -189,12 +192,12 @@ def _start(seed: Seed, config: DictConfig, overrides: list[str], passthrough: li
     try:
         if not any((seed.run_dir / "checkpoints").glob("*.pt")):
             prepare_run(seed.run_dir, seed_config(config, seed.seed, seed.run_dir))
+        seed.log = open_log(seed.run_dir.parent / f"seed-{seed.seed}.log")
     except (OSError, ValueError) as error:
         print(f"seed {seed.seed}: failed (exit {EXIT_BAD_INPUT}): {error}", flush=True)
         return False
     command, resume = fit_command(
         seed.run_dir, ["trainer.enable_progress_bar=false", *overrides], passthrough)
-    seed.log = (seed.run_dir.parent / f"seed-{seed.seed}.log").open("ab")
     seed.process = start(command, seed.log)
     seed.started = time.monotonic()
     print(f"seed {seed.seed}: {'resumed' if resume else 'started'} in {seed.run_dir}",

@@ -52,6 +52,7 @@ from rltrain.cli.processes import (
     ended_on_signal,
     fit_command,
     last_line,
+    open_log,
     start,
     summary,
 )
@@ -66,9 +67,10 @@ from rltrain.cli.tune_space import (
     space_path,
 )
 from rltrain.config.files import literal_config
-from rltrain.config.instantiate import named_modules
+from rltrain.config.instantiate import make_agent, make_env, make_strategy, named_modules
 from rltrain.config.presets import choose_preset
 from rltrain.config.schema import compose, to_container, validate
+from rltrain.config.targets import Trust
 from rltrain.trainer.run_dir import prepare_run
 
 RECORD, STORAGE, LOCK, BEST = "tune.json", "study.db", ".tune.lock", "best.yaml"
@@ -127,17 +129,23 @@ def tune_command(args: argparse.Namespace) -> int:
                              "this command again to continue it.")
         atomic_write_text(study_dir / RECORD, json.dumps(
             {"format": FORMAT, **setup.__dict__}, indent=2) + "\n")
-        storage = f"sqlite:///{(study_dir / STORAGE).resolve()}"
-        known = len(optuna.load_study(study_name="rltrain", storage=storage).trials) \
-            if (study_dir / STORAGE).exists() else 0
-        study = optuna.create_study(
-            study_name="rltrain", storage=storage, load_if_exists=True, direction="maximize",
-            sampler=optuna.samplers.TPESampler(seed=known),
-            pruner=(optuna.pruners.MedianPruner(n_startup_trials=setup.prune_after,
-                                                 n_warmup_steps=warmup_evaluations(setup))
-                    if setup.pruning else optuna.pruners.NopPruner()))
+        storage = f"sqlite:///{os.path.abspath(study_dir / STORAGE)}"
+        try:  # Optuna's database is untrusted too: whatever it raises names it
+            known = len(optuna.load_study(study_name="rltrain", storage=storage).trials) \
+                if (study_dir / STORAGE).exists() else 0
+            study = optuna.create_study(
+                study_name="rltrain", storage=storage, load_if_exists=True,
+                direction="maximize", sampler=optuna.samplers.TPESampler(seed=known),
+                pruner=(optuna.pruners.MedianPruner(n_startup_trials=setup.prune_after,
+                                                     n_warmup_steps=warmup_evaluations(setup))
+                        if setup.pruning else optuna.pruners.NopPruner()))
+        except Exception as error:
+            raise ValueError(f"{study_dir / STORAGE} is not a study database rltrain can "
+                             f"read: {type(error).__name__}: {str(error).splitlines()[0][:200]}."
+                             ) from None
         passthrough = confirmations(args.trust, args.imports, named)
-        return Tuner(optuna, study, setup, dimensions, study_dir, passthrough).run()
+        trust = Trust(stored_in=study_dir, modules=[*args.trust, *args.imports, *named])
+        return Tuner(optuna, study, setup, dimensions, study_dir, passthrough, trust).run()
 
 
 #: The record's format: 2 holds the composed config (1 held a command line to replay).
@@ -156,7 +164,11 @@ def _locked(study_dir: Path) -> Iterator[None]:
     """Hold the study's lock: one ``tune`` per study at a time."""
     import fcntl
 
-    fd = os.open(study_dir / LOCK, os.O_RDWR | os.O_CREAT, 0o644)
+    for name in (LOCK, STORAGE, RECORD):
+        if (study_dir / name).is_symlink():
+            raise ValueError(f"{study_dir / name} is a symbolic link; rltrain never reads or "
+                             "writes a study's files through a link. Remove it.")
+    fd = os.open(study_dir / LOCK, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o644)
     try:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -242,6 +254,8 @@ def _read_record(path: Path) -> Setup:
         wrong = [name for name, ok in checks.items() if not ok]
         if wrong:
             raise ValueError(f"{', '.join(wrong)} of the wrong type or out of bounds")
+        if setup.compose({}).trainer.eval_interval is None:
+            raise ValueError("its config sets no trainer.eval_interval, which a study scores by")
     except (OSError, ValueError, TypeError, KeyError, RecursionError) as error:
         raise ValueError(f"{path} is not a study rltrain wrote: {error}.") from None
     return setup
@@ -268,9 +282,10 @@ class Tuner:
     """The study's loop: start trials, report their evaluations, prune, record results."""
 
     def __init__(self, optuna: Any, study: Any, setup: Setup, dimensions: list[Dimension],
-                 study_dir: Path, passthrough: list[str]) -> None:
+                 study_dir: Path, passthrough: list[str], trust: Trust) -> None:
         self.optuna, self.study, self.setup = optuna, study, setup
         self.dimensions, self.dir, self.passthrough = dimensions, study_dir, passthrough
+        self.trust = trust
         self.running: list[Running] = []
         #: Trials to start again first: running when the study stopped, or whose process was
         #: killed (their runs resume from their checkpoints).
@@ -311,9 +326,10 @@ class Tuner:
         return self._report(stopped=stop.requested)
 
     def _start(self, trial: Any) -> bool:
-        params = dict(trial.params) or {d.key: d.suggest(trial) for d in self.dimensions}
         run_dir = self.dir / f"trial-{trial.number:04d}"
+        params: dict[str, Any] = {}
         try:  # recorded or enqueued in the study's database (untrusted), or sampled
+            params = dict(trial.params) or {d.key: d.suggest(trial) for d in self.dimensions}
             check_params(params, self.dimensions)
             config = self.setup.compose(params)
         except Exception as error:  # a sampled combination the config refuses
@@ -330,6 +346,7 @@ class Tuner:
         try:
             if not any((run_dir / "checkpoints").glob("*.pt")):
                 prepare_run(run_dir, config)
+            log = open_log(self.dir / f"{run_dir.name}.log")
         except (OSError, ValueError) as error:
             self.study.tell(trial, state=self.optuna.trial.TrialState.FAIL)
             print(f"trial {trial.number}: failed: {error}", flush=True)
@@ -340,7 +357,7 @@ class Tuner:
         running.reported = {int(step) for frozen in self.study.get_trials(deepcopy=False)
                             if frozen.number == trial.number
                             for step in frozen.intermediate_values}
-        running.log = (self.dir / f"{run_dir.name}.log").open("ab")
+        running.log = log
         running.process = start(command, running.log)
         self.running.append(running)
         shown = ", ".join(f"{k}={v:.3g}" if isinstance(v, float) else f"{k}={v}"
@@ -405,9 +422,17 @@ class Tuner:
 
     def _write_best(self) -> None:
         best = self.study.best_trial
-        check_params(best.params, self.dimensions)
         config = self.setup.compose(best.params)
-        config.trainer.run_dir = None
+        config.trainer.run_dir = config.trainer.checkpoint_dir = None
+        try:  # best.yaml is run as the user's own file: what the records say is checked first
+            check_params(best.params, self.dimensions)
+            for section, make in (("agent", make_agent), ("strategy", make_strategy),
+                                  ("env", make_env)):
+                make(config[section], self.trust)
+        except ValueError as error:
+            print(f"trial {best.number}: its config is refused as a stored config, so "
+                  f"{BEST} is not written: {error}", flush=True)
+            return
         atomic_write_text(self.dir / BEST, (
             f"# The best trial of the study in {self.dir}: trial {best.number}, "
             f"{self.setup.objective} {best.value:.2f}.\n#   rltrain fit {self.dir / BEST}\n"

@@ -28,6 +28,7 @@ from rltrain.config.files import ConfigError
 from rltrain.config.registry import AGENTS, STRATEGIES, Registered
 from rltrain.config.schema import lookup, to_container
 from rltrain.config.targets import (
+    INSTALLED,
     TRUSTED,
     Target,
     TargetError,
@@ -72,9 +73,10 @@ def make_env(section: DictConfig, trust: Trust = TRUSTED) -> EnvInit:
             "Trainer.evaluate(env, agent, ckpt_path=...).")
     try:
         imports = [str(name) for name in section.imports]
-        if str(section.id).startswith("ALE/") and "ale_py" not in imports:
-            imports.append("ale_py")  # registers the ids (in env workers too)
         import_modules(imports, trust)
+        if str(section.id).startswith("ALE/") and "ale_py" not in imports:
+            import_modules(["ale_py"], INSTALLED)  # registers the ids, never from cwd
+            imports.append("ale_py")  # in env workers too
         kwargs = to_container(section.kwargs) if section.kwargs else {}
         if section._target_ is not None:
             made = locate(str(section._target_), kind=gym.Env, trust=trust, what="env._target_")
@@ -113,13 +115,14 @@ def check_stored_targets(config: DictConfig, trust: Trust) -> None:
             raise ConfigError(str(error)) from None
 
 
-def named_modules(config: DictConfig) -> list[str]:
+def named_modules(config: DictConfig, *, every: bool = False) -> list[str]:
     """The top-level modules ``config``'s import paths name (``env.imports``, an ``env.id``'s
-    module, each ``_target_``), but for the packages a stored config may import anyway: what
-    the user confirms (``--trust``) when a process started by rltrain reads the user's own
-    config as a stored one."""
+    module, each ``_target_``), but (unless ``every``) for the packages a stored config may
+    import anyway: what the user confirms (``--trust``) when a process started by rltrain
+    reads the user's own config as a stored one."""
     found = (path.partition(":")[0].split(".")[0] for _, path in _named(to_container(config)))
-    return [name for name in dict.fromkeys(found) if name and name not in env_packages()]
+    return [name for name in dict.fromkeys(found)
+            if name and (every or name not in env_packages())]
 
 
 def _named(plain: dict[str, Any]) -> list[tuple[str, str]]:

@@ -45,10 +45,14 @@ class Trust:
             user's own configs and overrides, which may name anything.
         modules: Modules the user trusts (``--trust``): any callable of theirs may be named,
             from wherever they are. Default none.
+        local: Whether a trusted name may be found in the current directory (the user's own
+            names); False for the modules rltrain itself imports (``ale_py``) and for names
+            already checked when their config was read. Default True.
     """
 
     stored_in: Path | None = None
     modules: Collection[str] = ()
+    local: bool = True
 
     def trusts(self, module: str) -> bool:
         """Whether ``module`` is one the user named or lies in one (or the config is their
@@ -60,6 +64,10 @@ class Trust:
 
 #: The user's own config: anything may be named.
 TRUSTED = Trust()
+#: What rltrain imports by itself, or imports again after its config was checked: anything,
+#: but only from installed packages (never a module of the current directory the command
+#: line did not name).
+INSTALLED = Trust(local=False)
 
 #: The top-level packages a stored config may import without ``--trust``: rltrain's,
 #: Gymnasium's, and packages that exist to register environments (their import registers the
@@ -90,7 +98,8 @@ def admit(path: str, trust: Trust, what: str) -> None:
     if not MODULE_NAME.fullmatch(module):
         return  # names no module: what reads it says so
     if trust.stored_in is None or trust.trusts(module) or trust.trusts(top):
-        allow_local(top)
+        if trust.local:
+            allow_local(top)
     else:
         refuse_unlisted(top, trust, what, path)
 
@@ -192,7 +201,7 @@ def _import(module_name: str, trust: Trust, what: str, path: str) -> Any:
     checked = not trust.trusts(module_name)
     if checked:
         refuse_unlisted(module_name, trust, what, path)
-    else:
+    elif trust.local:
         allow_local(module_name)
     try:
         for found in _find_or_refuse(module_name, what, path) if checked else ():
@@ -348,13 +357,30 @@ def _refuse_inside(module: FoundModule, trust: Trust, what: str, path: str) -> N
     and the path links lead to count."""
     assert trust.stored_in is not None
     folder = trust.stored_in
+    top = module.name.split(".")[0]
     for place in (module.origin, *module.locations):
         if place is not None and inside(Path(place), folder):
-            top = module.name.split(".")[0]
             raise TargetError(
                 f"{what}: {path!r} would be imported from {place}, inside {trust.stored_in}, "
                 "where the stored config came from; code in a run directory is never run. "
                 f"Move the module out, or confirm it: --trust {top}.")
+        if place is not None and module.name == top and top not in sys.modules and \
+                _from_current_directory(module):
+            raise TargetError(  # Python's own search path has it (a REPL, python -c)
+                f"{what}: {path!r} would be imported from {place}, in the current directory, "
+                "which a stored config may not import from (only your own names reach it). "
+                f"If it is yours, confirm it: --trust {top} (trust=[{top!r}] in Python).")
+
+
+def _from_current_directory(module: FoundModule) -> bool:
+    """Whether the top-level ``module`` is the one the current directory holds (found through a
+    search-path entry that is the current directory, as a REPL or ``python -c`` has)."""
+    local = local_file(module.name)
+    if local is None:
+        return False
+    places = {os.path.abspath(p) for p in (module.origin, *module.locations) if p}
+    return os.path.abspath(local) in places or any(
+        os.path.dirname(p) == os.path.abspath(local) for p in places)
 
 
 def inside(place: Path, folder: Path) -> bool:

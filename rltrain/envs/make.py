@@ -22,7 +22,7 @@ import numpy as np
 from gymnasium.vector import AsyncVectorEnv, AutoresetMode, SyncVectorEnv, VectorEnv
 from gymnasium.vector.async_vector_env import AsyncState
 
-from rltrain.config.targets import MODULE_NAME, TRUSTED, Trust, import_modules, locate
+from rltrain.config.targets import INSTALLED, MODULE_NAME, TRUSTED, Trust, import_modules, locate
 from rltrain.envs.atari import AtariConfig, AtariPipeline, is_atari_id
 from rltrain.envs.envpool import EnvpoolVectorEnv, check_envpool_env, envpool_kwargs
 from rltrain.envs.errors import EnvError, EnvStepTimeout, SubEnvError
@@ -74,7 +74,7 @@ class EnvSpec:
                              f"path), exactly one; got id={self.id!r}, target={self.target!r}.")
         if self.backend not in ("gymnasium", "envpool"):
             raise ValueError(f"backend must be 'gymnasium' or 'envpool'; got {self.backend!r}.")
-        import_modules(self.imports)
+        import_modules(self.imports, INSTALLED)  # checked when its config was read
         if self.id is not None:
             check_env_id(self.id)
             if self.atari is not None and not is_atari_id(self.id):
@@ -85,13 +85,13 @@ class EnvSpec:
             check_envpool_env(self.id, tuple(self.wrappers), self.target)
 
     def __call__(self) -> gym.Env[Any, Any]:
-        import_modules(self.imports)
+        import_modules(self.imports, INSTALLED)
         route_mujoco_warnings(self.id)
         env: gym.Env[Any, Any]
         pipeline = None if self.atari is None else AtariPipeline(self.atari, self.training)
         kwargs = {**dict(self.kwargs), **(pipeline.make_kwargs() if pipeline else {})}
         if self.target is not None:
-            env = locate(self.target)(**kwargs)
+            env = locate(self.target, trust=INSTALLED)(**kwargs)
         else:
             assert self.id is not None
             env = gym.make(self.id, **kwargs)
@@ -138,7 +138,7 @@ def check_env_id(env_id: str, trust: Trust = TRUSTED) -> None:
 def _register_ale(env_id: str) -> None:
     """Register the ALE's games (``import ale_py``), or say which extra installs them."""
     try:
-        import_modules(["ale_py"])
+        import_modules(["ale_py"], INSTALLED)
     except ImportError as error:
         raise ValueError(f"{env_id} is an Atari game: it needs ale-py (pip install "
                          f"'rltrain[atari]'; {error}).") from error

@@ -183,6 +183,9 @@ def prepare_run(run_dir: Path, config: DictConfig) -> None:
     its ``config.yaml``, which ``rltrain fit --resume RUN_DIR`` starts from (the runs of a seed
     group or a study: each reads its config as any stored config, untrusted). A folder that is
     not rltrain's, is being written or holds a run is refused, and nothing is written then."""
+    if run_dir.is_symlink():
+        raise FileExistsError(f"{run_dir} is a symbolic link; rltrain never writes a run "
+                              "through a link. Remove it.")
     _refuse_foreign(RunDirectory.inspect(run_dir))
     refuse_if_locked(run_dir)
     _refuse_existing_run(run_dir, run_dir / "checkpoints")

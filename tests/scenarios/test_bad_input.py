@@ -614,6 +614,22 @@ CASES = [
          r"1024\]",
          setup=lambda d: _record(d, "seeds.json", {"format": 2, "seeds": [0], "jobs": 10**9,
                                                    "config": {}})),
+    Case("group record (seeds.json) whose config is not a config",
+         lambda d: resume_group(d, [], []), ValueError,
+         r"seeds\.json is not a group of seeds rltrain wrote: strategy is a section of "
+         r"settings",
+         setup=lambda d: _record(d, "seeds.json", {"format": 2, "seeds": [0], "jobs": 1,
+                                                   "config": {"strategy": 5}})),
+    Case("study record (tune.json) whose config sets no evaluations",
+         lambda d: _read_study(d / "tune.json"), ValueError,
+         r"tune\.json is not a study rltrain wrote: its config sets no trainer\.eval_interval",
+         setup=lambda d: _record(d, "tune.json", {"format": 2, "space": {}, "config": {
+             "trainer": {"eval_interval": None}}})),
+    Case("checkpoint file resumed from outside a run's checkpoints folder",
+         lambda d: resumed_config(str(d.parent / "lone.pt"), []), ConfigError,
+         r"--resume .*lone\.pt: the checkpoint is not in a run's checkpoints/ folder, so where "
+         r"the run goes on is not known .*Name it: trainer\.run_dir=DIR\.",
+         setup=lambda d: _lone_checkpoint(d)),
     Case("study record (tune.json) of the earlier format: a command line to replay",
          lambda d: _read_study(d / "tune.json"), ValueError,
          r"tune\.json is not a study rltrain wrote: its format is not 2 \(it was written by an "
@@ -922,6 +938,14 @@ def _broadcast_bounds(run_dir: Path) -> None:
 def _checkpoints_moved_out(run_dir: Path) -> None:
     _checkpoints_elsewhere(run_dir)
     (run_dir / "checkpoints").rename(run_dir.parent / "elsewhere")
+
+
+def _lone_checkpoint(run_dir: Path) -> Path:
+    """A copy of a fitted run's checkpoint beside the run, out of its checkpoints folder."""
+    fitted(run_dir)
+    lone = run_dir.parent / "lone.pt"
+    lone.write_bytes(Checkpointer(run_dir / "checkpoints").resolve("last").read_bytes())
+    return lone
 
 
 def _record(folder: Path, name: str, data: dict[str, Any]) -> None:

@@ -287,3 +287,46 @@ def test_a_study_record_rltrain_did_not_write_is_refused_and_nothing_is_written(
     assert len(lines) == 1 and "is not a study rltrain wrote: its format is not 2" in lines[0]
     assert snapshot(study.work, study.work / "nothing") == before
     assert sorted(p.name for p in study.mark.iterdir()) == []
+
+
+def test_a_planted_finished_trial_cannot_write_a_best_yaml_that_runs_code(
+        study: Scene) -> None:
+    """A finished-looking trial the study never ran, and a study config naming a function:
+    best.yaml (which the user runs as their own file) is checked as a stored config first."""
+    study.record("tune.json", lambda record: record["config"]["agent"].update(
+        _target_="subprocess.run", args=["touch", str(study.mark / "ran")]))
+    add_running_trial(study.folder, {})
+    planted = study.folder / "trial-0002"
+    shutil.copytree(study.folder / "trial-0000", planted)
+    rows = [{"event": "start", "env_steps": 0},
+            {"event": "evaluation", "env_steps": 256, "eval/return_mean": 1000.0,
+             "complete": True}, {"event": "end", "env_steps": 256, "stop_reason": None}]
+    (planted / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    (planted / "summary.json").write_text(json.dumps({"env_steps": 256, "stop_reason": None}))
+    best_before = (study.folder / "best.yaml").read_text()
+    result = rltrain("tune", "--study", "studies/s", "--trials", "3", cwd=study.work,
+                     env=SECRET_ENV, timeout=300)
+    assert "trial 2: its config is refused as a stored config" in result.stdout, result.stdout
+    assert (study.folder / "best.yaml").read_text() == best_before
+    assert sorted(p.name for p in study.mark.iterdir()) == []
+
+
+def test_a_foreign_database_in_a_study_is_refused_in_one_line(study: Scene) -> None:
+    (study.folder / "study.db").unlink()
+    (study.folder / "study.db").write_bytes(b"not a database " * 100)
+    result = rltrain("tune", "--study", "studies/s", "--trials", "3", cwd=study.work)
+    lines = [line for line in result.stderr.splitlines() if line.strip()]
+    assert result.returncode == 2 and len(lines) == 1, result.stderr
+    assert "study.db is not a study database rltrain can read" in lines[0]
+
+
+def test_a_link_in_a_group_is_never_followed_and_seeds_keep_their_own_runs(
+        group: Scene) -> None:
+    target = group.outside / "elsewhere"
+    (group.folder / "seed-1").symlink_to(target, target_is_directory=True)
+    result = rltrain("fit", "--resume", "runs/group", cwd=group.work)
+    assert result.returncode == 2 and "seed 1: failed" in result.stdout, result.stdout
+    assert "symbolic link" in result.stdout and not target.exists()
+    assert list(group.outside.iterdir()) == []
+    refused = rltrain("fit", "--resume", "runs/group", "strategy.seed=3", cwd=group.work)
+    assert refused.returncode == 2 and "each seed in its own run directory" in refused.stderr

@@ -247,3 +247,14 @@ def test_evaluate_can_pick_the_best_checkpoint(tmp_path: Path,
     assert main(["evaluate", str(run_dir), "--checkpoint", "best", "--episodes", "1"]) == 0
     printed = json.loads(capsys.readouterr().out)
     assert Path(printed["checkpoint"]).name.startswith("best")
+
+
+def test_only_names_the_user_gives_reach_the_current_directory(project: Path) -> None:
+    from rltrain.config import search_path
+
+    search_path._LOCAL.allowed.discard("ale_py")
+    config = compose([], ["env.id=ALE/Pong-v5", "agent.name=ppo", "env.atari={}"])
+    make_env(config.env)  # rltrain imports ale_py itself: from installed packages only
+    assert "ale_py" not in search_path._LOCAL.allowed
+    make_env(compose([], ["env.id=Corridor-v0", "env.imports=[my_envs]"]).env)
+    assert "my_envs" in search_path._LOCAL.allowed  # the user's own name
