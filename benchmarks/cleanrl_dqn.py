@@ -82,7 +82,8 @@ def patched_script(cleanrl: Path, folder: Path) -> Path:
     """CleanRL's ``dqn.py`` with :data:`PATCHES` applied, written into ``folder``."""
     text = (cleanrl / "cleanrl" / "dqn.py").read_text()
     for pattern, replacement in PATCHES:
-        text, count = re.subn(pattern, lambda _, new=replacement: new, text, flags=re.DOTALL)
+        text, count = re.subn(pattern, replacement.replace("\\", "\\\\"), text,
+                              flags=re.DOTALL)
         if count != 1:
             raise SystemExit(f"{cleanrl}/cleanrl/dqn.py has changed: a Gymnasium 1.x patch no "
                              f"longer applies ({pattern[:60]!r}).")
@@ -149,17 +150,24 @@ def summary(episodes: list[tuple[int, float]]) -> dict[str, float]:
             "episodes": len(returns)}
 
 
-def write_run(folder: Path, library: str, seed: int, steps: int,
-              episodes: list[tuple[int, float]]) -> None:
-    """A run directory ``rltrain compare`` reads: one row per :data:`ROW_STEPS` env steps, the
-    mean return of the training episodes that ended in them."""
-    folder.mkdir(parents=True, exist_ok=True)
-    rows = []
+def windows(episodes: list[tuple[int, float]], steps: int) -> list[tuple[int, float]]:
+    """(end, mean return of the training episodes that ended in the :data:`ROW_STEPS` env
+    steps up to end) for each window with an episode: the curve the results file keeps."""
+    out = []
     for end in range(ROW_STEPS, steps + 1, ROW_STEPS):
         ended = [r for s, r in episodes if end - ROW_STEPS < s <= end]
         if ended:
-            rows.append({"event": "evaluation", "env_steps": end,
-                         "eval/return_mean": float(np.mean(ended)), "complete": True})
+            out.append((end, float(np.mean(ended))))
+    return out
+
+
+def write_run(folder: Path, library: str, seed: int, steps: int,
+              curve: list[tuple[int, float]]) -> None:
+    """A run directory ``rltrain compare`` reads: one row per window of ``curve``."""
+    folder.mkdir(parents=True, exist_ok=True)
+    rows: list[dict[str, Any]] = [
+        {"event": "evaluation", "env_steps": end, "eval/return_mean": value, "complete": True}
+        for end, value in curve]
     rows.append({"event": "end", "env_steps": steps, "stop_reason": None})  # it finished
     (folder / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     (folder / "config.yaml").write_text(yaml.safe_dump({
@@ -177,6 +185,9 @@ def main() -> None:
     path = RESULTS / "cleanrl_dqn.json"
     results: dict[str, Any] = json.loads(path.read_text()) if path.exists() else {}
     runs = results.setdefault("runs", {})
+    for run in runs.values():  # files written with every episode keep their curve only
+        if "episodes_list" in run:
+            run["curve"] = windows([tuple(e) for e in run.pop("episodes_list")], run["steps"])
     for index, seed in enumerate(args.seeds):
         order = ("rltrain", "cleanrl") if index % 2 == 0 else ("cleanrl", "rltrain")
         for library in order:
@@ -186,13 +197,14 @@ def main() -> None:
                 episodes = (run_rltrain(seed, args.steps) if library == "rltrain"
                             else run_cleanrl(args.cleanrl, seed, args.steps))
                 runs[key] = {"steps": args.steps, "seconds": time.perf_counter() - start,
-                             **summary(episodes), "episodes_list": episodes}
+                             **summary(episodes), "curve": windows(episodes, args.steps)}
                 write_results("cleanrl_dqn", {"settings": CLEANRL_SETTINGS, "runs": runs})
             print(f"{key}: final {runs[key]['final']:.1f}, best {runs[key]['best']:.1f} "
                   f"({runs[key]['episodes']} episodes, {runs[key]['seconds']:.0f} s)",
                   flush=True)
             write_run(args.out / library / f"seed-{seed}", library, seed, args.steps,
-                      [tuple(e) for e in runs[key]["episodes_list"]])
+                      [tuple(point) for point in runs[key]["curve"]])
+    write_results("cleanrl_dqn", {"settings": CLEANRL_SETTINGS, "runs": runs})
 
 
 if __name__ == "__main__":
