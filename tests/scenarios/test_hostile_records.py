@@ -330,3 +330,14 @@ def test_a_link_in_a_group_is_never_followed_and_seeds_keep_their_own_runs(
     assert list(group.outside.iterdir()) == []
     refused = rltrain("fit", "--resume", "runs/group", "strategy.seed=3", cwd=group.work)
     assert refused.returncode == 2 and "each seed in its own run directory" in refused.stderr
+
+
+def test_from_inside_the_group_a_planted_module_beside_its_record_never_runs(
+        group: Scene) -> None:
+    group.record("seeds.json", lambda record: local_import(record["config"]))
+    before = snapshot(group.work, group.folder)
+    result = rltrain("fit", "--resume", ".", cwd=group.folder, env=SECRET_ENV)
+    assert result.returncode == 2, result.stdout + result.stderr
+    failed = [line for line in result.stdout.splitlines() if line.startswith("seed 1: failed")]
+    assert len(failed) == 1 and "the stored config would import 'evil'" in failed[0]
+    group.assert_harmless(before, result)
