@@ -141,9 +141,13 @@ def resume_group(parent: Path, overrides: list[str], passthrough: list[str]) -> 
             raise ValueError(f"'jobs' must be an int in [1, {MAX_JOBS}]")
         if not isinstance(stored, dict):
             raise ValueError("'config' must be a mapping")
-        config = validate(literal_config(stored))
+        config = literal_config(stored)
     except (OSError, ValueError, KeyError, TypeError, RecursionError) as error:
         raise ValueError(f"{path} is not a group of seeds rltrain wrote: {error}.") from None
+    try:
+        config = validate(config)
+    except (ValueError, RecursionError) as error:
+        raise ValueError(f"{path}: the group's config is refused: {error}") from None
     return run_group(parent, config, seeds, jobs, overrides, passthrough, resuming=True)
 
 

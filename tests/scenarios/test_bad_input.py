@@ -616,8 +616,7 @@ CASES = [
                                                    "config": {}})),
     Case("group record (seeds.json) whose config is not a config",
          lambda d: resume_group(d, [], []), ValueError,
-         r"seeds\.json is not a group of seeds rltrain wrote: strategy is a section of "
-         r"settings",
+         r"seeds\.json: the group's config is refused: strategy is a section of settings",
          setup=lambda d: _record(d, "seeds.json", {"format": 2, "seeds": [0], "jobs": 1,
                                                    "config": {"strategy": 5}})),
     Case("study record (tune.json) whose config sets no evaluations",

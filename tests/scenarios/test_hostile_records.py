@@ -128,6 +128,12 @@ def test_a_planted_group_config_is_a_stored_config(group: Scene, change: Callabl
     before = snapshot(group.work, group.folder)
     result = rltrain("fit", "--resume", "runs/group", cwd=group.work, env=SECRET_ENV)
     assert result.returncode == 2, result.stdout + result.stderr
+    if change is local_logger:  # refused with the group's config, before any seed starts
+        lines = [line for line in result.stderr.splitlines() if line.strip()]
+        assert len(lines) == 1 and "the group's config is refused" in lines[0], lines
+        assert "pip install wandb" in lines[0]
+        group.assert_harmless(before, result)
+        return
     assert "seed 0: finished before, left as it is" in result.stdout
     failed = [line for line in result.stdout.splitlines() if line.startswith("seed 1: failed")]
     assert len(failed) == 1 and must in failed[0], result.stdout
