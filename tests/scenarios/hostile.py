@@ -101,3 +101,15 @@ def change_stored(run: Path, change: Callable[[dict[str, Any]], None]) -> None:
         data = checkpoint.read_bytes()
         entry.update(sha256=hashlib.sha256(data).hexdigest(), bytes=len(data))
     manifest_path.write_text(json.dumps(manifest))
+
+
+def victim(work: Path, *extra: str) -> Path:
+    """A real, short DQN run on CartPole with two evaluations, in ``work/runs/victim``."""
+    fit = rltrain("fit", "trainer.num_steps=300", "strategy.warmup_steps=100",
+                  "strategy.batch_size=32", "trainer.eval_interval=150",
+                  "trainer.eval_episodes=2", "trainer.return_threshold=null",
+                  "agent.hidden_sizes=[16]", "trainer.enable_progress_bar=false",
+                  "trainer.enable_console=false", "trainer.run_dir=runs/victim", *extra,
+                  cwd=work)
+    assert fit.returncode == 0, fit.stderr
+    return work / "runs" / "victim"

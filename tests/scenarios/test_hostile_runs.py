@@ -20,7 +20,7 @@ from typing import Any
 import pytest
 import torch
 import yaml
-from hostile import EVIL, SECRET, load_policy, rltrain, snapshot
+from hostile import EVIL, SECRET, load_policy, rltrain, snapshot, victim
 
 from rltrain.checkpoint.manifest import MANIFEST
 
@@ -31,14 +31,7 @@ pytestmark = pytest.mark.slow
 @pytest.fixture(scope="module")
 def original(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A real, short DQN run on CartPole with two evaluations."""
-    work = tmp_path_factory.mktemp("original")
-    fit = rltrain("fit", "trainer.num_steps=300", "strategy.warmup_steps=100",
-                  "strategy.batch_size=32", "trainer.eval_interval=150",
-                  "trainer.eval_episodes=2", "trainer.return_threshold=null",
-                  "agent.hidden_sizes=[16]", "trainer.enable_progress_bar=false",
-                  "trainer.enable_console=false", "trainer.run_dir=runs/victim", cwd=work)
-    assert fit.returncode == 0, fit.stderr
-    return work / "runs" / "victim"
+    return victim(tmp_path_factory.mktemp("original"))
 
 
 @dataclass
