@@ -139,13 +139,13 @@ def sb3_gsde(agent: SACConfig) -> tuple[dict[str, Any], dict[str, Any]]:
     SB3's SAC always learns the features, and draws uniform actions during warm-up."""
     if not agent.use_sde:
         return {}, {}
-    if not agent.sde_learn_features:
-        raise ValueError("agent.sde_learn_features=false has no Stable-Baselines3 SAC "
-                         "equivalent (its SAC learns them)")
+    if not (agent.sde_learn_features and agent.sde_full_std):
+        raise ValueError("agent.sde_learn_features=false and agent.sde_full_std=false have no "
+                         "Stable-Baselines3 SAC equivalent (its SAC learns the features, with "
+                         "a full std)")
     return ({"use_sde": True, "sde_sample_freq": agent.sde_sample_freq,
              "use_sde_at_warmup": False},
-            {"log_std_init": agent.log_std_init, "use_expln": agent.sde_expln,
-             "full_std": agent.sde_full_std})
+            {"log_std_init": agent.log_std_init, "use_expln": agent.sde_expln})
 
 
 def run_sb3(args: argparse.Namespace, run_root: str, seed: int) -> dict[str, Any]:
