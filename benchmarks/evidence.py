@@ -49,6 +49,13 @@ def jobs(runs: Path, cleanrl: str | None) -> list[Job]:
                 "benchmarks.mujoco_offpolicy", "--config", "td3_halfcheetah", "--seeds",
                 str(seed), "--results", f"td3_halfcheetah_{library}_seed{seed}",
                 *(["--sb3"] if library == "sb3" else []))))
+    for seed in range(5):  # SAC with gSDE on MountainCarContinuous, RL-Zoo's entry, 50k
+        for library in ("rltrain", "sb3"):
+            name = f"sac_mountaincar_gsde_{library}_seed{seed}"
+            out.append(Job("sac", name, (
+                "benchmarks.sac_learning", "--config", "zoo:sac/MountainCarContinuous-v0",
+                "--seeds", str(seed), "--threshold", "90", "--eval-interval", "2500",
+                "--results", name, *(["--sb3"] if library == "sb3" else []))))
     if cleanrl is not None:  # DQN with CleanRL's settings beside CleanRL's dqn.py
         out.append(Job("cleanrl", "cleanrl_dqn", (
             "benchmarks.cleanrl_dqn", "--cleanrl", cleanrl, "--out", str(runs / "cleanrl-dqn"))))
@@ -58,7 +65,7 @@ def jobs(runs: Path, cleanrl: str | None) -> list[Job]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--jobs", type=int, default=2)
-    parser.add_argument("--only", nargs="+", help="groups: breakout pong td3 cleanrl")
+    parser.add_argument("--only", nargs="+", help="groups: breakout pong td3 sac cleanrl")
     parser.add_argument("--runs", type=Path, default=Path("runs/evidence"))
     parser.add_argument("--logs", type=Path, default=Path("runs/evidence"))
     parser.add_argument("--cleanrl", help="a CleanRL checkout (the cleanrl group needs one)")

@@ -79,21 +79,13 @@ def cleanrl_finals(library: str) -> dict[int, float]:
             for key, run in data["runs"].items() if key.startswith(f"{library}/")}
 
 
-def seeds_file(rltrain_name: str, peer_name: str, field: str
-               ) -> Callable[[str], dict[int, float]]:
-    def read(library: str) -> dict[int, float]:
-        data = _load(rltrain_name if library == "rltrain" else peer_name) or {"runs": []}
-        return {int(run["seed"]): (math.inf if run[field] is None else float(run[field]))
-                for run in data["runs"]}
-    return read
-
-
 def per_seed_files(prefix: str, field: str) -> Callable[[str], dict[int, float]]:
+    """Each seed's ``field`` from ``<prefix>_<library>_seed<S>.json`` (None: never, ∞)."""
     def read(library: str) -> dict[int, float]:
         out = {}
         for path in sorted(RESULTS.glob(f"{prefix}_{library}_seed*.json")):
             for run in json.loads(path.read_text())["runs"]:
-                out[int(run["seed"])] = float(run[field])
+                out[int(run["seed"])] = math.inf if run[field] is None else float(run[field])
         return out
     return read
 
@@ -120,10 +112,10 @@ WORKLOADS = [
         "(`zoo:sac/MountainCarContinuous-v0`: gSDE with `use_expln`, 64x64, 50,000 env steps) "
         "beside SB3's SAC on the same settings; 10 greedy episodes every 2,500 env steps.",
         50_000, "env steps to a mean greedy return of 90 (∞: not reached)", "SB3",
-        seeds_file("sac_mountaincar_gsde", "sac_mountaincar_gsde_sb3", "threshold_env_steps"),
+        per_seed_files("sac_mountaincar_gsde", "threshold_env_steps"),
         ("python -m benchmarks.sac_learning --config zoo:sac/MountainCarContinuous-v0 "
-         "--seeds 0 1 2 3 4 --threshold 90 --eval-interval 2500 --results "
-         "sac_mountaincar_gsde [--sb3 --results sac_mountaincar_gsde_sb3]",)),
+         "--seeds S --threshold 90 --eval-interval 2500 --results "
+         "sac_mountaincar_gsde_rltrain_seedS [--sb3 --results sac_mountaincar_gsde_sb3_seedS]",)),
     Workload(
         "TD3 on HalfCheetah-v5", "`td3_halfcheetah` beside SB3's TD3 on the same settings; 10 "
         "greedy episodes every 10,000 env steps.", 100_000,
