@@ -35,8 +35,13 @@ def fit_command(run_dir: Path, overrides: list[str], passthrough: list[str]
     it resumes from a checkpoint (else it starts from the config :func:`prepare_run` stored
     there). ``overrides``: the command line's ``key=value``s; ``passthrough``: flags the child
     takes (``--trust``, ``--import``), each from the command line, never from a record."""
-    resume = any((run_dir / "checkpoints").glob("*.pt"))
+    resume = has_checkpoint(run_dir)
     return [*RLTRAIN, "fit", *passthrough, "--resume", str(run_dir), *overrides], resume
+
+
+def has_checkpoint(run_dir: Path) -> bool:
+    """Whether the run in ``run_dir`` has a checkpoint file to resume from."""
+    return any((run_dir / "checkpoints").glob("*.pt"))
 
 
 def confirmations(trusted: Sequence[str], imports: Sequence[str], named: Sequence[str] = ()

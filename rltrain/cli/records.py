@@ -32,6 +32,13 @@ def read_bounded(path: Path, limit: int = MAX_RECORD_BYTES) -> str:
         raise ValueError(f"it is not UTF-8 text ({error})") from None
 
 
+def refuse_unknown_fields(record: dict[str, Any], fields: set[str]) -> None:
+    """Refuse a record holding fields besides ``fields`` (what rltrain writes)."""
+    extra = sorted(set(record) - fields)
+    if extra:
+        raise ValueError(f"it holds fields rltrain never writes ({', '.join(extra)[:200]})")
+
+
 def bounded_int(text: str) -> int:
     """A JSON integer of at most :data:`MAX_DIGITS` digits (``json.loads(parse_int=...)``)."""
     if len(text.lstrip("-")) > MAX_DIGITS:

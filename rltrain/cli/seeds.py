@@ -30,12 +30,13 @@ from rltrain.cli.processes import (
     Stops,
     ended_on_signal,
     fit_command,
+    has_checkpoint,
     last_line,
     open_log,
     start,
     summary,
 )
-from rltrain.cli.records import bounded_int, read_bounded
+from rltrain.cli.records import bounded_int, read_bounded, refuse_unknown_fields
 from rltrain.config.files import literal_config
 from rltrain.config.schema import to_container, validate
 from rltrain.trainer.preflight import default_run_dir
@@ -128,9 +129,7 @@ def resume_group(parent: Path, overrides: list[str], passthrough: list[str]) -> 
                 "replay, which rltrain no longer trusts: resume each started seed with rltrain "
                 f"fit --resume {parent}/seed-S, and start the others again with your command)"
                 if isinstance(record, dict) and record.get("format") == 1 else str(FORMAT)))
-        extra = sorted(set(record) - {"format", "seeds", "jobs", "config"})
-        if extra:
-            raise ValueError(f"it holds fields rltrain never writes ({', '.join(extra)[:200]})")
+        refuse_unknown_fields(record, {"format", "seeds", "jobs", "config"})
         seeds, jobs, stored = record["seeds"], record["jobs"], record["config"]
         if not (isinstance(seeds, list) and 0 < len(seeds) <= MAX_SEEDS
                 and all(type(s) is int and 0 <= s < 2**32 for s in seeds)
@@ -194,7 +193,7 @@ def _start(seed: Seed, config: DictConfig, overrides: list[str], passthrough: li
     """Start the seed's process (preparing its run directory from the group's config where it
     has no checkpoint); False, with the reason printed, when its directory cannot take it."""
     try:
-        if not any((seed.run_dir / "checkpoints").glob("*.pt")):
+        if not has_checkpoint(seed.run_dir):
             prepare_run(seed.run_dir, seed_config(config, seed.seed, seed.run_dir))
         seed.log = open_log(seed.run_dir.parent / f"seed-{seed.seed}.log")
     except (OSError, ValueError) as error:

@@ -51,12 +51,13 @@ from rltrain.cli.processes import (
     confirmations,
     ended_on_signal,
     fit_command,
+    has_checkpoint,
     last_line,
     open_log,
     start,
     summary,
 )
-from rltrain.cli.records import bounded_int, read_bounded
+from rltrain.cli.records import bounded_int, read_bounded, refuse_unknown_fields
 from rltrain.cli.tune_space import (
     Dimension,
     Scalar,
@@ -239,9 +240,7 @@ def _read_record(path: Path) -> Setup:
                 "to replay, which rltrain no longer trusts: start a new study)"
                 if isinstance(data, dict) and data.get("format") == 1 else ""))
         del data["format"]
-        extra = sorted(set(data) - set(Setup.__dataclass_fields__))
-        if extra:
-            raise ValueError(f"it holds fields rltrain never writes ({', '.join(extra)[:200]})")
+        refuse_unknown_fields(data, set(Setup.__dataclass_fields__))
         setup = Setup(**data)
         checks = {
             "config": isinstance(setup.config, dict),
@@ -344,7 +343,7 @@ class Tuner:
                                               or config.trainer.eval_interval)
         config.trainer.run_dir = str(run_dir)
         try:
-            if not any((run_dir / "checkpoints").glob("*.pt")):
+            if not has_checkpoint(run_dir):
                 prepare_run(run_dir, config)
             log = open_log(self.dir / f"{run_dir.name}.log")
         except (OSError, ValueError) as error:
