@@ -36,7 +36,9 @@ def default_run_dir(agent_name: str, env_name: str) -> Path:
 #: hparams, they are not compared (its networks are, when loaded). ``agent/encoder``: a
 #: vector or image run from before it resumes with ``auto``; a float or non-image 3-D ``Box``
 #: run, whose networks were CNNs, with ``agent.encoder=cnn``.
-ADDED_SETTINGS = frozenset({"agent/encoder", "agent/adam_eps", "strategy/frame_stack_replay",
+ADDED_SETTINGS = frozenset({"agent/encoder", "agent/adam_eps", "agent/loss", "agent/sde_expln",
+                            "agent/sde_full_std", "agent/sde_learn_features",
+                            "strategy/frame_stack_replay",
                             "strategy/n_step", "strategy/prioritized",
                             "strategy/priority_alpha", "strategy/priority_beta",
                             "strategy/priority_epsilon"})
