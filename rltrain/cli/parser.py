@@ -185,6 +185,14 @@ def add_tune_parser(commands: Any) -> None:
                            "the config, or the one shipped for the agent)")
     tune.add_argument("--jobs", type=int, default=None, metavar="N",
                       help="trials run at once, each its own process (default 1)")
+    tune.add_argument("--storage", default=None, metavar="URL",
+                      help="where the trials are recorded, for workers on several machines: an "
+                           "Optuna database URL (postgresql://USER:PASSWORD@HOST/DB) or "
+                           "journal:PATH (a file on a shared filesystem); given to every "
+                           "worker (default: STUDY/study.db, SQLite, for one machine)")
+    tune.add_argument("--heartbeat", type=int, default=None, metavar="SECONDS",
+                      help="a new study's heartbeat: a trial whose worker missed three is "
+                           "taken over by another worker (default 10)")
     tune.add_argument("--objective", choices=("auc", "final", "best"), default=None,
                       help="what a trial maximises: the mean of its evaluation returns "
                            "(auc, default: rewards learning early), the last, or the best")

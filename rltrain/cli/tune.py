@@ -17,12 +17,15 @@
   return again for each evaluation interval of the budget it did not reach, so solving sooner
   scores higher; ``final`` is the last evaluation, ``best`` the highest. An evaluation a stop
   request cut short is neither reported nor scored.
-- Running the command again continues the study (one ``tune`` per study at a time: a lock):
-  a trial that was running when ``tune`` died resumes from its run directory's last checkpoint
-  under its own trial number, with the evaluations it had reported; it restarts only when it
-  died before its first checkpoint (a run of ``trainer.checkpoint_interval`` env steps,
-  ``trainer.eval_interval`` when the config sets none). Trials count towards ``--trials`` once
-  completed, pruned or failed.
+- Several workers may run one study: ``rltrain tune --study DIR`` started anywhere that sees the
+  study folder (and, with ``--storage URL``, the shared database) joins it and takes the next
+  trials, up to ``--trials`` in all. A worker runs until every trial is done, so that it can
+  take over the trials of one that dies (:mod:`rltrain.cli.study_storage`): such a trial
+  resumes its run directory from its last checkpoint, its reported evaluations kept; it
+  restarts only when it died before its first checkpoint (a run of
+  ``trainer.checkpoint_interval`` env steps, ``trainer.eval_interval`` when the config sets
+  none). A worker stopped with Ctrl-C hands its trials back at once; running the command again
+  continues the study.
 - A trial whose own process is killed (the OOM killer, SIGKILL) resumes the same way at once,
   up to :data:`MAX_RETRIES` times per command; one killed after it finished keeps its result.
   A trial that fails (an error, a refused config) is recorded failed.
@@ -31,12 +34,10 @@
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import signal
 import time
-from collections.abc import Iterator, Mapping
-from contextlib import contextmanager
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
@@ -57,53 +58,40 @@ from rltrain.cli.processes import (
     start,
     summary,
 )
-from rltrain.cli.records import bounded_int, read_bounded, refuse_unknown_fields
-from rltrain.cli.tune_space import (
-    Dimension,
-    Scalar,
-    check_params,
-    params_layer,
-    parse_space,
-    read_space,
-    space_path,
+from rltrain.cli.study_storage import (
+    DEFAULT_STORAGE,
+    Heartbeats,
+    open_storage,
+    run_number,
+    shown,
+    storage_url,
 )
-from rltrain.config.files import literal_config
+from rltrain.cli.tune_record import (
+    MAX_HEARTBEAT,
+    MAX_JOBS,
+    MAX_TRIALS,
+    RECORD,
+    Setup,
+    new_name,
+    read_record,
+    rewrite,
+    write_new,
+)
+from rltrain.cli.tune_space import Dimension, check_params, parse_space, read_space, space_path
 from rltrain.config.instantiate import make_agent, make_env, make_strategy, named_modules
 from rltrain.config.presets import choose_preset
-from rltrain.config.schema import compose, to_container, validate
+from rltrain.config.schema import compose, to_container
 from rltrain.config.targets import Trust
-from rltrain.trainer.run_dir import prepare_run
+from rltrain.trainer.run_dir import RunDirectoryLocked, prepare_run, refuse_if_locked
 
-RECORD, STORAGE, LOCK, BEST = "tune.json", "study.db", ".tune.lock", "best.yaml"
+BEST = "best.yaml"
 #: Sampled settings that in a row make invalid configs before the study is stopped.
 MAX_INVALID = 20
 #: Times one ``tune`` command resumes a trial whose process was killed (by a signal: the OOM
 #: killer, SIGKILL) before it records the trial failed.
 MAX_RETRIES = 3
-
-
-@dataclass
-class Setup:
-    """What every trial of the study starts from (``tune.json``).
-
-    Attributes:
-        config: The study's composed config, as plain data (each trial's config is this with
-            its sampled settings; never a command line to replay).
-        space: The search space's mapping (:mod:`rltrain.cli.tune_space`).
-    """
-
-    config: dict[str, Any]
-    space: dict[str, Any]
-    objective: str = "auc"
-    pruning: bool = True
-    prune_after: int = 5
-    trials: int = 20
-    jobs: int = 1
-
-    def compose(self, params: Mapping[str, Scalar]) -> DictConfig:
-        """The trial's config: the study's config with the settings ``params`` (strings taken
-        literally)."""
-        return validate(OmegaConf.merge(literal_config(self.config), params_layer(params)))
+#: A trial's user attribute marking one asked beyond ``--trials`` by two workers at once.
+SURPLUS = "rltrain:surplus"
 
 
 def _optuna() -> Any:
@@ -112,45 +100,64 @@ def _optuna() -> Any:
     except ImportError as error:
         raise ImportError("rltrain tune needs Optuna: pip install 'rltrain[tune]'.") from error
     optuna.logging.set_verbosity(optuna.logging.WARNING)
+    # rltrain keeps the heartbeats itself (Optuna warns when ask() is used with them) and uses
+    # the retry callback's experimental arguments on purpose.
+    warnings.filterwarnings("ignore", message="Heartbeat of storage is supposed to be used")
+    warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
     return optuna
 
 
 def tune_command(args: argparse.Namespace) -> int:
-    """Start or continue the study in ``args.study`` (module docstring). Everything is checked
-    before anything is written: a refused command leaves no study behind."""
+    """Start, join or continue the study in ``args.study`` (module docstring). Everything is
+    checked before anything is written: a refused command leaves no study behind."""
     optuna = _optuna()
     study_dir: Path = args.study
-    continuing = (study_dir / RECORD).exists()
-    setup, named = _setup(args, study_dir)
+    _refuse_links(study_dir)
+    setup, named, continuing = _setup(args, study_dir)
     dimensions = parse_space(setup.space, f"search space of {study_dir}", setup.compose)
+    url = storage_url(study_dir, args.storage)
     study_dir.mkdir(parents=True, exist_ok=True)
-    with _locked(study_dir):
-        if (study_dir / RECORD).exists() != continuing:
-            raise ValueError(f"{study_dir} was started by another rltrain tune meanwhile; run "
-                             "this command again to continue it.")
-        atomic_write_text(study_dir / RECORD, json.dumps(
-            {"format": FORMAT, **setup.__dict__}, indent=2) + "\n")
-        storage = f"sqlite:///{os.path.abspath(study_dir / STORAGE)}"
-        try:  # Optuna's database is untrusted too: whatever it raises names it
-            known = len(optuna.load_study(study_name="rltrain", storage=storage).trials) \
-                if (study_dir / STORAGE).exists() else 0
-            study = optuna.create_study(
-                study_name="rltrain", storage=storage, load_if_exists=True,
-                direction="maximize", sampler=optuna.samplers.TPESampler(seed=known),
-                pruner=(optuna.pruners.MedianPruner(n_startup_trials=setup.prune_after,
-                                                     n_warmup_steps=warmup_evaluations(setup))
-                        if setup.pruning else optuna.pruners.NopPruner()))
-        except Exception as error:
-            raise ValueError(f"{study_dir / STORAGE} is not a study database rltrain can "
-                             f"read: {type(error).__name__}: {str(error).splitlines()[0][:200]}."
-                             ) from None
-        passthrough = confirmations(args.trust, args.imports, named)
-        trust = Trust(stored_in=study_dir, modules=[*args.trust, *args.imports, *named])
-        return Tuner(optuna, study, setup, dimensions, study_dir, passthrough, trust).run()
+    study = _study(optuna, url, setup, continuing)
+    if not continuing and not write_new(study_dir / RECORD, setup):
+        print(f"rltrain: {study_dir} was started by another worker meanwhile; joining it",
+              flush=True)
+        return tune_command(args)
+    if continuing:
+        rewrite(study_dir / RECORD, setup)
+    passthrough = confirmations(args.trust, args.imports, named)
+    trust = Trust(stored_in=study_dir, modules=[*args.trust, *args.imports, *named])
+    heartbeats = Heartbeats(optuna, study, setup.heartbeat)
+    return Tuner(optuna, study, heartbeats, setup, dimensions, study_dir, passthrough,
+                 trust).run()
 
 
-#: The record's format: 2 holds the composed config (1 held a command line to replay).
-FORMAT = 2
+def _study(optuna: Any, url: str, setup: Setup, continuing: bool) -> Any:
+    """The Optuna study in the storage at ``url``: created for a new study, else loaded
+    (refused when the storage does not hold it: a study folder's trials must never be
+    numbered again from zero)."""
+    try:  # Optuna's database is untrusted too: whatever it raises names it
+        if continuing and setup.storage is None and not Path(url.removeprefix(
+                "sqlite:///")).exists():
+            raise KeyError(setup.name)
+        storage = open_storage(optuna, url, setup.heartbeat)
+        known = len(optuna.load_study(study_name=setup.name, storage=storage).trials) \
+            if continuing else 0
+        # One worker on one machine samples reproducibly; workers sharing a database each
+        # their own sequence (the same seed would sample the same settings in each).
+        seed = known if setup.storage is None else known + os.getpid()
+        return optuna.create_study(
+            study_name=setup.name, storage=storage, load_if_exists=True,
+            direction="maximize", sampler=optuna.samplers.TPESampler(seed=seed),
+            pruner=(optuna.pruners.MedianPruner(n_startup_trials=setup.prune_after,
+                                                 n_warmup_steps=warmup_evaluations(setup))
+                    if setup.pruning else optuna.pruners.NopPruner()))
+    except KeyError:
+        raise ValueError(f"{shown(url)} holds no study {setup.name!r}: give the --storage "
+                         "this study was started with.") from None
+    except Exception as error:
+        raise ValueError(f"{shown(url)} is not a study database rltrain can read: "
+                         f"{type(error).__name__}: {str(error).splitlines()[0][:200]}."
+                         ) from None
 
 
 def warmup_evaluations(setup: Setup) -> int:
@@ -160,40 +167,29 @@ def warmup_evaluations(setup: Setup) -> int:
     return max(1, int(config.trainer.num_steps) // int(config.trainer.eval_interval) // 3)
 
 
-@contextmanager
-def _locked(study_dir: Path) -> Iterator[None]:
-    """Hold the study's lock: one ``tune`` per study at a time."""
-    import fcntl
-
-    for name in (LOCK, STORAGE, RECORD):
+def _refuse_links(study_dir: Path) -> None:
+    for name in (DEFAULT_STORAGE, RECORD, BEST):
         if (study_dir / name).is_symlink():
             raise ValueError(f"{study_dir / name} is a symbolic link; rltrain never reads or "
                              "writes a study's files through a link. Remove it.")
-    fd = os.open(study_dir / LOCK, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o644)
-    try:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            raise ValueError(f"{study_dir} is tuned by another rltrain tune now; wait for it "
-                             "or stop it (Ctrl-C) first.") from None
-        yield
-    finally:
-        os.close(fd)
 
 
-def _setup(args: argparse.Namespace, study_dir: Path) -> tuple[Setup, list[str]]:
-    """The study's setup, and the modules its config names that the trials' runs may import
-    (the command line's own, for a new study): read from ``tune.json`` when continuing
-    (refusing other configs), else composed from the command line."""
+def _setup(args: argparse.Namespace, study_dir: Path) -> tuple[Setup, list[str], bool]:
+    """The study's setup, the modules its config names that the trials' runs may import (the
+    command line's own, for a new study), and whether the study exists: read from
+    ``tune.json`` when it does (refusing other settings), else composed from the command
+    line."""
     files = [a for a in args.args if "=" not in a]
     overrides = [a for a in args.args if "=" in a]
     record = study_dir / RECORD
     named: list[str] = []
-    if record.exists():
-        setup = _read_record(record)
+    continuing = record.exists()
+    if continuing:
+        setup = read_record(record)
         given: dict[str, tuple[Any, Any]] = {
             "--objective": (args.objective, setup.objective),
-            "--no-pruning": (args.no_pruning or None, (not setup.pruning) or None)}
+            "--no-pruning": (args.no_pruning or None, (not setup.pruning) or None),
+            "--heartbeat": (args.heartbeat, setup.heartbeat)}
         if files or overrides:
             given["configs and overrides"] = (to_container(compose(files, overrides)),
                                               setup.config)
@@ -204,6 +200,7 @@ def _setup(args: argparse.Namespace, study_dir: Path) -> tuple[Setup, list[str]]
                 raise ValueError(f"{study_dir} is a study of other settings ({what}); run "
                                  f"rltrain tune --study {study_dir} alone to continue it, or "
                                  "name another --study.")
+        _check_storage(setup, args.storage, study_dir)
     else:
         if not files:
             choice = choose_preset(overrides)
@@ -216,48 +213,30 @@ def _setup(args: argparse.Namespace, study_dir: Path) -> tuple[Setup, list[str]]
             raise ValueError("rltrain tune scores trials by their evaluations: set "
                              "trainer.eval_interval.")
         setup = Setup(to_container(config), read_space(path), args.objective or "auc",
-                      not args.no_pruning, args.prune_after)
+                      not args.no_pruning, args.prune_after, heartbeat=args.heartbeat or 10)
+        if args.storage is not None:
+            setup.storage, setup.name = shown(storage_url(study_dir, args.storage)), \
+                new_name(study_dir)
         named = named_modules(config)
     setup.trials = args.trials if args.trials is not None else setup.trials
     setup.jobs = args.jobs if args.jobs is not None else setup.jobs
-    if not (1 <= setup.trials <= MAX_TRIALS and 1 <= setup.jobs <= MAX_JOBS):
-        raise ValueError(f"--trials must be in [1, {MAX_TRIALS:,}] and --jobs in [1, "
-                         f"{MAX_JOBS}]; got {setup.trials} and {setup.jobs}.")
-    return setup, named
+    if not (1 <= setup.trials <= MAX_TRIALS and 1 <= setup.jobs <= MAX_JOBS
+            and 1 <= setup.heartbeat <= MAX_HEARTBEAT):
+        raise ValueError(f"--trials must be in [1, {MAX_TRIALS:,}], --jobs in [1, {MAX_JOBS}] "
+                         f"and --heartbeat in [1, {MAX_HEARTBEAT}]; got {setup.trials}, "
+                         f"{setup.jobs} and {setup.heartbeat}.")
+    return setup, named, continuing
 
 
-#: The most trials and jobs a study may have.
-MAX_TRIALS, MAX_JOBS = 1_000_000, 1_024
-
-
-def _read_record(path: Path) -> Setup:
-    """``tune.json`` read as untrusted data: every field's type and bounds checked."""
-    try:
-        data = json.loads(read_bounded(path), parse_int=bounded_int)
-        if not isinstance(data, dict) or data.get("format") != FORMAT:
-            raise ValueError(f"its format is not {FORMAT}" + (
-                " (it was written by an earlier rltrain, whose records held a command line "
-                "to replay, which rltrain no longer trusts: start a new study)"
-                if isinstance(data, dict) and data.get("format") == 1 else ""))
-        del data["format"]
-        refuse_unknown_fields(data, set(Setup.__dataclass_fields__))
-        setup = Setup(**data)
-        checks = {
-            "config": isinstance(setup.config, dict),
-            "space": isinstance(setup.space, dict),
-            "objective": setup.objective in ("auc", "final", "best"),
-            "pruning": isinstance(setup.pruning, bool),
-            "prune_after": type(setup.prune_after) is int and 0 <= setup.prune_after <= MAX_TRIALS,
-            "trials": type(setup.trials) is int and 1 <= setup.trials <= MAX_TRIALS,
-            "jobs": type(setup.jobs) is int and 1 <= setup.jobs <= MAX_JOBS}
-        wrong = [name for name, ok in checks.items() if not ok]
-        if wrong:
-            raise ValueError(f"{', '.join(wrong)} of the wrong type or out of bounds")
-        if setup.compose({}).trainer.eval_interval is None:
-            raise ValueError("its config sets no trainer.eval_interval, which a study scores by")
-    except (OSError, ValueError, TypeError, KeyError, RecursionError) as error:
-        raise ValueError(f"{path} is not a study rltrain wrote: {error}.") from None
-    return setup
+def _check_storage(setup: Setup, given: str | None, study_dir: Path) -> None:
+    """Refuse to continue a study without the storage it was started with (or with one when
+    it was started in ``STUDY/study.db``)."""
+    if setup.storage is not None and given is None:
+        raise ValueError(f"{study_dir}'s trials are recorded in {setup.storage}: give "
+                         "--storage URL (with its password) to join or continue it.")
+    if setup.storage is None and given is not None:
+        raise ValueError(f"{study_dir}'s trials are recorded in {study_dir / DEFAULT_STORAGE}; "
+                         "continue it without --storage.")
 
 
 @dataclass(eq=False)
@@ -265,12 +244,14 @@ class Running:
     """A trial while its process runs."""
 
     trial: Any
+    number: int
     run_dir: Path
     config: DictConfig
     process: Any = None
     log: IO[bytes] | None = None
     reported: set[int] = field(default_factory=set)
     pruned: bool = False
+    lost: bool = False
     metrics: MetricsTail = field(init=False)
 
     def __post_init__(self) -> None:
@@ -278,45 +259,44 @@ class Running:
 
 
 class Tuner:
-    """The study's loop: start trials, report their evaluations, prune, record results."""
+    """A worker's loop: take trials, run them, report their evaluations, prune, record
+    results, keep their heartbeats and take over those of dead workers."""
 
-    def __init__(self, optuna: Any, study: Any, setup: Setup, dimensions: list[Dimension],
-                 study_dir: Path, passthrough: list[str], trust: Trust) -> None:
-        self.optuna, self.study, self.setup = optuna, study, setup
+    def __init__(self, optuna: Any, study: Any, heartbeats: Heartbeats, setup: Setup,
+                 dimensions: list[Dimension], study_dir: Path, passthrough: list[str],
+                 trust: Trust) -> None:
+        self.optuna, self.study, self.heartbeats, self.setup = optuna, study, heartbeats, setup
         self.dimensions, self.dir, self.passthrough = dimensions, study_dir, passthrough
         self.trust = trust
         self.running: list[Running] = []
-        #: Trials to start again first: running when the study stopped, or whose process was
-        #: killed (their runs resume from their checkpoints).
-        self.stale: list[Any] = []
+        #: This worker's trials to start again (their process was killed), or to start once
+        #: their run directory is free (taken over from a worker whose run still ends).
+        self.again: list[tuple[float, Any]] = []
         self.retries: dict[int, int] = {}
         self.threads = max(1, (os.cpu_count() or 1) // setup.jobs)
 
-    def finished(self) -> int:
-        """Trials completed, pruned or failed."""
-        states = self.optuna.trial.TrialState
-        return len(self.study.get_trials(deepcopy=False, states=(
-            states.COMPLETE, states.PRUNED, states.FAIL)))
-
     def run(self) -> int:
-        """Run trials until ``--trials`` have finished, or Ctrl-C/SIGTERM; 130 when stopped."""
-        states = self.optuna.trial.TrialState
-        self.stale = [self.optuna.trial.Trial(self.study, frozen._trial_id)  # by id
-                 for frozen in self.study.get_trials(deepcopy=False, states=(states.RUNNING,))]
+        """Run trials until the study's ``--trials`` are done, or Ctrl-C/SIGTERM; 130 when
+        stopped."""
         invalid = 0
         with Stops(lambda: [r.process for r in self.running]) as stop:
             while True:
-                while not stop.requested and len(self.running) < self.setup.jobs and (
-                        self.stale or self.finished() + len(self.running) < self.setup.trials):
-                    trial = self.stale.pop(0) if self.stale else self.study.ask()
+                self.heartbeats.beat([r.trial for r in self.running]
+                                     + [trial for _, trial in self.again])
+                self.heartbeats.take_over()
+                while not stop.requested and len(self.running) < self.setup.jobs:
+                    trial = self._next()
+                    if trial is None:
+                        break
                     started = self._start(trial)
                     invalid = 0 if started else invalid + 1
                     if invalid >= MAX_INVALID:
                         raise ValueError(f"{MAX_INVALID} sampled settings in a row made "
                                          "invalid configs: narrow the search space.")
-                if not self.running:
+                if not self.running and not self.again and (stop.requested
+                                                            or not self._pending()):
                     break
-                time.sleep(0.2)
+                time.sleep(0.2 if self.running else 1.0)
                 for running in list(self.running):
                     self._poll(running)
                     if running.process.poll() is not None:
@@ -324,8 +304,44 @@ class Tuner:
                         self._finish(running, stopped=stop.requested)
         return self._report(stopped=stop.requested)
 
+    def _next(self) -> Any:
+        """The next trial for this worker: its own to start again, a trial queued again after
+        its worker died, or a new one while the study has fewer than ``--trials``; ``None``
+        when there is none now."""
+        now = time.monotonic()
+        for entry in self.again:
+            if entry[0] <= now:
+                self.again.remove(entry)
+                return entry[1]
+        states = self.optuna.trial.TrialState
+        trials = self.study.get_trials(deepcopy=False)
+        if not any(t.state == states.WAITING for t in trials) and \
+                len(_by_run(trials)) >= self.setup.trials:
+            return None
+        trial = self.study.ask()
+        frozen = self.study._storage.get_trial(trial._trial_id)
+        self.heartbeats.beat([trial], now=True)
+        if run_number(frozen) == frozen.number:  # a new trial: one too many when two workers
+            ahead = self.study.get_trials(deepcopy=False)  # asked for the last one at once
+            if len(_by_run([t for t in ahead if t.number <= frozen.number])) \
+                    > self.setup.trials:
+                trial.set_user_attr(SURPLUS, True)
+                self.study.tell(trial, state=states.FAIL)
+                return None
+        return trial
+
+    def _pending(self) -> bool:
+        """Whether the study has trials still to run or running in other workers (which this
+        one takes over if they die), or fewer trials than ``--trials``."""
+        states = self.optuna.trial.TrialState
+        trials = self.study.get_trials(deepcopy=False)
+        return len(_by_run(trials)) < self.setup.trials or any(
+            t.state in (states.RUNNING, states.WAITING) for t in trials)
+
     def _start(self, trial: Any) -> bool:
-        run_dir = self.dir / f"trial-{trial.number:04d}"
+        frozen = self.study._storage.get_trial(trial._trial_id)
+        number = run_number(frozen)
+        run_dir = self.dir / f"trial-{number:04d}"
         params: dict[str, Any] = {}
         try:  # recorded or enqueued in the study's database (untrusted), or sampled
             params = dict(trial.params) or {d.key: d.suggest(trial) for d in self.dimensions}
@@ -333,10 +349,15 @@ class Tuner:
             config = self.setup.compose(params)
         except Exception as error:  # a sampled combination the config refuses
             self.study.tell(trial, state=self.optuna.trial.TrialState.FAIL)
-            print(f"trial {trial.number}: invalid settings: {str(error)[:300]}", flush=True)
+            print(f"trial {number}: invalid settings: {str(error)[:300]}", flush=True)
             return False
+        try:
+            refuse_if_locked(run_dir)
+        except RunDirectoryLocked:  # its previous worker's run still ends: later
+            self.again.append((time.monotonic() + self.heartbeats.interval, trial))
+            return True
         if summary(run_dir) and not ended_on_signal(run_dir):  # ended before it was recorded
-            self._complete(trial, run_dir, config)
+            self._complete(trial, number, run_dir, config)
             return True
         config.trainer.num_threads = self._threads(config)
         config.trainer.checkpoint_interval = (config.trainer.checkpoint_interval
@@ -348,20 +369,20 @@ class Tuner:
             log = open_log(self.dir / f"{run_dir.name}.log")
         except (OSError, ValueError) as error:
             self.study.tell(trial, state=self.optuna.trial.TrialState.FAIL)
-            print(f"trial {trial.number}: failed: {error}", flush=True)
+            print(f"trial {number}: failed: {error}", flush=True)
             return True
         command, resume = fit_command(run_dir, ["trainer.enable_progress_bar=false"],
                                       self.passthrough)
-        running = Running(trial, run_dir, config)
-        running.reported = {int(step) for frozen in self.study.get_trials(deepcopy=False)
-                            if frozen.number == trial.number
-                            for step in frozen.intermediate_values}
+        running = Running(trial, number, run_dir, config)
+        running.reported = {int(step) for step in frozen.intermediate_values}
         running.log = log
         running.process = start(command, running.log)
         self.running.append(running)
-        shown = ", ".join(f"{k}={v:.3g}" if isinstance(v, float) else f"{k}={v}"
-                          for k, v in params.items())
-        print(f"trial {trial.number}: {'resumed' if resume else 'started'} ({shown})",
+        shown_params = ", ".join(f"{k}={v:.3g}" if isinstance(v, float) else f"{k}={v}"
+                                 for k, v in params.items())
+        taken = "" if number == frozen.number else \
+            f", taken over after its worker stopped, as Optuna trial {frozen.number}"
+        print(f"trial {number}: {'resumed' if resume else 'started'} ({shown_params}){taken}",
               flush=True)
         return True
 
@@ -370,40 +391,50 @@ class Tuner:
         return min(own, self.threads) if isinstance(own, int) else self.threads
 
     def _poll(self, running: Running) -> None:
-        """Report the run's new evaluations; stop it when the pruner says so."""
-        if running.pruned:
+        """Report the run's new evaluations; stop it when the pruner says so, or when another
+        worker took its trial over (this worker's heartbeats came too late)."""
+        if running.pruned or running.lost:
             return
         rows = running.metrics.read()
         if not rows:
             return
         interval = int(running.config.trainer.eval_interval)
-        for row in rows:
-            if (row.get("event") != "evaluation" or row.get("eval/return_mean") is None
-                    or row.get("complete") is False):  # cut short by a stop: not a score
-                continue
-            step = round(float(row["env_steps"]) / interval)
-            if step not in running.reported:
-                running.trial.report(float(row["eval/return_mean"]), step)
-                running.reported.add(step)
-        if running.process.poll() is None and running.trial.should_prune():
-            running.pruned = True
-            running.process.send_signal(signal.SIGINT)  # the run saves a checkpoint and ends
+        try:
+            for row in rows:
+                if (row.get("event") != "evaluation" or row.get("eval/return_mean") is None
+                        or row.get("complete") is False):  # cut short by a stop: not a score
+                    continue
+                step = round(float(row["env_steps"]) / interval)
+                if step not in running.reported:
+                    running.trial.report(float(row["eval/return_mean"]), step)
+                    running.reported.add(step)
+            if running.process.poll() is None and running.trial.should_prune():
+                running.pruned = True
+                running.process.send_signal(signal.SIGINT)  # it saves a checkpoint and ends
+        except self.optuna.exceptions.UpdateFinishedTrialError:
+            running.lost = True
+            running.process.send_signal(signal.SIGINT)
+            print(f"trial {running.run_dir.name}: taken over by another worker (this worker's "
+                  "heartbeats came late); its run here stops with a checkpoint", flush=True)
 
     def _finish(self, running: Running, *, stopped: bool) -> None:
         assert running.log is not None
         running.log.close()
+        if running.lost:
+            return
         states = self.optuna.trial.TrialState
-        number, code = running.trial.number, running.process.returncode
+        number, code = running.number, running.process.returncode
         if running.pruned and (code != 0 or ended_on_signal(running.run_dir)):
             self.study.tell(running.trial, state=states.PRUNED)
             print(f"trial {number}: pruned at evaluation {max(running.reported)}", flush=True)
         elif not running.pruned and (ended_on_signal(running.run_dir) or (stopped and code)):
+            self.heartbeats.hand_back(running.trial)
             print(f"trial {number}: stopped; it resumes when the study continues", flush=True)
         elif code == 0 or finished(running.run_dir):  # killed after it finished: kept
-            self._complete(running.trial, running.run_dir, running.config)
+            self._complete(running.trial, number, running.run_dir, running.config)
         elif code < 0 and self.retries.get(number, 0) < MAX_RETRIES:  # OOM killer, SIGKILL
             self.retries[number] = self.retries.get(number, 0) + 1
-            self.stale.append(running.trial)
+            self.again.append((0.0, running.trial))
             print(f"trial {number}: its process was killed ({signal.Signals(-code).name}); it "
                   "resumes from its last checkpoint", flush=True)
         else:
@@ -411,11 +442,11 @@ class Tuner:
             log = self.dir / f"{running.run_dir.name}.log"
             print(f"trial {number}: failed (exit {code}): {last_line(log)}", flush=True)
 
-    def _complete(self, trial: Any, run_dir: Path, config: DictConfig) -> None:
+    def _complete(self, trial: Any, number: int, run_dir: Path, config: DictConfig) -> None:
         """Record a finished trial's objective; write ``best.yaml`` when it is the best."""
         value = objective(run_dir, self.setup.objective, config)
         self.study.tell(trial, value)
-        print(f"trial {trial.number}: {self.setup.objective} {value:.2f}", flush=True)
+        print(f"trial {number}: {self.setup.objective} {value:.2f}", flush=True)
         if self.study.best_trial.number == trial.number:
             self._write_best()
 
@@ -423,34 +454,49 @@ class Tuner:
         best = self.study.best_trial
         config = self.setup.compose(best.params)
         config.trainer.run_dir = config.trainer.checkpoint_dir = None
+        number = run_number(best)
         try:  # best.yaml is run as the user's own file: what the records say is checked first
             check_params(best.params, self.dimensions)
             for section, make in (("agent", make_agent), ("strategy", make_strategy),
                                   ("env", make_env)):
                 make(config[section], self.trust)
         except ValueError as error:
-            print(f"trial {best.number}: its config is refused as a stored config, so "
+            print(f"trial {number}: its config is refused as a stored config, so "
                   f"{BEST} is not written: {error}", flush=True)
             return
         atomic_write_text(self.dir / BEST, (
-            f"# The best trial of the study in {self.dir}: trial {best.number}, "
+            f"# The best trial of the study in {self.dir}: trial {number}, "
             f"{self.setup.objective} {best.value:.2f}.\n#   rltrain fit {self.dir / BEST}\n"
             + OmegaConf.to_yaml(config)))
 
     def _report(self, *, stopped: bool) -> int:
-        states = self.optuna.trial.TrialState
-        trials = self.study.get_trials(deepcopy=False)
-        counts = {s.name.lower(): sum(t.state == s for t in trials) for s in states}
-        print("trials: " + ", ".join(f"{n} {k}" for k, n in counts.items() if n), flush=True)
-        if counts["complete"]:
+        trials = _by_run(self.study.get_trials(deepcopy=False))
+        counts: dict[str, int] = {}
+        for trial in trials.values():
+            counts[trial.state.name.lower()] = counts.get(trial.state.name.lower(), 0) + 1
+        taken = sum(t.number != n for n, t in trials.items())
+        print("trials: " + ", ".join(f"{n} {k}" for k, n in counts.items())
+              + (f" ({taken} taken over after their worker stopped)" if taken else ""),
+              flush=True)
+        if counts.get("complete"):
             best = self.study.best_trial
-            print(f"best: trial {best.number}, {self.setup.objective} {best.value:.2f}, "
+            print(f"best: trial {run_number(best)}, {self.setup.objective} {best.value:.2f}, "
                   f"{best.params}; its config: {self.dir / BEST} (rltrain fit "
                   f"{self.dir / BEST})", flush=True)
         if stopped:
             print(f"stopped; continue with rltrain tune --study {self.dir}", flush=True)
             return 130
         return 0
+
+
+def _by_run(trials: list[Any]) -> dict[int, Any]:
+    """The study's trials by run number (:func:`~rltrain.cli.study_storage.run_number`): the
+    latest attempt of each; trials asked beyond ``--trials`` left out."""
+    latest: dict[int, Any] = {}
+    for trial in sorted(trials, key=lambda t: t.number):
+        if trial.user_attrs.get(SURPLUS) is not True:
+            latest[run_number(trial)] = trial
+    return latest
 
 
 def finished(run_dir: Path) -> bool:

@@ -50,7 +50,7 @@ from rltrain.checkpoint import Checkpointer, ManifestError, atomic_save, load_ag
 from rltrain.cli.app import resumed_config
 from rltrain.cli.plot import read_run
 from rltrain.cli.seeds import resume_group
-from rltrain.cli.tune import _read_record as _read_study
+from rltrain.cli.tune_record import read_record as _read_study
 from rltrain.cli.tune_space import Dimension, check_params
 from rltrain.config.files import ConfigError, literal_config
 from rltrain.config.schema import compose

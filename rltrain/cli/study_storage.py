@@ -1,0 +1,151 @@
+"""Where a study's trials are recorded, and how the workers that share a study take over the
+trials of a worker that died.
+
+- ``rltrain tune --storage URL``: any Optuna RDB URL (``postgresql://user@host/db``, the
+  reference for a cluster; ``mysql://...``; ``sqlite:///path``) or ``journal:PATH``, Optuna's
+  journal file on a shared filesystem. Without it: ``STUDY/study.db`` (SQLite), for one machine.
+- Every worker records a heartbeat for each trial it runs, every ``heartbeat`` seconds. A trial
+  whose last heartbeat is older than :data:`GRACE` heartbeats (its worker was killed, preempted,
+  or lost its node) is failed by the first worker that sees it, which is atomic in the storage:
+  one worker wins. Optuna's retry callback then queues it again (its settings and reported
+  evaluations kept) and the next worker to ask for a trial takes it, resuming the same run
+  directory, ``STUDY/trial-NNNN`` (NNNN: the first attempt's number), from its last checkpoint.
+  On an RDB the heartbeat is Optuna's own (the database's clock); on a journal file, which has
+  none in Optuna, a trial attribute written with the workers' clocks.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Iterable
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+#: File name of the default storage in the study folder.
+DEFAULT_STORAGE = "study.db"
+#: Heartbeats a trial may miss before another worker takes it over.
+GRACE = 3
+#: The trial attribute of a journal storage's heartbeat (seconds since the epoch).
+JOURNAL_HEARTBEAT = "rltrain:heartbeat"
+#: Times a trial is queued again after its worker died before it is left failed.
+MAX_TAKEOVERS = 3
+
+
+def storage_url(study_dir: Path, given: str | None) -> str:
+    """The study's storage: ``given`` (the command line's ``--storage``), else SQLite in
+    ``study_dir``."""
+    if given is None:
+        return f"sqlite:///{os.path.abspath(study_dir / DEFAULT_STORAGE)}"
+    if not given.startswith("journal:") and "://" not in given:
+        raise ValueError(f"--storage {given!r} is neither a database URL (postgresql://USER@"
+                         "HOST/DB, sqlite:///PATH) nor journal:PATH (a journal file on a shared "
+                         "filesystem).")
+    return given
+
+
+def shown(url: str) -> str:
+    """``url`` without its password, to print and record."""
+    if url.startswith("journal:"):
+        return url
+    from sqlalchemy.engine import make_url
+
+    try:
+        return make_url(url).render_as_string(hide_password=True)
+    except Exception:  # an unparsable URL: say which kind it is, never its secrets
+        return url.split("://", 1)[0] + "://..."
+
+
+def open_storage(optuna: Any, url: str, heartbeat: int) -> Any:
+    """Optuna's storage at ``url``; an RDB's records heartbeats every ``heartbeat`` seconds and
+    queues a trial whose worker died again, up to :data:`MAX_TAKEOVERS` times."""
+    if url.startswith("journal:"):
+        backend = optuna.storages.journal.JournalFileBackend(url.removeprefix("journal:"))
+        return optuna.storages.JournalStorage(backend)
+    return optuna.storages.RDBStorage(
+        url, engine_kwargs=None if url.startswith("sqlite") else {"pool_pre_ping": True},
+        heartbeat_interval=heartbeat, grace_period=GRACE * heartbeat,
+        heartbeat_stale_trial_callback=_retry(optuna, MAX_TAKEOVERS))
+
+
+def _retry(optuna: Any, times: int | None) -> Any:
+    """Optuna's callback that queues a failed trial again (its settings and reported
+    evaluations kept), at most ``times`` times (``None``: always)."""
+    retry = getattr(optuna.storages, "RetryHeartbeatStaleTrialCallback", None) or \
+        optuna.storages.RetryFailedTrialCallback
+    return retry(max_retry=times, inherit_intermediate_values=True)
+
+
+class Heartbeats:
+    """A worker's side of the heartbeat in ``study``: :meth:`beat` for the trials it runs,
+    :meth:`take_over` for the trials of workers that died, each at most once per heartbeat
+    interval, and :meth:`hand_back` for those it stopped. Optuna's own on an RDB (``native``);
+    on a journal, the trial attribute :data:`JOURNAL_HEARTBEAT`."""
+
+    def __init__(self, optuna: Any, study: Any, heartbeat: int) -> None:
+        self.optuna, self.study, self.interval = optuna, study, heartbeat
+        self.storage = study._storage
+        self.native = bool(self.storage.get_heartbeat_interval()) \
+            if hasattr(self.storage, "get_heartbeat_interval") else False
+        self._last_beat = self._last_check = float("-inf")
+
+    def beat(self, trials: Iterable[Any], *, now: bool = False) -> None:
+        """Record a heartbeat for each of ``trials`` (Optuna trials this worker runs)."""
+        if not now and time.monotonic() - self._last_beat < self.interval:
+            return
+        if not now:
+            self._last_beat = time.monotonic()
+        for trial in trials:
+            if self.native:
+                self.storage.record_heartbeat(trial._trial_id)
+            else:
+                self.storage.set_trial_system_attr(trial._trial_id, JOURNAL_HEARTBEAT,
+                                                   time.time())
+
+    def take_over(self) -> None:
+        """Fail the study's trials whose heartbeat is stale, so that Optuna's callback queues
+        them again for whichever worker asks next (failing is atomic: one worker wins)."""
+        if time.monotonic() - self._last_check < self.interval:
+            return
+        self._last_check = time.monotonic()
+        if self.native:
+            self.optuna.storages.fail_stale_trials(self.study)
+            return
+        states = self.optuna.trial.TrialState
+        for trial in self.study.get_trials(deepcopy=False, states=(states.RUNNING,)):
+            if time.time() - _last_heartbeat(trial) > GRACE * self.interval:
+                self._fail_and_queue(trial, MAX_TAKEOVERS)
+
+    def hand_back(self, trial: Any) -> None:
+        """Give up ``trial`` (its run stopped with a checkpoint): queued again at once for
+        whichever worker asks next, whatever times it was before."""
+        self._fail_and_queue(trial, None)
+
+    def _fail_and_queue(self, trial: Any, times: int | None) -> None:
+        states = self.optuna.trial.TrialState
+        try:
+            won = self.storage.set_trial_state_values(trial._trial_id, state=states.FAIL)
+        except self.optuna.exceptions.UpdateFinishedTrialError:
+            return  # another worker failed it first
+        if won:
+            _retry(self.optuna, times)(self.study, self.storage.get_trial(trial._trial_id))
+
+
+def _last_heartbeat(trial: Any) -> float:
+    """A journal trial's last heartbeat (seconds since the epoch; its start when it has none,
+    and the start too when the recorded value is not a number: the journal is untrusted)."""
+    value = trial.system_attrs.get(JOURNAL_HEARTBEAT)
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return float(value)
+    start = trial.datetime_start
+    return start.timestamp() if isinstance(start, datetime) else 0.0
+
+
+def run_number(trial: Any) -> int:
+    """The number of the trial's run (``STUDY/trial-NNNN``): its first attempt's, when it is a
+    trial queued again after its worker died, else its own."""
+    first = trial.system_attrs.get("failed_trial")
+    if type(first) is int and 0 <= first < trial.number:
+        return first
+    return int(trial.number)
