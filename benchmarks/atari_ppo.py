@@ -155,6 +155,9 @@ def main() -> None:
     else:
         result = (train_rltrain if args.library == "rltrain" else train_sb3)(args, run_dir)
         print(f"{args.library}, ppo_atari on {args.game}: {curve_text(result['curve'])}")
+        if result["env_steps"] < args.steps:  # stopped part-way (a signal): no result yet
+            raise SystemExit(f"stopped at {result['env_steps']:,} of {args.steps:,} env steps; "
+                             "run the same command again to continue")
     write_results(f"atari_{args.preset.split('_')[0]}_{name}_{args.library}_seed{args.seed}",
                   {"args": {**vars(args), "run_dir": str(run_dir)}, **result})
 

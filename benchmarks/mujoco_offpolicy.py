@@ -168,6 +168,10 @@ def main() -> None:
     print(table(["seed", "best eval return", "final eval return", "wall time (s)",
                  "env steps/s (with evaluations)", "curve (env steps: mean eval return)"],
                 rows))
+    short = [r["seed"] for r in results if r["env_steps"] < args.steps]
+    if short:  # stopped part-way (a signal): not a result
+        raise SystemExit(f"seeds {short} stopped before {args.steps:,} env steps; no results "
+                         "written")
     report_seeds(args, results, results_name)
 
 
