@@ -18,6 +18,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from rltrain.checkpoint import Checkpointer, LoadedCheckpoint
 from rltrain.cli.analysis import ANALYSES
+from rltrain.cli.launchers import make_launcher
 from rltrain.cli.parser import parse_args
 from rltrain.cli.processes import confirmations
 from rltrain.cli.seeds import MANIFEST, launch, parent_of, parse_seeds, resume_group
@@ -170,9 +171,13 @@ def fit(args: argparse.Namespace) -> int:
                              "recorded, each seed in its own run directory; pass only key=value "
                              "overrides of the other settings (and --trust, --import).")
         return resume_group(Path(args.resume), overrides,
-                            confirmations(args.trust, args.imports))
+                            confirmations(args.trust, args.imports),
+                            make_launcher(args.launcher, args.slurm), wait_for=args.wait)
     if args.seeds is not None:
         return fit_seeds(args, files, overrides)
+    if args.launcher != "local" or args.slurm or args.wait:
+        raise ValueError("--launcher, --slurm and --wait run a group of seeds: give --seeds, "
+                         "or --resume PARENT of a group.")
     if args.resume is not None:
         if files:
             raise ValueError("--resume continues a run with its own saved config; pass only "
@@ -226,8 +231,10 @@ def fit_seeds(args: argparse.Namespace, files: list[str], overrides: list[str]) 
     config = compose(files, overrides)
     parent = parent_of(config)
     folders = [o for o in overrides if o.startswith(tuple(f"{k}=" for k in STORED_FOLDERS))]
+    launcher = make_launcher(args.launcher, args.slurm)
     return launch(config, chosen, args.jobs, parent,
-                  confirmations(args.trust, args.imports, named_modules(config)), folders)
+                  confirmations(args.trust, args.imports, named_modules(config)), folders,
+                  launcher, wait_for=args.wait)
 
 
 def resumed_config(resume: str, overrides: list[str]

@@ -59,6 +59,7 @@ def build_parser() -> argparse.ArgumentParser:
                           "its own process; --resume PARENT continues the unfinished ones")
     fit.add_argument("--jobs", type=int, default=1, metavar="N",
                      help="with --seeds: seeds trained at once (default 1)")
+    add_launcher(fit, "with --seeds or --resume PARENT: where the seeds run")
     fit.add_argument("--no-preset", action="store_true",
                      help="without a config file, start from the agent's own defaults instead "
                           "of a shipped preset")
@@ -160,6 +161,20 @@ def add_compare_parser(commands: Any) -> None:
                          help="count runs that have not finished (running, killed, stopped by a "
                               "signal) at their last complete evaluation; without it they are "
                               "left out with a warning")
+
+
+def add_launcher(parser: Any, what: str) -> None:
+    """``--launcher``, ``--slurm KEY=VALUE`` and ``--wait`` (:mod:`rltrain.cli.launchers`)."""
+    parser.add_argument("--launcher", choices=("local", "slurm"), default="local",
+                        help=f"{what}: processes of this command (local, default) or Slurm jobs "
+                             "submitted through submitit (pip install 'rltrain[cluster]')")
+    parser.add_argument("--slurm", action="append", default=[], metavar="KEY=VALUE",
+                        help="a Slurm setting of the jobs: partition, time (minutes, default "
+                             "1440), cpus_per_task, mem, gpus_per_node, account, qos, "
+                             "constraint, exclude, nodelist, comment, setup")
+    parser.add_argument("--wait", action="store_true",
+                        help="with --launcher slurm: return once the jobs ended, not once "
+                             "they are queued")
 
 
 def add_tune_parser(commands: Any) -> None:

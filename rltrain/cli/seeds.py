@@ -21,11 +21,12 @@ import subprocess
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO
+from typing import IO, Any
 
 from omegaconf import DictConfig
 
 from rltrain.checkpoint.files import atomic_write_text
+from rltrain.cli.launchers import JOB_ID, Launcher, slurm_active, wait
 from rltrain.cli.processes import (
     Stops,
     ended_on_signal,
@@ -40,7 +41,7 @@ from rltrain.cli.records import bounded_int, read_bounded, refuse_unknown_fields
 from rltrain.config.files import literal_config
 from rltrain.config.schema import to_container, validate
 from rltrain.trainer.preflight import default_run_dir
-from rltrain.trainer.run_dir import prepare_run
+from rltrain.trainer.run_dir import LOCK, prepare_run
 
 #: The group's record in its parent folder.
 MANIFEST = "seeds.json"
@@ -95,7 +96,8 @@ MAX_SEEDS, MAX_JOBS = 10_000, 1_024
 
 
 def launch(config: DictConfig, seeds: list[int], jobs: int, parent: Path,
-           passthrough: list[str], overrides: list[str]) -> int:
+           passthrough: list[str], overrides: list[str], launcher: Launcher | None = None,
+           *, wait_for: bool = False) -> int:
     """Start a group: record it in ``parent/seeds.json`` (refused where a group or a run is
     already), then run its seeds. ``config``: the composed config of the command line;
     ``overrides``: the command line's own that every seed takes as given (the folders it
@@ -105,8 +107,11 @@ def launch(config: DictConfig, seeds: list[int], jobs: int, parent: Path,
                          f"rltrain fit --resume {parent}, or name another trainer.run_dir.")
     parent.mkdir(parents=True, exist_ok=True)
     stored = to_container(config)
-    atomic_write_text(parent / MANIFEST, json.dumps(
-        {"format": FORMAT, "seeds": seeds, "jobs": jobs, "config": stored}, indent=2) + "\n")
+    record = {"format": FORMAT, "seeds": seeds, "jobs": jobs, "config": stored, "slurm": {}}
+    atomic_write_text(parent / MANIFEST, json.dumps(record, indent=2) + "\n")
+    if launcher is not None:
+        return submit_group(parent, record, overrides, passthrough, launcher,
+                            resuming=False, wait_for=wait_for)
     return run_group(parent, literal_config(stored), seeds, jobs, overrides, passthrough,
                      resuming=False)
 
@@ -115,7 +120,8 @@ def launch(config: DictConfig, seeds: list[int], jobs: int, parent: Path,
 FORMAT = 2
 
 
-def resume_group(parent: Path, overrides: list[str], passthrough: list[str]) -> int:
+def resume_group(parent: Path, overrides: list[str], passthrough: list[str],
+                 launcher: Launcher | None = None, *, wait_for: bool = False) -> int:
     """``rltrain fit --resume PARENT`` of a group: its unfinished seeds. The record is read as
     untrusted data: its seeds and jobs checked, its config given to each seed's run as a stored
     config (checked there as any run's); ``overrides`` and ``passthrough`` come from this
@@ -129,8 +135,9 @@ def resume_group(parent: Path, overrides: list[str], passthrough: list[str]) -> 
                 "replay, which rltrain no longer trusts: resume each started seed with rltrain "
                 f"fit --resume {parent}/seed-S, and start the others again with your command)"
                 if isinstance(record, dict) and record.get("format") == 1 else str(FORMAT)))
-        refuse_unknown_fields(record, {"format", "seeds", "jobs", "config"})
+        refuse_unknown_fields(record, {"format", "seeds", "jobs", "config", "slurm"})
         seeds, jobs, stored = record["seeds"], record["jobs"], record["config"]
+        record["slurm"] = _checked_jobs(record.get("slurm", {}), seeds)
         if not (isinstance(seeds, list) and 0 < len(seeds) <= MAX_SEEDS
                 and all(type(s) is int and 0 <= s < 2**32 for s in seeds)
                 and len(set(seeds)) == len(seeds)):
@@ -147,7 +154,102 @@ def resume_group(parent: Path, overrides: list[str], passthrough: list[str]) -> 
         config = validate(config)
     except (ValueError, RecursionError) as error:
         raise ValueError(f"{path}: the group's config is refused: {error}") from None
+    still = slurm_active([j["job"] for j in record["slurm"].values()]) if record["slurm"] else {}
+    if launcher is not None or still:
+        return submit_group(parent, record, overrides, passthrough, launcher,
+                            resuming=True, wait_for=wait_for, active=still)
     return run_group(parent, config, seeds, jobs, overrides, passthrough, resuming=True)
+
+
+def _checked_jobs(jobs: object, seeds: list[int]) -> dict[str, dict[str, str]]:
+    """The record's Slurm jobs (untrusted): by seed, a job id and the node it ran on."""
+    if not isinstance(jobs, dict) or not all(
+            isinstance(k, str) and k.isdigit() and int(k) in seeds and isinstance(v, dict)
+            and set(v) <= {"job", "node"} and JOB_ID.fullmatch(str(v.get("job", "")))
+            and all(isinstance(x, str) and len(x) <= 100 and x.isprintable()
+                    for x in v.values()) for k, v in jobs.items()):
+        raise ValueError("'slurm' must map the group's seeds to their job ids and nodes")
+    return jobs
+
+
+def submit_group(parent: Path, record: dict[str, Any], overrides: list[str],
+                 passthrough: list[str], launcher: Launcher | None, *, resuming: bool,
+                 wait_for: bool, active: dict[str, str] | None = None) -> int:
+    """Submit the group's unfinished seeds (those neither finished nor queued or running in
+    Slurm already) through ``launcher``, as one array job; record each seed's job (and, once
+    it ran, its node) in ``seeds.json``. Without a launcher (``--resume`` run here), only a
+    group with no seed left in Slurm's queue goes on, on this machine."""
+    jobs: dict[str, dict[str, str]] = record["slurm"]
+    active = active if active is not None else slurm_active([j["job"] for j in jobs.values()])
+    group = [Seed(s, parent / f"seed-{s}") for s in record["seeds"]]
+    _record_nodes(group, jobs)
+    queued = [s for s in group if str(s.seed) in jobs and jobs[str(s.seed)]["job"] in active]
+    for seed in queued:
+        print(f"seed {seed.seed}: slurm job {jobs[str(seed.seed)]['job']} is "
+              f"{active[jobs[str(seed.seed)]['job']]}, left as it is", flush=True)
+    if launcher is None:
+        if queued:
+            raise ValueError(f"{len(queued)} seeds of {parent} are queued or running in Slurm; "
+                             "wait for them, cancel them (scancel), or resume with "
+                             "--launcher slurm, which submits only the others.")
+        return run_group(parent, validate(literal_config(record["config"])), record["seeds"],
+                         record["jobs"], overrides, passthrough, resuming=resuming)
+    todo = [s for s in group if s not in queued and not (resuming and s.finished)]
+    for done in (s for s in group if s not in todo and s not in queued):
+        print(f"seed {done.seed}: finished before, left as it is", flush=True)
+    config = validate(literal_config(record["config"]))
+    threads = str(getattr(launcher, "parameters", {}).get("cpus_per_task", 1))
+    commands: dict[str, tuple[list[str], Path]] = {}
+    for seed in todo:
+        if not has_checkpoint(seed.run_dir):
+            prepare_run(seed.run_dir, seed_config(config, seed.seed, seed.run_dir))
+        command, _ = fit_command(seed.run_dir.absolute(), ["trainer.enable_progress_bar=false",
+                                                f"trainer.num_threads={threads}", *overrides],
+                                 passthrough)
+        commands[str(seed.seed)] = (command, parent.absolute() / f"seed-{seed.seed}.log")
+    submitted = launcher.submit(commands, parent / "slurm", parallel=record["jobs"],
+                                title="rltrain-seeds") if commands else {}
+    for key, job in submitted.items():
+        jobs[key] = {"job": job}
+        print(f"seed {key}: submitted as slurm job {job}", flush=True)
+    atomic_write_text(parent / MANIFEST, json.dumps(record, indent=2) + "\n")
+    if wait_for and (submitted or queued):
+        wait(launcher, [j["job"] for j in jobs.values()])
+        _record_nodes(group, jobs)
+        atomic_write_text(parent / MANIFEST, json.dumps(record, indent=2) + "\n")
+        return _summary(parent, group)
+    if not (submitted or queued):
+        return _summary(parent, group)
+    print(f"seeds in {parent}: {len(submitted)} submitted, {len(queued)} queued or running "
+          f"before, {len(group) - len(todo) - len(queued)} finished; see them with squeue, "
+          f"and continue with rltrain fit --resume {parent} --launcher slurm", flush=True)
+    return 0
+
+
+def _record_nodes(group: list[Seed], jobs: dict[str, dict[str, str]]) -> None:
+    """Note in each seed's job entry the node its run last ran on."""
+    for seed in group:
+        entry = jobs.get(str(seed.seed))
+        if entry is not None and (host := _last_host(seed.run_dir)):
+            entry["node"] = host
+
+
+def _summary(parent: Path, group: list[Seed]) -> int:
+    unfinished = [s.seed for s in group if not s.finished]
+    print(f"seeds in {parent}: {len(group) - len(unfinished)} of {len(group)} finished"
+          + (f"; continue with rltrain fit --resume {parent}" if unfinished else ""),
+          flush=True)
+    return 1 if unfinished else 0
+
+
+def _last_host(run_dir: Path) -> str | None:
+    """The host of the run's last writer (its lock file's record), if it can be read."""
+    try:
+        holder = json.loads(read_bounded(run_dir / LOCK, limit=4096))
+        host = holder.get("host") if isinstance(holder, dict) else None
+    except (OSError, ValueError, RecursionError):
+        return None
+    return host[:100] if isinstance(host, str) and host.isprintable() else None
 
 
 def run_group(parent: Path, config: DictConfig, seeds: list[int], jobs: int,

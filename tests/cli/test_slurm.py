@@ -1,0 +1,111 @@
+"""``--launcher slurm``: a 10-seed group submitted through submitit to a real single-node Slurm
+(``slurmctld``, ``slurmd`` and ``munged`` started here), one seed's job cancelled part-way with
+``scancel``, ``fit --resume PARENT --launcher slurm`` resubmitting only that seed, which resumes
+from its checkpoint, the record naming each seed's job and node, and ``compare`` of the group
+against a second one."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from benchmarks.servers import slurm, slurm_missing
+
+pytest.importorskip("submitit")
+pytestmark = [pytest.mark.slow,
+              pytest.mark.skipif(slurm_missing() is not None,
+                                 reason=f"no Slurm here: {slurm_missing()}")]
+
+STEPS = 6144
+QUICK = ["ppo_cartpole", f"trainer.num_steps={STEPS}", "trainer.eval_interval=1024",
+         "trainer.checkpoint_interval=512", "trainer.eval_episodes=2", "trainer.logger=false",
+         "trainer.return_threshold=null", "strategy.num_envs=4", "strategy.n_steps=16",
+         "strategy.batch_size=64", "agent.hidden_sizes=[16]"]
+
+
+def rltrain(*args: str, cwd: Path, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "rltrain.cli", *args], cwd=cwd, text=True,
+                          capture_output=True, env={**os.environ, **env}, timeout=600)
+
+
+def queued(env: dict[str, str]) -> list[str]:
+    listed = subprocess.run(["squeue", "--noheader", "--format=%i %T"], text=True,
+                            capture_output=True, env={**os.environ, **env}, check=True)
+    return [line.split()[0] for line in listed.stdout.splitlines()
+            if line.split()[1] in ("PENDING", "RUNNING", "COMPLETING")]
+
+
+def wait_until(condition: object, seconds: float = 400) -> None:
+    deadline = time.monotonic() + seconds
+    while not condition():  # type: ignore[operator]
+        assert time.monotonic() < deadline
+        time.sleep(0.2)
+
+
+def test_a_seed_group_on_slurm_resubmits_only_its_cancelled_seed(tmp_path: Path) -> None:
+    group = tmp_path / "ppo"
+    with slurm() as env:
+        started = rltrain("fit", *QUICK, "--seeds", "0-9", "--jobs", "2", "--launcher", "slurm",
+                          "--slurm", "time=20", f"trainer.run_dir={group}", cwd=tmp_path, env=env)
+        assert started.returncode == 0, started.stdout + started.stderr
+        jobs = json.loads((group / "seeds.json").read_text())["slurm"]
+        assert sorted(jobs, key=int) == [str(s) for s in range(10)]
+        array = {entry["job"].split("_")[0] for entry in jobs.values()}
+        assert len(array) == 1  # one array job
+
+        def running_with_checkpoint() -> int | None:
+            for seed in range(10):
+                run = group / f"seed-{seed}"
+                if not (run / "summary.json").exists() and len(
+                        list((run / "checkpoints").glob("*.pt"))) >= 2:
+                    return seed
+            return None
+
+        wait_until(lambda: running_with_checkpoint() is not None)
+        cancelled = running_with_checkpoint()
+        assert cancelled is not None
+        subprocess.run(["scancel", jobs[str(cancelled)]["job"]], check=True,
+                       env={**os.environ, **env})
+        wait_until(lambda: not queued(env), 600)
+        summary = json.loads((group / f"seed-{cancelled}" / "summary.json").read_text())
+        assert summary["env_steps"] < STEPS and "SIGTERM" in summary["stop_reason"]
+
+        resumed = rltrain("fit", "--resume", str(group), "--launcher", "slurm", "--wait",
+                          cwd=tmp_path, env=env)
+        assert resumed.returncode == 0, resumed.stdout + resumed.stderr
+        submitted = [line for line in resumed.stdout.splitlines() if "submitted as" in line]
+        again = json.loads((group / "seeds.json").read_text())["slurm"][str(cancelled)]["job"]
+        assert submitted == [f"seed {cancelled}: submitted as slurm job {again}"]
+        assert again != jobs[str(cancelled)]["job"]
+        assert resumed.stdout.count("finished before, left as it is") == 9
+        assert "10 of 10 finished" in resumed.stdout
+
+    record = json.loads((group / "seeds.json").read_text())["slurm"]
+    assert all(entry["node"] for entry in record.values())  # where each seed ran
+    rows = [json.loads(r) for r in (group / f"seed-{cancelled}" / "metrics.jsonl")
+            .read_text().splitlines()]
+    starts = [r["env_steps"] for r in rows if r["event"] == "start"]
+    assert len(starts) == 2 and starts[1] > 0  # resumed from its checkpoint, not rerun
+    for seed in range(10):
+        assert json.loads((group / f"seed-{seed}" / "summary.json").read_text())[
+            "env_steps"] == STEPS
+
+    other = tmp_path / "ppo-lr"  # a second group, on this machine, to compare with
+    local = subprocess.run([sys.executable, "-m", "rltrain.cli", "fit", *QUICK, "agent.lr=2.5e-4",
+                            "--seeds", "0-4", "--jobs", "2", f"trainer.run_dir={other}"],
+                           cwd=tmp_path, text=True, capture_output=True, timeout=600)
+    assert local.returncode == 0, local.stdout + local.stderr
+    compared = subprocess.run([sys.executable, "-m", "rltrain.cli", "compare", str(group),
+                               str(other)], cwd=tmp_path, text=True, capture_output=True,
+                              timeout=300)
+    assert compared.returncode == 0, compared.stdout + compared.stderr
+    first_table = compared.stdout.split("\n\n")[0]
+    runs = sorted(int(line.split("|")[2]) for line in first_table.splitlines()
+                  if line.startswith("| G"))
+    assert runs == [5, 10], compared.stdout  # two groups: the Slurm one counts all 10 seeds
