@@ -120,12 +120,15 @@ def slurm_active(jobs: Sequence[str]) -> dict[str, str]:
     if not ids:
         return {}
     try:
-        listed = subprocess.run(["squeue", "--noheader", "--format=%i %T %N", "--states=all",
-                                 f"--jobs={','.join(ids)}"], capture_output=True,
-                                text=True, timeout=60)
+        listed = subprocess.run(  # --array: each task of an array on its own line
+            ["squeue", "--array", "--noheader", "--format=%i %T %N", "--states=all",
+             f"--jobs={','.join(ids)}"], capture_output=True, text=True, timeout=60)
     except (OSError, subprocess.TimeoutExpired) as error:
         raise ValueError(f"Cannot ask Slurm which jobs still run (squeue): {error}.") \
             from None
+    if listed.returncode and "invalid job id" not in listed.stderr.lower():  # not just gone
+        raise ValueError(f"Cannot ask Slurm which jobs still run (squeue): "
+                         f"{listed.stderr.strip()[-300:]}.")
     found: dict[str, str] = {}
     for line in listed.stdout.splitlines():
         job, _, rest = line.strip().partition(" ")

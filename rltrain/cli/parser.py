@@ -208,6 +208,10 @@ def add_tune_parser(commands: Any) -> None:
     tune.add_argument("--heartbeat", type=int, default=None, metavar="SECONDS",
                       help="a new study's heartbeat: a trial whose worker missed three is "
                            "taken over by another worker (default 10)")
+    add_launcher(tune, "where the study's workers run")
+    tune.add_argument("--workers", type=int, default=1, metavar="N",
+                      help="with --launcher slurm: worker jobs submitted, each running "
+                           "--jobs trials at once (default 1)")
     tune.add_argument("--objective", choices=("auc", "final", "best"), default=None,
                       help="what a trial maximises: the mean of its evaluation returns "
                            "(auc, default: rewards learning early), the last, or the best")

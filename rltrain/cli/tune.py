@@ -46,8 +46,10 @@ import numpy as np
 from omegaconf import DictConfig, OmegaConf
 
 from rltrain.checkpoint.files import atomic_write_text
+from rltrain.cli.launchers import Launcher, make_launcher, wait
 from rltrain.cli.plot import MetricsTail, read_run
 from rltrain.cli.processes import (
+    RLTRAIN,
     Stops,
     confirmations,
     ended_on_signal,
@@ -113,6 +115,13 @@ def tune_command(args: argparse.Namespace) -> int:
     optuna = _optuna()
     study_dir: Path = args.study
     _refuse_links(study_dir)
+    launcher = make_launcher(args.launcher, args.slurm)
+    if launcher is not None and (args.storage is None or args.storage.startswith("sqlite")):
+        raise ValueError("--launcher slurm runs workers on several nodes, which need a database "
+                         "they share: --storage postgresql://... (or journal:PATH on a shared "
+                         "filesystem).")
+    if not 1 <= args.workers <= MAX_JOBS:
+        raise ValueError(f"--workers must be in [1, {MAX_JOBS}]; got {args.workers}.")
     setup, named, continuing = _setup(args, study_dir)
     dimensions = parse_space(setup.space, f"search space of {study_dir}", setup.compose)
     url = storage_url(study_dir, args.storage)
@@ -125,10 +134,32 @@ def tune_command(args: argparse.Namespace) -> int:
     if continuing:
         rewrite(study_dir / RECORD, setup)
     passthrough = confirmations(args.trust, args.imports, named)
+    if launcher is not None:
+        return submit_workers(launcher, args, study_dir, passthrough)
     trust = Trust(stored_in=study_dir, modules=[*args.trust, *args.imports, *named])
     heartbeats = Heartbeats(optuna, study, setup.heartbeat)
     return Tuner(optuna, study, heartbeats, setup, dimensions, study_dir, passthrough,
                  trust).run()
+
+
+def submit_workers(launcher: Launcher, args: argparse.Namespace, study_dir: Path,
+                   passthrough: list[str]) -> int:
+    """Submit ``--workers`` jobs, each an ``rltrain tune`` worker of the study (its output in
+    ``STUDY/worker-K.log``); with ``--wait``, return once they ended."""
+    folder = study_dir.absolute()
+    command = [*RLTRAIN, "tune", *passthrough, "--study", str(folder), "--storage", args.storage]
+    if args.jobs is not None:
+        command += ["--jobs", str(args.jobs)]
+    commands = {str(k): (command, folder / f"worker-{k}.log") for k in range(args.workers)}
+    jobs = launcher.submit(commands, folder / "slurm", parallel=args.workers,
+                           title="rltrain-tune")
+    print(f"rltrain: {len(jobs)} workers of {study_dir} submitted as slurm jobs "
+          f"{', '.join(jobs.values())}; their output: {study_dir}/worker-K.log", flush=True)
+    if args.wait:
+        wait(launcher, list(jobs.values()))
+        print(f"rltrain: the workers ended; see the study with rltrain tune --study {study_dir} "
+              "--storage URL", flush=True)
+    return 0
 
 
 def _study(optuna: Any, url: str, setup: Setup, continuing: bool) -> Any:

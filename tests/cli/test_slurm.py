@@ -1,4 +1,4 @@
-"""``--launcher slurm``: a 10-seed group submitted through submitit to a real single-node Slurm
+"""``--launcher slurm``: a study's workers as Slurm jobs on a shared PostgreSQL database, and a 10-seed group submitted through submitit to a real single-node Slurm
 (``slurmctld``, ``slurmd`` and ``munged`` started here), one seed's job cancelled part-way with
 ``scancel``, ``fit --resume PARENT --launcher slurm`` resubmitting only that seed, which resumes
 from its checkpoint, the record naming each seed's job and node, and ``compare`` of the group
@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks.servers import slurm, slurm_missing
+from benchmarks.servers import postgres, postgres_missing, slurm, slurm_missing
 
 pytest.importorskip("submitit")
 pytestmark = [pytest.mark.slow,
@@ -109,3 +109,25 @@ def test_a_seed_group_on_slurm_resubmits_only_its_cancelled_seed(tmp_path: Path)
     runs = sorted(int(line.split("|")[2]) for line in first_table.splitlines()
                   if line.startswith("| G"))
     assert runs == [5, 10], compared.stdout  # two groups: the Slurm one counts all 10 seeds
+
+
+@pytest.mark.skipif(postgres_missing() is not None, reason=f"{postgres_missing()}")
+def test_a_study_s_workers_run_as_slurm_jobs_on_a_shared_database(tmp_path: Path) -> None:
+    optuna = pytest.importorskip("optuna")
+    study = tmp_path / "study"
+    with postgres() as url, slurm() as env:
+        done = rltrain("tune", *QUICK, "trainer.num_steps=1024", "trainer.num_threads=1",
+                       "--trials", "4", "--no-pruning", "--study", str(study), "--storage", url,
+                       "--launcher", "slurm", "--workers", "2", "--slurm", "time=20", "--wait",
+                       cwd=tmp_path, env=env)
+        assert done.returncode == 0, done.stdout + done.stderr
+        assert "2 workers of" in done.stdout
+        name = json.loads((study / "tune.json").read_text())["name"]
+        trials = optuna.load_study(study_name=name, storage=url).trials
+    assert sorted(t.state.name for t in trials) == ["COMPLETE"] * 4
+    logs = [(study / f"worker-{k}.log").read_text() for k in range(2)]
+    assert all("rltrain: slurm job" in log for log in logs)
+    assert sum(log.count(": started (") for log in logs) == 4  # the trials split between them
+    assert (study / "best.yaml").exists()
+    refused = rltrain("tune", "--study", str(study), "--launcher", "slurm", cwd=tmp_path, env=env)
+    assert refused.returncode == 2 and "need a database they share" in refused.stderr
