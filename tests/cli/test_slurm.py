@@ -1,8 +1,8 @@
-"""``--launcher slurm``: a study's workers as Slurm jobs on a shared PostgreSQL database, and a 10-seed group submitted through submitit to a real single-node Slurm
-(``slurmctld``, ``slurmd`` and ``munged`` started here), one seed's job cancelled part-way with
-``scancel``, ``fit --resume PARENT --launcher slurm`` resubmitting only that seed, which resumes
-from its checkpoint, the record naming each seed's job and node, and ``compare`` of the group
-against a second one."""
+"""``--launcher slurm`` on a real single-node Slurm (``slurmctld``, ``slurmd`` and ``munged``
+started here): a study's workers as Slurm jobs on a shared PostgreSQL database; a 10-seed group
+submitted through submitit, one seed's job cancelled part-way with ``scancel``, ``fit --resume
+PARENT --launcher slurm`` resubmitting only that seed, which resumes from its checkpoint, the
+record naming each seed's job and node, and ``compare`` of the group against a second one."""
 
 from __future__ import annotations
 
