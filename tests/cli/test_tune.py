@@ -145,7 +145,7 @@ def test_the_auc_objective_is_the_mean_of_the_evaluations_one_per_interval(
         tmp_path: Path) -> None:
     from omegaconf import OmegaConf
 
-    from rltrain.cli.tune import objective
+    from rltrain.cli.tune_worker import objective
 
     # 8 sub-envs: evaluations land at 1,504, 3,000 and 4,504 env steps of an interval of 1,500
     rows = [{"event": "start", "env_steps": 0}]
@@ -161,7 +161,7 @@ def test_the_auc_objective_is_the_mean_of_the_evaluations_one_per_interval(
     early = OmegaConf.create({"trainer": {"num_steps": 9000, "eval_interval": 1500}})
     assert objective(tmp_path, "auc", early) == pytest.approx((10 + 20 + 60 * 4) / 6)
     # a trial's process killed after it finished keeps its result: its run says it finished
-    from rltrain.cli.tune import finished
+    from rltrain.cli.tune_worker import finished
 
     assert not finished(tmp_path)  # no summary.json yet
     (tmp_path / "summary.json").write_text(json.dumps({"env_steps": 4504, "stop_reason": None}))
