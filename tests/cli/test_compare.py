@@ -205,3 +205,21 @@ def test_intervals_are_never_zero_width_where_they_cannot_be_known(tmp_path: Pat
     table = markdown(result)
     assert "0/1 | not reached | not reached |" in table and "∞ [∞, ∞]" not in table
     assert "200.0 [no CI: 1 run]†" in table and "† fewer than 4 runs" in table
+
+
+def test_seconds_to_threshold_are_the_summary_s_for_a_real_run(tmp_path: Path) -> None:
+    """The table's seconds to threshold of a run that reached it in one ``fit`` are the
+    ``threshold_seconds`` its ``summary.json`` reports: one clock, the evaluation's own."""
+    from rltrain.cli.compare import scores_of
+    from rltrain.cli.plot import read_run
+
+    run = tmp_path / "run"
+    done = rltrain("fit", "ppo_cartpole", "trainer.num_steps=8192", "trainer.eval_interval=1024",
+                   "trainer.eval_episodes=2", "trainer.return_threshold=25",
+                   "trainer.logger=false", f"trainer.run_dir={run}", cwd=tmp_path, timeout=300)
+    assert done.returncode == 0, done.stdout + done.stderr
+    summary = json.loads((run / "summary.json").read_text())
+    assert summary["threshold_seconds"] is not None, summary
+    scores = scores_of(read_run(run), 25.0)
+    assert scores.reached and scores.steps_to == summary["threshold_env_steps"]
+    assert scores.seconds_to == pytest.approx(summary["threshold_seconds"], abs=0.01)

@@ -22,7 +22,7 @@ class JsonlRenderer(Subscriber):
 
     Each row has an ``event`` field: ``"metrics"`` (every ``log_interval`` env steps and at the
     end, with every metric of :class:`~rltrain.observe.metrics.Metrics`), ``"evaluation"`` (with
-    the episode returns and lengths), ``"checkpoint"`` (path, size, seconds), ``"interrupted"``
+    the episode returns and lengths, and ``time/elapsed`` at its end), ``"checkpoint"`` (path, size, seconds), ``"interrupted"``
     and ``"end"`` (with the summary).
     Non-finite floats are written as ``null`` so that every line is strict JSON.
 
@@ -62,6 +62,8 @@ class JsonlRenderer(Subscriber):
             "returns": list(event.returns),
             "lengths": list(event.lengths),
             "complete": event.complete,
+            # the clock of the summary's threshold_seconds: seconds since this fit started
+            "time/elapsed": metrics.elapsed,
         })
 
     @override
