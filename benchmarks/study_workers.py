@@ -45,14 +45,17 @@ def worker(study: Path, url: str, first: list[str] | None = None) -> subprocess.
 
 def held_with_checkpoint(study: Path, pid: int) -> int | None:
     """The run number of a trial that worker ``pid`` runs now (its ``rltrain fit`` is the
-    worker's child) and that has a checkpoint past its start, else ``None``."""
+    worker's child) and that saved a checkpoint since this segment started, else ``None``."""
     for run in sorted(study.glob("trial-*")):
         try:
             holder = json.loads((run / ".rltrain.lock").read_text())["pid"]
             parent = int(Path(f"/proc/{holder}/stat").read_text().rsplit(")", 1)[1].split()[1])
+            rows = [json.loads(r) for r in (run / "metrics.jsonl").read_text().splitlines()]
         except (OSError, ValueError, KeyError, IndexError):
             continue
-        if parent == pid and len(list((run / "checkpoints").glob("*.pt"))) >= 2:
+        started = max((r["env_steps"] for r in rows if r.get("event") == "start"), default=0)
+        saved = [int(p.stem.split("-")[1]) for p in (run / "checkpoints").glob("checkpoint-*.pt")]
+        if parent == pid and saved and max(saved) > started:
             return int(run.name.removeprefix("trial-"))
     return None
 
