@@ -89,9 +89,11 @@ class SlurmLauncher:
             if not sep or key not in SLURM_KEYS:
                 raise ValueError(f"--slurm {setting!r}: write KEY=VALUE with KEY one of "
                                  f"{', '.join(SLURM_KEYS)}.")
-            self.parameters[key] = int(value) if key in ("time", "cpus_per_task",
-                                                         "gpus_per_node") and value.isdigit() \
-                else value
+            if key == "setup":  # shell lines before the job: each --slurm setup=... one
+                self.parameters.setdefault("setup", []).append(value)
+            else:
+                self.parameters[key] = int(value) if key in (
+                    "time", "cpus_per_task", "gpus_per_node") and value.isdigit() else value
         if not isinstance(self.parameters["time"], int):
             raise ValueError("--slurm time=MIN: minutes, a whole number.")
 

@@ -22,8 +22,8 @@ class JsonlRenderer(Subscriber):
 
     Each row has an ``event`` field: ``"metrics"`` (every ``log_interval`` env steps and at the
     end, with every metric of :class:`~rltrain.observe.metrics.Metrics`), ``"evaluation"`` (with
-    the episode returns and lengths, and ``time/elapsed`` at its end), ``"checkpoint"`` (path, size, seconds), ``"interrupted"``
-    and ``"end"`` (with the summary).
+    the episode returns and lengths, and ``time/elapsed`` at its end), ``"checkpoint"`` (path,
+    size, seconds), ``"interrupted"`` and ``"end"`` (with the summary).
     Non-finite floats are written as ``null`` so that every line is strict JSON.
 
     Args:
