@@ -48,8 +48,10 @@ from rltrain.agents.base import SpaceError
 from rltrain.agents.dreamer import Dreamer, DreamerConfig
 from rltrain.checkpoint import Checkpointer, ManifestError, atomic_save, load_agent
 from rltrain.cli.app import resumed_config
+from rltrain.cli.launchers import SlurmLauncher
 from rltrain.cli.plot import read_run
 from rltrain.cli.seeds import resume_group
+from rltrain.cli.study_storage import storage_url
 from rltrain.cli.tune_record import read_record as _read_study
 from rltrain.cli.tune_space import Dimension, check_params
 from rltrain.config.files import ConfigError, literal_config
@@ -640,6 +642,25 @@ CASES = [
          r"tune\.json is not a study rltrain wrote: trials of the wrong type or out of bounds",
          setup=lambda d: _record(d, "tune.json", {"format": 2, "config": {}, "space": {},
                                                   "trials": 10**12})),
+    Case("study record (tune.json) with a heartbeat of zero seconds",
+         lambda d: _read_study(d / "tune.json"), ValueError,
+         r"tune\.json is not a study rltrain wrote: heartbeat of the wrong type or out of bounds",
+         setup=lambda d: _record(d, "tune.json", {"format": 2, "config": {}, "space": {},
+                                                  "heartbeat": 0})),
+    Case("group record (seeds.json) naming a Slurm job that is not a job id",
+         lambda d: resume_group(d, [], []), ValueError,
+         r"seeds\.json is not a group of seeds rltrain wrote: 'slurm' must map the group's "
+         r"seeds to their job ids and nodes",
+         setup=lambda d: _record(d, "seeds.json", {"format": 2, "seeds": [0], "jobs": 1,
+                                                   "config": {}, "slurm": {"0": {
+                                                       "job": "1; rm -rf ~"}}})),
+    Case("study storage that is neither a database URL nor a journal file",
+         lambda d: storage_url(d, "studies.db"), ValueError,
+         r"--storage 'studies\.db' is neither a database URL \(postgresql://USER@HOST/DB, "
+         r"sqlite:///PATH\) nor journal:PATH"),
+    Case("Slurm setting submitit does not take",
+         lambda d: SlurmLauncher(["walltime=60"]), ValueError,
+         r"--slurm 'walltime=60': write KEY=VALUE with KEY one of partition, time"),
     Case("trial settings from a study's database outside its search space",
          lambda d: check_params({"env.id": "studies.s.evil:Foo-v0"},
                                 [Dimension("agent.lr", low=1e-4, high=1e-3)]), ValueError,
