@@ -41,6 +41,10 @@ MAX_INVALID = 20
 #: Times one ``tune`` command resumes a trial whose process was killed (by a signal: the OOM
 #: killer, SIGKILL) before it records the trial failed.
 MAX_RETRIES = 3
+#: A trial's user attribute: its worker records heartbeats (an earlier rltrain recorded none).
+BEATING = "rltrain:heartbeats"
+#: The lock an earlier rltrain held while it tuned a study (one ``tune`` per study).
+OLD_LOCK = ".tune.lock"
 #: A trial's user attribute marking one asked beyond ``--trials`` by two workers at once.
 SURPLUS = "rltrain:surplus"
 
@@ -86,6 +90,7 @@ class Tuner:
         """Run trials until the study's ``--trials`` are done, or Ctrl-C/SIGTERM; 130 when
         stopped."""
         invalid = 0
+        self._adopt_unbeaten()
         with Stops(lambda: [r.process for r in self.running]) as stop:
             while True:
                 self.heartbeats.beat([r.trial for r in self.running]
@@ -128,6 +133,7 @@ class Tuner:
         trial = self.study.ask()
         frozen = self.study._storage.get_trial(trial._trial_id)
         self.heartbeats.beat([trial], now=True)
+        trial.set_user_attr(BEATING, True)
         if run_number(frozen) == frozen.number:  # a new trial: one too many when two workers
             ahead = self.study.get_trials(deepcopy=False)  # asked for the last one at once
             if len(_by_run([t for t in ahead if t.number <= frozen.number])) \
@@ -136,6 +142,17 @@ class Tuner:
                 self.study.tell(trial, state=states.FAIL)
                 return None
         return trial
+
+    def _adopt_unbeaten(self) -> None:
+        """Queue again the running trials no heartbeat was ever recorded for: left by an
+        rltrain that kept none, which ran one ``tune`` per study holding :data:`OLD_LOCK`
+        (free now: that ``tune`` is gone)."""
+        states = self.optuna.trial.TrialState
+        unbeaten = [t for t in self.study.get_trials(deepcopy=False, states=(states.RUNNING,))
+                    if t.user_attrs.get(BEATING) is not True]
+        if unbeaten and not held(self.dir / OLD_LOCK):
+            for trial in unbeaten:
+                self.heartbeats.hand_back(trial)
 
     def _pending(self) -> bool:
         """Whether the study has trials still to run or running in other workers (which this
@@ -294,6 +311,23 @@ class Tuner:
             print(f"stopped; continue with rltrain tune --study {self.dir}", flush=True)
             return 130
         return 0
+
+
+def held(path: Path) -> bool:
+    """Whether a process holds ``path`` locked (``flock``); False when it does not exist."""
+    import fcntl
+
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+    except OSError:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        return False
+    except BlockingIOError:
+        return True
+    finally:
+        os.close(fd)
 
 
 def _by_run(trials: list[Any]) -> dict[int, Any]:

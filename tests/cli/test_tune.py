@@ -203,3 +203,35 @@ def test_a_trial_whose_own_process_is_killed_resumes_from_its_checkpoint(
     starts = [r for r in rows if r["event"] == "start"]
     assert len(starts) == 2 and starts[1]["env_steps"] > 0  # resumed, not run again
     assert json.loads((run / "summary.json").read_text())["env_steps"] == 2048
+
+
+def test_a_study_an_earlier_rltrain_left_running_is_taken_over(tmp_path: Path) -> None:
+    """A trial an earlier rltrain left RUNNING (it recorded no heartbeats, and held
+    ``.tune.lock`` while it tuned) is queued again at once, not waited on forever; while that
+    lock is held, it is left alone."""
+    import fcntl
+
+    path = tmp_path / "study"
+    path.mkdir()
+    config = compose(QUICK[:1], QUICK[1:])
+    space = {"agent.lr": {"low": 1e-4, "high": 1e-3, "log": True}}
+    setup = Setup(to_container(config), space, trials=1)
+    (path / "tune.json").write_text(json.dumps({"format": 2, **setup.__dict__}))
+    left = optuna.create_study(study_name="rltrain", storage=f"sqlite:///{path / 'study.db'}",
+                               direction="maximize")
+    trial = left.ask()
+    trial.suggest_float("agent.lr", 1e-4, 1e-3, log=True)  # RUNNING, no heartbeat ever
+    lock = (path / ".tune.lock").open("w")
+    fcntl.flock(lock, fcntl.LOCK_EX)  # the earlier tune still runs: its trial is its own
+    waiting = subprocess.Popen([sys.executable, "-m", "rltrain.cli", "tune", "--study",
+                                str(path)], cwd=tmp_path, text=True, stdout=subprocess.PIPE,
+                               stderr=subprocess.STDOUT)
+    time.sleep(8)
+    assert waiting.poll() is None and states(path) == ["RUNNING"]
+    waiting.kill()
+    waiting.wait()
+    lock.close()  # that tune ended
+    done = rltrain("tune", "--study", "study", cwd=tmp_path, timeout=300)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "trial 0: started" in done.stdout  # its run had no checkpoint: it starts
+    assert runs(study(path).trials) == {0: "COMPLETE"}
