@@ -53,9 +53,10 @@ def held_with_checkpoint(study: Path, pid: int) -> int | None:
             rows = [json.loads(r) for r in (run / "metrics.jsonl").read_text().splitlines()]
         except (OSError, ValueError, KeyError, IndexError):
             continue
-        started = max((r["env_steps"] for r in rows if r.get("event") == "start"), default=0)
-        saved = [int(p.stem.split("-")[1]) for p in (run / "checkpoints").glob("checkpoint-*.pt")]
-        if parent == pid and saved and max(saved) > started:
+        last_start = max((i for i, r in enumerate(rows) if r.get("event") == "start"),
+                         default=0)
+        saved = [r for r in rows[last_start:] if r.get("event") == "checkpoint"]  # written
+        if parent == pid and saved:  # whole: the run reports a checkpoint once it is saved
             return int(run.name.removeprefix("trial-"))
     return None
 
