@@ -13,6 +13,7 @@ prints each trial's attempts (Optuna's numbers), its run's segments (the env ste
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import signal
 import subprocess
@@ -96,14 +97,19 @@ class Outcome:
     setup: Any
 
 
-def run_study(folder: Path, trials: int, workers: int, steps: int, interval: int) -> Outcome:
-    """The study (module docstring) in ``folder``, on a PostgreSQL server started for it."""
+def run_study(folder: Path, trials: int, workers: int, steps: int, interval: int,
+              journal: bool = False) -> Outcome:
+    """The study (module docstring) in ``folder``, on a PostgreSQL server started for it, or
+    with ``journal`` in Optuna's journal file beside it."""
     import optuna
 
+    from rltrain.cli.study_storage import open_storage
     from rltrain.cli.tune_record import read_record
 
     study = folder / "study"
-    with postgres() as url:
+    server = contextlib.nullcontext(f"journal:{folder / 'journal.log'}") if journal \
+        else postgres()
+    with server as url:
         first = worker(study, url, [*config(steps, interval), "--trials", str(trials),
                                     "--no-pruning", "--heartbeat", "1"])
         deadline = time.monotonic() + 120
@@ -120,7 +126,8 @@ def run_study(folder: Path, trials: int, workers: int, steps: int, interval: int
         if any(p.returncode for p in others):
             raise RuntimeError("a worker failed:\n" + "\n".join(o[-2000:] for o in outputs))
         setup = read_record(study / "tune.json")
-        loaded = optuna.load_study(study_name=setup.name, storage=url)
+        loaded = optuna.load_study(study_name=setup.name,
+                                   storage=open_storage(optuna, url, setup.heartbeat))
         return Outcome(study, loaded.trials, killed, outputs, setup)
 
 

@@ -1,5 +1,6 @@
 """``rltrain tune --storage``: one study, several real ``rltrain tune`` workers on a real
-PostgreSQL server (initdb'd in a temporary folder, on a free port), one worker SIGKILLed twice
+PostgreSQL server (initdb'd in a temporary folder, on a free port) or on Optuna's journal file
+(whose heartbeat rltrain keeps itself), one worker SIGKILLed twice
 mid-trial: every trial completes once, each killed trial resumes its own run directory from a
 checkpoint (its metrics show the segments), ``best.yaml`` is the best trial's config and every
 recorded objective is the mean of the run's evaluations read back from its ``metrics.jsonl``."""
@@ -18,17 +19,18 @@ from benchmarks.servers import postgres_missing
 from benchmarks.study_workers import evaluations, run_study
 
 optuna = pytest.importorskip("optuna")
-pytestmark = [pytest.mark.slow,
-              pytest.mark.skipif(postgres_missing() is not None,
-                                 reason=f"no PostgreSQL here: {postgres_missing()}")]
+pytestmark = pytest.mark.slow
 
 TRIALS, STEPS, INTERVAL = 6, 2048, 256
 
 
-def test_workers_on_postgres_take_over_a_killed_workers_trials(tmp_path: Path) -> None:
-    outcome = run_study(tmp_path, TRIALS, 3, STEPS, INTERVAL)
+@pytest.mark.parametrize("journal", [False, True], ids=["postgresql", "journal-file"])
+def test_workers_take_over_a_killed_workers_trials(tmp_path: Path, journal: bool) -> None:
+    if not journal and postgres_missing() is not None:
+        pytest.skip(f"no PostgreSQL here: {postgres_missing()}")
+    outcome = run_study(tmp_path, TRIALS, 3, STEPS, INTERVAL, journal=journal)
     study, trials, killed, setup = outcome.study, outcome.trials, outcome.killed, outcome.setup
-    assert setup.storage.startswith("postgresql://")
+    assert setup.storage.startswith("journal:" if journal else "postgresql://")
     assert "password" not in (study / "tune.json").read_text()
     complete = Counter(t.system_attrs.get("failed_trial", t.number) for t in trials
                        if t.state.name == "COMPLETE")
