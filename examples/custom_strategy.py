@@ -19,12 +19,11 @@ from typing import Any
 
 import torch
 
-from rltrain import DQN, LearningAgent, RLStrategy, Run, Trainer
-from rltrain.agents.base import Policy
-from rltrain.components import RLComponents
-from rltrain.envs.make import EnvInit
-from rltrain.observe.events import EpisodeEnd
-from rltrain.strategies.run.storage import replay
+from rltrain import DQN, LearningAgent, RLComponents, RLStrategy, Run, Trainer
+from rltrain.agents import Policy
+from rltrain.envs import EnvInit
+from rltrain.observe import EpisodeEnd
+from rltrain.strategies import replay
 
 
 @dataclass

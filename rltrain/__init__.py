@@ -3,9 +3,12 @@
 The names here are what a user writes every day: the :class:`Trainer` (and :func:`build` and
 :func:`compose` for configs), the agents and their configs, the strategies and their configs,
 the parts of a loop or agent of your own (:class:`RLStrategy`, :class:`Run`,
-:class:`LearningAgent`), a callback's base (:class:`Subscriber`, :class:`EarlyStopping`) and
-:func:`load_policy`. Everything else is imported from its folder (``rltrain.checkpoint``,
-``rltrain.envs``, ``rltrain.observe``, ...; docs/architecture.md maps them).
+:class:`RLComponents`, :class:`LearningAgent`), a callback's base (:class:`Subscriber`,
+:class:`EarlyStopping`) and :func:`load_policy`. Everything else is imported from the public
+package of its extension point: ``rltrain.agents`` (an agent: ``Policy``),
+``rltrain.strategies`` (a loop: ``replay``, ``rollout``), ``rltrain.envs`` (``EnvInit``,
+``EnvSpec``), ``rltrain.observe`` (events and renderers), ``rltrain.checkpoint`` (stores);
+docs/architecture.md maps them.
 """
 
 from rltrain._moved import moved
@@ -23,6 +26,7 @@ from rltrain.agents import (
     SACConfig,
     TD3Config,
 )
+from rltrain.components import RLComponents
 from rltrain.config.schema import compose
 from rltrain.inference import load_policy
 from rltrain.observe import Subscriber
@@ -43,8 +47,7 @@ __getattr__ = moved("rltrain", {
     **dict.fromkeys(["Checkpointer"], "rltrain.checkpoint"),
     **dict.fromkeys(["ConfigError", "EnvConfig", "validate"], "rltrain.config.schema"),
     **dict.fromkeys(["EnvInit", "EnvSpec", "make_vector_env"], "rltrain.envs.make"),
-    **dict.fromkeys(["EvaluationSettings", "RLComponents", "SummarySettings"],
-                    "rltrain.components"),
+    **dict.fromkeys(["EvaluationSettings", "SummarySettings"], "rltrain.components"),
     "Evaluator": "rltrain.envs.evaluator", "Runner": "rltrain.envs.runner",
     **dict.fromkeys(["EventProcessor", "Metrics"], "rltrain.observe"),
     **dict.fromkeys(["InferencePolicy", "export_policy"], "rltrain.inference"),
@@ -73,6 +76,7 @@ __all__ = [
     "OnPolicyConfig",
     "OnPolicyStrategy",
     "PPOConfig",
+    "RLComponents",
     "RLStrategy",
     "Run",
     "SACConfig",

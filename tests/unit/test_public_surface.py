@@ -3,8 +3,10 @@ the earlier layout still found where they were (the top level warns with the new
 
 from __future__ import annotations
 
+import ast
 import importlib
 import warnings
+from pathlib import Path
 
 import pytest
 
@@ -47,3 +49,21 @@ def test_the_earlier_modules_names_are_found_in_their_folders(package: str, name
         warnings.simplefilter("error")
         found = getattr(importlib.import_module(package), name)
     assert found is getattr(importlib.import_module(home), name)
+
+
+#: The public packages: one per extension point (docs/architecture.md).
+PUBLIC = ("rltrain", "rltrain.agents", "rltrain.strategies", "rltrain.envs", "rltrain.observe",
+          "rltrain.checkpoint")
+
+
+def test_the_custom_strategy_example_imports_public_names_only() -> None:
+    """A loop of one's own needs nothing from inside a module: each name the example imports
+    from rltrain is in the ``__all__`` of the package it is imported from."""
+    example = Path(__file__).parents[2] / "examples" / "custom_strategy.py"
+    imported = [(node.module, alias.name) for node in ast.walk(ast.parse(example.read_text()))
+                if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("rltrain")
+                for alias in node.names]
+    assert {"RLComponents", "RLStrategy", "Run", "Policy", "EnvInit"} <= {n for _, n in imported}
+    for module, name in imported:
+        assert module in PUBLIC, f"{module} is not a public package"
+        assert name in importlib.import_module(module).__all__, f"{module}.{name}"
