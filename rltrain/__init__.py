@@ -11,7 +11,6 @@ package of its extension point: ``rltrain.agents`` (an agent: ``Policy``),
 docs/architecture.md maps them.
 """
 
-from rltrain._moved import moved
 from rltrain._version import __version__
 from rltrain.agents import (
     DQN,
@@ -40,26 +39,6 @@ from rltrain.strategies import (
     Run,
 )
 from rltrain.trainer import Trainer, build
-
-#: The public names of the earlier layout that now live in their folders (found there, with a
-#: DeprecationWarning, when imported from here).
-__getattr__ = moved("rltrain", {
-    **dict.fromkeys(["Checkpointer"], "rltrain.checkpoint"),
-    **dict.fromkeys(["ConfigError", "EnvConfig", "validate"], "rltrain.config.schema"),
-    **dict.fromkeys(["EnvInit", "EnvSpec", "make_vector_env"], "rltrain.envs.make"),
-    **dict.fromkeys(["EvaluationSettings", "SummarySettings"], "rltrain.components"),
-    "Evaluator": "rltrain.envs.evaluator", "Runner": "rltrain.envs.runner",
-    **dict.fromkeys(["EventProcessor", "Metrics"], "rltrain.observe"),
-    **dict.fromkeys(["InferencePolicy", "export_policy"], "rltrain.inference"),
-    "Interrupter": "rltrain.runtime.interrupt", "Optimization": "rltrain.optim",
-    **dict.fromkeys(["Policy", "SpaceError"], "rltrain.agents.base"),
-    **dict.fromkeys(["Progress", "Summary", "Transitions"], "rltrain.types"),
-    "RLResult": "rltrain.strategies.base",
-    **dict.fromkeys(["ReplayBatch", "ReplayBuffer", "RolloutBatch", "RolloutBuffer"],
-                    "rltrain.buffers"),
-    **dict.fromkeys(["replay", "rollout"], "rltrain.strategies.run.storage"),
-    "BuiltRun": "rltrain.trainer", "TrainerConfig": "rltrain.config.trainer_config",
-})
 
 __all__ = [
     "DQN",

@@ -9,7 +9,6 @@ from __future__ import annotations
 import contextlib
 import signal
 import threading
-import warnings
 from collections.abc import Iterator
 from types import FrameType
 
@@ -46,12 +45,6 @@ class Interrupter:
     def stop_requested(self) -> bool:
         """True once :meth:`stop` was called (and the request not cleared since)."""
         return self._event.is_set()
-
-    def should_stop(self) -> bool:
-        """The earlier name of :meth:`stop_requested` (deprecated)."""
-        warnings.warn("Interrupter.should_stop() is now stop_requested().", DeprecationWarning,
-                      stacklevel=2)
-        return self.stop_requested()
 
     @property
     def reason(self) -> str | None:

@@ -28,7 +28,6 @@ each rank's own parts (all but :data:`SHARED_PARTS`) as its shard.
 from __future__ import annotations
 
 import contextlib
-import warnings
 from collections.abc import Callable, Iterator, Mapping
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
@@ -194,12 +193,6 @@ class Run:
         """True once ``num_steps`` env steps are done or a stop was requested."""
         return (self.progress.env_steps >= self.components.num_steps
                 or self.stop_requested())
-
-    def should_stop(self) -> bool:
-        """The earlier name of :meth:`done` (deprecated; it meant the budget too)."""
-        warnings.warn("Run.should_stop() is now done() (stop_requested() for a stop request "
-                      "alone).", DeprecationWarning, stacklevel=2)
-        return self.done()
 
     def stop_requested(self) -> bool:
         """True once a stop was requested (``interrupter.stop``: Ctrl-C, SIGTERM, a callback,
