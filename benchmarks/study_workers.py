@@ -111,7 +111,7 @@ def run_study(folder: Path, trials: int, workers: int, steps: int, interval: int
         else postgres()
     with server as url:
         first = worker(study, url, [*config(steps, interval), "--trials", str(trials),
-                                    "--no-pruning", "--heartbeat", "1"])
+                                    "--no-pruning", "--heartbeat", "2"])
         deadline = time.monotonic() + 120
         while not (study / "tune.json").exists():
             if time.monotonic() > deadline or first.poll() is not None:

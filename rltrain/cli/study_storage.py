@@ -17,8 +17,9 @@ trials of a worker that died.
 from __future__ import annotations
 
 import os
+import sys
+import threading
 import time
-from collections.abc import Iterable
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -78,30 +79,58 @@ def _retry(optuna: Any, times: int | None) -> Any:
 
 
 class Heartbeats:
-    """A worker's side of the heartbeat in ``study``: :meth:`beat` for the trials it runs,
-    :meth:`take_over` for the trials of workers that died, each at most once per heartbeat
-    interval, and :meth:`hand_back` for those it stopped. Optuna's own on an RDB (``native``);
-    on a journal, the trial attribute :data:`JOURNAL_HEARTBEAT`."""
+    """A worker's side of the heartbeat in ``study``: a thread records one every ``heartbeat``
+    seconds for each trial the worker :meth:`hold` s (so that a worker busy for a while, starting
+    a trial or checking a config, is not taken for dead), :meth:`take_over` fails the trials of
+    workers that died, at most once per interval, and :meth:`hand_back` gives up one it stopped.
+    Optuna's own heartbeat on an RDB (``native``); on a journal, the trial attribute
+    :data:`JOURNAL_HEARTBEAT`."""
 
     def __init__(self, optuna: Any, study: Any, heartbeat: int) -> None:
         self.optuna, self.study, self.interval = optuna, study, heartbeat
         self.storage = study._storage
         self.native = bool(self.storage.get_heartbeat_interval()) \
             if hasattr(self.storage, "get_heartbeat_interval") else False
-        self._last_beat = self._last_check = float("-inf")
+        self._last_check = float("-inf")
+        self._held: dict[int, Any] = {}
+        self._lock = threading.Lock()
+        self._stopped = threading.Event()
+        self._thread = threading.Thread(target=self._beat, name="rltrain-heartbeat",
+                                        daemon=True)
+        self._thread.start()
 
-    def beat(self, trials: Iterable[Any], *, now: bool = False) -> None:
-        """Record a heartbeat for each of ``trials`` (Optuna trials this worker runs)."""
-        if not now and time.monotonic() - self._last_beat < self.interval:
-            return
-        if not now:
-            self._last_beat = time.monotonic()
-        for trial in trials:
-            if self.native:
-                self.storage.record_heartbeat(trial._trial_id)
-            else:
-                self.storage.set_trial_system_attr(trial._trial_id, JOURNAL_HEARTBEAT,
-                                                   time.time())
+    def hold(self, trial: Any) -> None:
+        """Keep ``trial``'s heartbeat from now on (one is recorded at once)."""
+        self._record(trial)
+        with self._lock:
+            self._held[trial._trial_id] = trial
+
+    def release(self, trial: Any) -> None:
+        """Stop ``trial``'s heartbeat (it finished, or was handed back)."""
+        with self._lock:
+            self._held.pop(trial._trial_id, None)
+
+    def close(self) -> None:
+        """Stop the heartbeat thread."""
+        self._stopped.set()
+        self._thread.join(timeout=self.interval + 5)
+
+    def _beat(self) -> None:
+        while not self._stopped.wait(self.interval):
+            with self._lock:
+                held = list(self._held.values())
+            for trial in held:
+                try:
+                    self._record(trial)
+                except Exception as error:  # the database away a moment: the next beat tries
+                    print(f"rltrain: heartbeat not recorded ({type(error).__name__}); trying "
+                          "again", file=sys.stderr, flush=True)
+
+    def _record(self, trial: Any) -> None:
+        if self.native:
+            self.storage.record_heartbeat(trial._trial_id)
+        else:
+            self.storage.set_trial_system_attr(trial._trial_id, JOURNAL_HEARTBEAT, time.time())
 
     def take_over(self) -> None:
         """Fail the study's trials whose heartbeat is stale, so that Optuna's callback queues
@@ -120,6 +149,7 @@ class Heartbeats:
     def hand_back(self, trial: Any) -> None:
         """Give up ``trial`` (its run stopped with a checkpoint): queued again at once for
         whichever worker asks next, whatever times it was before."""
+        self.release(trial)
         self._fail_and_queue(trial, None)
 
     def _fail_and_queue(self, trial: Any, times: int | None) -> None:

@@ -93,8 +93,6 @@ class Tuner:
         self._adopt_unbeaten()
         with Stops(lambda: [r.process for r in self.running]) as stop:
             while True:
-                self.heartbeats.beat([r.trial for r in self.running]
-                                     + [trial for _, trial in self.again])
                 self.heartbeats.take_over()
                 while not stop.requested and len(self.running) < self.setup.jobs:
                     trial = self._next()
@@ -114,6 +112,7 @@ class Tuner:
                     if running.process.poll() is not None:
                         self.running.remove(running)
                         self._finish(running, stopped=stop.requested)
+        self.heartbeats.close()
         return self._report(stopped=stop.requested)
 
     def _next(self) -> Any:
@@ -132,14 +131,14 @@ class Tuner:
             return None
         trial = self.study.ask()
         frozen = self.study._storage.get_trial(trial._trial_id)
-        self.heartbeats.beat([trial], now=True)
+        self.heartbeats.hold(trial)
         trial.set_user_attr(BEATING, True)
         if run_number(frozen) == frozen.number:  # a new trial: one too many when two workers
             ahead = self.study.get_trials(deepcopy=False)  # asked for the last one at once
             if len(_by_run([t for t in ahead if t.number <= frozen.number])) \
                     > self.setup.trials:
                 trial.set_user_attr(SURPLUS, True)
-                self.study.tell(trial, state=states.FAIL)
+                self._tell(trial, state=states.FAIL)
                 return None
         return trial
 
@@ -153,6 +152,18 @@ class Tuner:
         if unbeaten and not held(self.dir / OLD_LOCK):
             for trial in unbeaten:
                 self.heartbeats.hand_back(trial)
+
+    def _tell(self, trial: Any, value: float | None = None, **state: Any) -> bool:
+        """Record ``trial``'s end (a value, or a ``state``) and stop its heartbeat; False when
+        another worker took it over meanwhile (this worker was taken for dead)."""
+        self.heartbeats.release(trial)
+        try:
+            self.study.tell(trial, value, **state)
+        except self.optuna.exceptions.UpdateFinishedTrialError:
+            print(f"trial {trial.number}: taken over by another worker meanwhile; not recorded "
+                  "here", flush=True)
+            return False
+        return True
 
     def _pending(self) -> bool:
         """Whether the study has trials still to run or running in other workers (which this
@@ -172,7 +183,7 @@ class Tuner:
             check_params(params, self.dimensions)
             config = self.setup.compose(params)
         except Exception as error:  # a sampled combination the config refuses
-            self.study.tell(trial, state=self.optuna.trial.TrialState.FAIL)
+            self._tell(trial, state=self.optuna.trial.TrialState.FAIL)
             print(f"trial {number}: invalid settings: {str(error)[:300]}", flush=True)
             return False
         try:
@@ -192,7 +203,7 @@ class Tuner:
                 prepare_run(run_dir, config)
             log = open_log(self.dir / f"{run_dir.name}.log")
         except (OSError, ValueError) as error:
-            self.study.tell(trial, state=self.optuna.trial.TrialState.FAIL)
+            self._tell(trial, state=self.optuna.trial.TrialState.FAIL)
             print(f"trial {number}: failed: {error}", flush=True)
             return True
         command, resume = fit_command(run_dir, ["trainer.enable_progress_bar=false"],
@@ -245,11 +256,12 @@ class Tuner:
         assert running.log is not None
         running.log.close()
         if running.lost:
+            self.heartbeats.release(running.trial)
             return
         states = self.optuna.trial.TrialState
         number, code = running.number, running.process.returncode
         if running.pruned and (code != 0 or ended_on_signal(running.run_dir)):
-            self.study.tell(running.trial, state=states.PRUNED)
+            self._tell(running.trial, state=states.PRUNED)
             print(f"trial {number}: pruned at evaluation {max(running.reported)}", flush=True)
         elif not running.pruned and (ended_on_signal(running.run_dir) or (stopped and code)):
             self.heartbeats.hand_back(running.trial)
@@ -262,14 +274,15 @@ class Tuner:
             print(f"trial {number}: its process was killed ({signal.Signals(-code).name}); it "
                   "resumes from its last checkpoint", flush=True)
         else:
-            self.study.tell(running.trial, state=states.FAIL)
+            self._tell(running.trial, state=states.FAIL)
             log = self.dir / f"{running.run_dir.name}.log"
             print(f"trial {number}: failed (exit {code}): {last_line(log)}", flush=True)
 
     def _complete(self, trial: Any, number: int, run_dir: Path, config: DictConfig) -> None:
         """Record a finished trial's objective; write ``best.yaml`` when it is the best."""
         value = objective(run_dir, self.setup.objective, config)
-        self.study.tell(trial, value)
+        if not self._tell(trial, value):
+            return
         print(f"trial {number}: {self.setup.objective} {value:.2f}", flush=True)
         if self.study.best_trial.number == trial.number:
             self._write_best()

@@ -76,9 +76,11 @@ def test_wall_time_of_each_evaluation_comes_from_the_run_s_elapsed_time(
         runs: dict[str, Path]) -> None:
     run = read_run(runs["a0"])
     rows = [json.loads(line) for line in (runs["a0"] / "metrics.jsonl").read_text().splitlines()]
-    elapsed = {r["env_steps"]: r["time/elapsed"] for r in rows if r["event"] == "metrics"}
-    # evaluations at 200, 400 and 600 follow the metrics rows of those env steps
+    elapsed = {r["env_steps"]: r["time/elapsed"] for r in rows if r["event"] == "evaluation"}
+    # each evaluation's own clock, the one summary.json's threshold_seconds reads
     np.testing.assert_allclose(run.wall_time, [elapsed[200], elapsed[400], elapsed[600]])
+    metrics = {r["env_steps"]: r["time/elapsed"] for r in rows if r["event"] == "metrics"}
+    assert all(elapsed[x] >= metrics[x] for x in (200, 400, 600))  # an evaluation follows
     assert np.all(np.diff(run.wall_time) > 0)
     (group,) = learning_curves([runs["a0"], runs["a1"]], axis="wall_time")
     assert len(group.x) == 6 and np.all(np.diff(group.x) > 0)
