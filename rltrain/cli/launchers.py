@@ -115,6 +115,10 @@ class SlurmLauncher:
         return slurm_active(jobs)
 
 
+class NoSlurm(ValueError):
+    """This machine has no Slurm to ask (no ``squeue``)."""
+
+
 def slurm_active(jobs: Sequence[str]) -> dict[str, str]:
     """Of the Slurm ``jobs`` (ids as a record holds them: untrusted, malformed ones ignored),
     those still queued or running, with their state and node (``squeue``)."""
@@ -125,6 +129,8 @@ def slurm_active(jobs: Sequence[str]) -> dict[str, str]:
         listed = subprocess.run(  # --array: each task of an array on its own line
             ["squeue", "--array", "--noheader", "--format=%i %T %N", "--states=all",
              f"--jobs={','.join(ids)}"], capture_output=True, text=True, timeout=60)
+    except FileNotFoundError:
+        raise NoSlurm("squeue is not installed here") from None
     except (OSError, subprocess.TimeoutExpired) as error:
         raise ValueError(f"Cannot ask Slurm which jobs still run (squeue): {error}.") \
             from None

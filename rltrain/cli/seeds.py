@@ -26,7 +26,7 @@ from typing import IO, Any
 from omegaconf import DictConfig
 
 from rltrain.checkpoint.files import atomic_write_text
-from rltrain.cli.launchers import JOB_ID, Launcher, slurm_active, wait
+from rltrain.cli.launchers import JOB_ID, Launcher, NoSlurm, slurm_active, wait
 from rltrain.cli.processes import (
     Stops,
     ended_on_signal,
@@ -154,7 +154,16 @@ def resume_group(parent: Path, overrides: list[str], passthrough: list[str],
         config = validate(config)
     except (ValueError, RecursionError) as error:
         raise ValueError(f"{path}: the group's config is refused: {error}") from None
-    still = slurm_active([j["job"] for j in record["slurm"].values()]) if record["slurm"] else {}
+    try:
+        still = slurm_active([j["job"] for j in record["slurm"].values()]) \
+            if record["slurm"] else {}
+    except NoSlurm:
+        if launcher is not None:
+            raise
+        print(f"rltrain: no Slurm here (squeue): the seeds of {parent} that ran in Slurm are "
+              "taken to have ended; a seed still being written elsewhere is refused by its "
+              "run directory's lock", flush=True)
+        still = {}
     if launcher is not None or still:
         return submit_group(parent, record, overrides, passthrough, launcher,
                             resuming=True, wait_for=wait_for, active=still)

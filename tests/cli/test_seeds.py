@@ -74,3 +74,26 @@ def test_a_killed_group_resumes_only_its_unfinished_seeds(tmp_path: Path) -> Non
             "env_steps"] == 1500
     again = rltrain("fit", "--resume", str(parent), cwd=tmp_path)
     assert again.returncode == 0 and again.stdout.count("finished before") == 3
+
+
+def test_a_group_from_a_cluster_resumes_on_a_machine_without_slurm(tmp_path: Path) -> None:
+    """A group whose record names Slurm jobs (run on a cluster, copied here) finishes on a
+    machine with no ``squeue``: its unfinished seed resumes locally, with a note."""
+    parent = tmp_path / "group"
+    done = rltrain("fit", *QUICK, f"trainer.run_dir={parent}", "--seeds", "0-1",
+                   cwd=tmp_path, timeout=300)
+    assert done.returncode == 0, done.stdout + done.stderr
+    (parent / "seed-1" / "summary.json").unlink()  # seed 1 as if cancelled before its end
+    record = json.loads((parent / "seeds.json").read_text())
+    record["slurm"] = {"0": {"job": "41_0", "node": "node-a"}, "1": {"job": "41_1"}}
+    (parent / "seeds.json").write_text(json.dumps(record))
+    bare = tmp_path / "bin"  # a PATH without Slurm's commands
+    bare.mkdir()
+    resumed = rltrain("fit", "--resume", parent, cwd=tmp_path, timeout=300,
+                      env={"PATH": str(bare)})
+    assert resumed.returncode == 0, resumed.stdout + resumed.stderr
+    assert "no Slurm here (squeue)" in resumed.stdout
+    assert "seed 0: finished before" in resumed.stdout and "seed 1: resumed" in resumed.stdout
+    on_slurm = rltrain("fit", "--resume", parent, "--launcher", "slurm", cwd=tmp_path,
+                       env={"PATH": str(bare)})
+    assert on_slurm.returncode == 2 and "squeue is not installed here" in on_slurm.stderr
