@@ -44,29 +44,31 @@ def worker(study: Path, url: str, first: list[str] | None = None) -> subprocess.
         stderr=subprocess.STDOUT)
 
 
-def held_with_checkpoint(study: Path, pid: int) -> int | None:
+def held_with_checkpoint(study: Path, pid: int, seen: dict[Path, int]) -> int | None:
     """The run number of a trial that worker ``pid`` runs now (its ``rltrain fit`` is the
-    worker's child) and that saved a checkpoint since this segment started, else ``None``."""
+    worker's child) and that saved a checkpoint since it was first seen held (``seen``: the
+    length of each such run's metrics then; only the holder appends to them), else ``None``."""
     for run in sorted(study.glob("trial-*")):
         try:
             holder = json.loads((run / ".rltrain.lock").read_text())["pid"]
             parent = int(Path(f"/proc/{holder}/stat").read_text().rsplit(")", 1)[1].split()[1])
-            rows = [json.loads(r) for r in (run / "metrics.jsonl").read_text().splitlines()]
+            text = (run / "metrics.jsonl").read_text() if parent == pid else ""
         except (OSError, ValueError, KeyError, IndexError):
             continue
-        last_start = max((i for i, r in enumerate(rows) if r.get("event") == "start"),
-                         default=0)
-        saved = [r for r in rows[last_start:] if r.get("event") == "checkpoint"]  # written
-        if parent == pid and saved:  # whole: the run reports a checkpoint once it is saved
+        if parent != pid:
+            continue
+        since = seen.setdefault(run, len(text))
+        if '"event": "checkpoint"' in text[since:]:  # written whole by this run's process
             return int(run.name.removeprefix("trial-"))
     return None
 
 
 def kill_mid_trial(study: Path, process: subprocess.Popen[str], timeout: float = 600) -> int:
-    """SIGKILL ``process`` (a worker) once it runs a trial with a checkpoint; that trial's run
-    number."""
+    """SIGKILL ``process`` (a worker) once a trial it runs saved a checkpoint; that trial's
+    run number."""
     deadline = time.monotonic() + timeout
-    while (number := held_with_checkpoint(study, process.pid)) is None:
+    seen: dict[Path, int] = {}
+    while (number := held_with_checkpoint(study, process.pid, seen)) is None:
         if time.monotonic() > deadline or process.poll() is not None:
             raise RuntimeError(f"worker {process.pid} ran no trial with a checkpoint to kill")
         time.sleep(0.05)
