@@ -37,6 +37,8 @@ class Launcher(Protocol):
     ended (this machine)."""
 
     name: str
+    #: Torch threads of each run: the CPUs a job is given.
+    threads: int
 
     def submit(self, commands: dict[str, tuple[list[str], Path]], folder: Path, *,
                parallel: int, title: str) -> dict[str, str]:
@@ -96,6 +98,8 @@ class SlurmLauncher:
                     "time", "cpus_per_task", "gpus_per_node") and value.isdigit() else value
         if not isinstance(self.parameters["time"], int):
             raise ValueError("--slurm time=MIN: minutes, a whole number.")
+        cpus = self.parameters.get("cpus_per_task", 1)
+        self.threads = cpus if isinstance(cpus, int) else 1
 
     def submit(self, commands: dict[str, tuple[list[str], Path]], folder: Path, *,
                parallel: int, title: str) -> dict[str, str]:

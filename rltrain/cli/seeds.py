@@ -108,12 +108,16 @@ def launch(config: DictConfig, seeds: list[int], jobs: int, parent: Path,
     parent.mkdir(parents=True, exist_ok=True)
     stored = to_container(config)
     record = {"format": FORMAT, "seeds": seeds, "jobs": jobs, "config": stored, "slurm": {}}
-    atomic_write_text(parent / MANIFEST, json.dumps(record, indent=2) + "\n")
+    _write(parent, record)
     if launcher is not None:
-        return submit_group(parent, record, overrides, passthrough, launcher,
-                            resuming=False, wait_for=wait_for)
+        return submit_group(parent, record, literal_config(stored), overrides, passthrough,
+                            launcher, resuming=False, wait_for=wait_for, active={})
     return run_group(parent, literal_config(stored), seeds, jobs, overrides, passthrough,
                      resuming=False)
+
+
+def _write(parent: Path, record: dict[str, Any]) -> None:
+    atomic_write_text(parent / MANIFEST, json.dumps(record, indent=2) + "\n")
 
 
 #: The record's format: 2 holds the composed config (1 held a command line to replay).
@@ -164,9 +168,14 @@ def resume_group(parent: Path, overrides: list[str], passthrough: list[str],
               "taken to have ended; a seed still being written elsewhere is refused by its "
               "run directory's lock", flush=True)
         still = {}
-    if launcher is not None or still:
-        return submit_group(parent, record, overrides, passthrough, launcher,
+    if launcher is not None:
+        return submit_group(parent, record, config, overrides, passthrough, launcher,
                             resuming=True, wait_for=wait_for, active=still)
+    if still:
+        raise ValueError(f"{len(still)} seeds of {parent} are queued or running in Slurm "
+                         f"({', '.join(f'{j}: {s}' for j, s in still.items())}); wait for "
+                         "them, cancel them (scancel), or resume with --launcher slurm, which "
+                         "submits only the others.")
     return run_group(parent, config, seeds, jobs, overrides, passthrough, resuming=True)
 
 
@@ -181,58 +190,52 @@ def _checked_jobs(jobs: object, seeds: list[int]) -> dict[str, dict[str, str]]:
     return jobs
 
 
-def submit_group(parent: Path, record: dict[str, Any], overrides: list[str],
-                 passthrough: list[str], launcher: Launcher | None, *, resuming: bool,
-                 wait_for: bool, active: dict[str, str] | None = None) -> int:
-    """Submit the group's unfinished seeds (those neither finished nor queued or running in
-    Slurm already) through ``launcher``, as one array job; record each seed's job (and, once
-    it ran, its node) in ``seeds.json``. Without a launcher (``--resume`` run here), only a
-    group with no seed left in Slurm's queue goes on, on this machine."""
+def submit_group(parent: Path, record: dict[str, Any], config: DictConfig,
+                 overrides: list[str], passthrough: list[str], launcher: Launcher, *,
+                 resuming: bool, wait_for: bool, active: dict[str, str]) -> int:
+    """Submit the group's unfinished seeds (neither finished nor among the ``active`` Slurm
+    jobs) through ``launcher``, as one array job; record each seed's job (and, once it ran,
+    its node) in ``seeds.json``."""
     jobs: dict[str, dict[str, str]] = record["slurm"]
-    active = active if active is not None else slurm_active([j["job"] for j in jobs.values()])
     group = [Seed(s, parent / f"seed-{s}") for s in record["seeds"]]
     _record_nodes(group, jobs)
-    queued = [s for s in group if str(s.seed) in jobs and jobs[str(s.seed)]["job"] in active]
+    queued = [s for s in group if jobs.get(str(s.seed), {}).get("job") in active]
     for seed in queued:
-        print(f"seed {seed.seed}: slurm job {jobs[str(seed.seed)]['job']} is "
-              f"{active[jobs[str(seed.seed)]['job']]}, left as it is", flush=True)
-    if launcher is None:
-        if queued:
-            raise ValueError(f"{len(queued)} seeds of {parent} are queued or running in Slurm; "
-                             "wait for them, cancel them (scancel), or resume with "
-                             "--launcher slurm, which submits only the others.")
-        return run_group(parent, validate(literal_config(record["config"])), record["seeds"],
-                         record["jobs"], overrides, passthrough, resuming=resuming)
-    todo = [s for s in group if s not in queued and not (resuming and s.finished)]
-    for done in (s for s in group if s not in todo and s not in queued):
-        print(f"seed {done.seed}: finished before, left as it is", flush=True)
-    config = validate(literal_config(record["config"]))
-    threads = str(getattr(launcher, "parameters", {}).get("cpus_per_task", 1))
+        job = jobs[str(seed.seed)]["job"]
+        print(f"seed {seed.seed}: slurm job {job} is {active[job]}, left as it is", flush=True)
+    todo = _todo([s for s in group if s not in queued], resuming)
     commands: dict[str, tuple[list[str], Path]] = {}
     for seed in todo:
-        if not has_checkpoint(seed.run_dir):
-            prepare_run(seed.run_dir, seed_config(config, seed.seed, seed.run_dir))
-        command, _ = fit_command(seed.run_dir.absolute(), ["trainer.enable_progress_bar=false",
-                                                f"trainer.num_threads={threads}", *overrides],
-                                 passthrough)
+        _prepare(seed, config)
+        command, _ = fit_command(seed.run_dir.absolute(), [
+            "trainer.enable_progress_bar=false", f"trainer.num_threads={launcher.threads}",
+            *overrides], passthrough)
         commands[str(seed.seed)] = (command, parent.absolute() / f"seed-{seed.seed}.log")
     submitted = launcher.submit(commands, parent / "slurm", parallel=record["jobs"],
                                 title="rltrain-seeds") if commands else {}
     for key, job in submitted.items():
         jobs[key] = {"job": job}
         print(f"seed {key}: submitted as slurm job {job}", flush=True)
-    atomic_write_text(parent / MANIFEST, json.dumps(record, indent=2) + "\n")
+    _write(parent, record)
     if wait_for and (submitted or queued):
         wait(launcher, [j["job"] for j in jobs.values()])
         _record_nodes(group, jobs)
-        atomic_write_text(parent / MANIFEST, json.dumps(record, indent=2) + "\n")
-        return _summary(parent, group)
-    if not (submitted or queued):
-        return _summary(parent, group)
+        _write(parent, record)
+    if wait_for or not (submitted or queued):
+        return 1 if _summary(parent, group) else 0
     print(f"seeds in {parent}: {len(submitted)} submitted, {len(queued)} queued or running "
           f"before, {len(group) - len(todo) - len(queued)} finished; see them with squeue, "
           f"and continue with rltrain fit --resume {parent} --launcher slurm", flush=True)
     return 0
+
+
+def _todo(group: list[Seed], resuming: bool) -> list[Seed]:
+    """The seeds of ``group`` to run: all of a new group, the unfinished ones of a resumed
+    one (the others are said to be left as they are)."""
+    todo = [s for s in group if not (resuming and s.finished)]
+    for done in (s for s in group if s not in todo):
+        print(f"seed {done.seed}: finished before, left as it is", flush=True)
+    return todo
 
 
 def _record_nodes(group: list[Seed], jobs: dict[str, dict[str, str]]) -> None:
@@ -243,12 +246,13 @@ def _record_nodes(group: list[Seed], jobs: dict[str, dict[str, str]]) -> None:
             entry["node"] = host
 
 
-def _summary(parent: Path, group: list[Seed]) -> int:
+def _summary(parent: Path, group: list[Seed]) -> list[int]:
+    """Say how many of the group's seeds finished; the unfinished ones."""
     unfinished = [s.seed for s in group if not s.finished]
     print(f"seeds in {parent}: {len(group) - len(unfinished)} of {len(group)} finished"
           + (f"; continue with rltrain fit --resume {parent}" if unfinished else ""),
           flush=True)
-    return 1 if unfinished else 0
+    return unfinished
 
 
 def _last_host(run_dir: Path) -> str | None:
@@ -265,9 +269,7 @@ def run_group(parent: Path, config: DictConfig, seeds: list[int], jobs: int,
               overrides: list[str], passthrough: list[str], *, resuming: bool) -> int:
     """Run the seeds ``jobs`` at a time; the first failure's exit status, else 0."""
     group = [Seed(s, parent / f"seed-{s}") for s in seeds]
-    todo = [s for s in group if not (resuming and s.finished)]
-    for done in (s for s in group if s not in todo):
-        print(f"seed {done.seed}: finished before, left as it is", flush=True)
+    todo = _todo(group, resuming)
     threads = max(1, (os.cpu_count() or 1) // max(1, jobs))
     running: list[Seed] = []
     failures: list[int] = []
@@ -288,10 +290,7 @@ def run_group(parent: Path, config: DictConfig, seeds: list[int], jobs: int,
                     failures.append(code)
             if stop.requested and not running:
                 break
-    unfinished = [s.seed for s in group if not s.finished]
-    print(f"seeds in {parent}: {len(group) - len(unfinished)} of {len(group)} finished"
-          + (f"; continue with rltrain fit --resume {parent}" if unfinished else ""),
-          flush=True)
+    _summary(parent, group)
     return failures[0] if failures else (130 if stop.requested else 0)
 
 
@@ -304,8 +303,7 @@ def _start(seed: Seed, config: DictConfig, overrides: list[str], passthrough: li
     """Start the seed's process (preparing its run directory from the group's config where it
     has no checkpoint); False, with the reason printed, when its directory cannot take it."""
     try:
-        if not has_checkpoint(seed.run_dir):
-            prepare_run(seed.run_dir, seed_config(config, seed.seed, seed.run_dir))
+        _prepare(seed, config)
         seed.log = open_log(seed.run_dir.parent / f"seed-{seed.seed}.log")
     except (OSError, ValueError) as error:
         print(f"seed {seed.seed}: failed (exit {EXIT_BAD_INPUT}): {error}", flush=True)
@@ -317,6 +315,12 @@ def _start(seed: Seed, config: DictConfig, overrides: list[str], passthrough: li
     print(f"seed {seed.seed}: {'resumed' if resume else 'started'} in {seed.run_dir}",
           flush=True)
     return True
+
+
+def _prepare(seed: Seed, config: DictConfig) -> None:
+    """Write the seed's run directory with its config, unless it has a checkpoint to resume."""
+    if not has_checkpoint(seed.run_dir):
+        prepare_run(seed.run_dir, seed_config(config, seed.seed, seed.run_dir))
 
 
 def seed_config(config: DictConfig, seed: int, run_dir: Path) -> DictConfig:

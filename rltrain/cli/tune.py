@@ -77,10 +77,8 @@ def _optuna() -> Any:
     except ImportError as error:
         raise ImportError("rltrain tune needs Optuna: pip install 'rltrain[tune]'.") from error
     optuna.logging.set_verbosity(optuna.logging.WARNING)
-    # rltrain keeps the heartbeats itself (Optuna warns when ask() is used with them) and uses
-    # the retry callback's experimental arguments on purpose.
+    # rltrain keeps the heartbeats itself (Optuna warns when ask() is used with them).
     warnings.filterwarnings("ignore", message="Heartbeat of storage is supposed to be used")
-    warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
     return optuna
 
 
@@ -219,7 +217,9 @@ def _setup(args: argparse.Namespace, study_dir: Path) -> tuple[Setup, list[str],
             raise ValueError("rltrain tune scores trials by their evaluations: set "
                              "trainer.eval_interval.")
         setup = Setup(to_container(config), read_space(path), args.objective or "auc",
-                      not args.no_pruning, args.prune_after, heartbeat=args.heartbeat or 10)
+                      not args.no_pruning, args.prune_after)
+        if args.heartbeat is not None:
+            setup.heartbeat = args.heartbeat
         if args.storage is not None:
             setup.storage, setup.name = shown(storage_url(study_dir, args.storage)), \
                 new_name(study_dir)

@@ -49,7 +49,6 @@ OLD_LOCK = ".tune.lock"
 SURPLUS = "rltrain:surplus"
 
 
-
 @dataclass(eq=False)
 class Running:
     """A trial while its process runs."""
@@ -89,6 +88,14 @@ class Tuner:
     def run(self) -> int:
         """Run trials until the study's ``--trials`` are done, or Ctrl-C/SIGTERM; 130 when
         stopped."""
+        try:
+            stopped = self._loop()
+        finally:
+            self.heartbeats.close()
+        return self._report(stopped=stopped)
+
+    def _loop(self) -> bool:
+        """The worker's loop (:meth:`run`); whether a stop was requested."""
         invalid = 0
         self._adopt_unbeaten()
         with Stops(lambda: [r.process for r in self.running]) as stop:
@@ -112,8 +119,7 @@ class Tuner:
                     if running.process.poll() is not None:
                         self.running.remove(running)
                         self._finish(running, stopped=stop.requested)
-        self.heartbeats.close()
-        return self._report(stopped=stop.requested)
+        return stop.requested
 
     def _next(self) -> Any:
         """The next trial for this worker: its own to start again, a trial queued again after
@@ -249,7 +255,7 @@ class Tuner:
         except self.optuna.exceptions.UpdateFinishedTrialError:
             running.lost = True
             running.process.send_signal(signal.SIGINT)
-            print(f"trial {running.run_dir.name}: taken over by another worker (this worker's "
+            print(f"trial {running.number}: taken over by another worker (this worker's "
                   "heartbeats came late); its run here stops with a checkpoint", flush=True)
 
     def _finish(self, running: Running, *, stopped: bool) -> None:
