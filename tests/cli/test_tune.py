@@ -235,3 +235,16 @@ def test_a_study_an_earlier_rltrain_left_running_is_taken_over(tmp_path: Path) -
     assert done.returncode == 0, done.stdout + done.stderr
     assert "trial 0: started" in done.stdout  # its run had no checkpoint: it starts
     assert runs(study(path).trials) == {0: "COMPLETE"}
+
+
+def test_a_refused_tune_command_writes_nothing(tmp_path: Path) -> None:
+    """A bad search space is refused before the study folder exists: no ``tune.json`` to
+    poison the study, so the same command, corrected, starts it."""
+    space = tmp_path / "space.yaml"
+    space.write_text("agent.learning_rate: {low: 1.0e-4, high: 1.0e-3}\n")
+    refused = rltrain("tune", *QUICK, "--space", space, "--study", "study", cwd=tmp_path)
+    assert refused.returncode == 2 and "agent.learning_rate is not a config" in refused.stderr
+    assert not (tmp_path / "study").exists()
+    slurm = rltrain("tune", *QUICK, "--study", "study", "--launcher", "slurm", cwd=tmp_path)
+    assert slurm.returncode == 2 and "need a database they share" in slurm.stderr
+    assert not (tmp_path / "study").exists()
