@@ -20,7 +20,6 @@ import os
 import sys
 import threading
 import time
-import warnings
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -76,9 +75,7 @@ def _retry(optuna: Any, times: int | None) -> Any:
     evaluations kept), at most ``times`` times (``None``: always)."""
     retry = getattr(optuna.storages, "RetryHeartbeatStaleTrialCallback", None) or \
         optuna.storages.RetryFailedTrialCallback
-    with warnings.catch_warnings():  # experimental in Optuna, and used on purpose
-        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-        return retry(max_retry=times, inherit_intermediate_values=True)
+    return retry(max_retry=times, inherit_intermediate_values=True)
 
 
 class Heartbeats:

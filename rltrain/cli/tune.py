@@ -77,8 +77,10 @@ def _optuna() -> Any:
     except ImportError as error:
         raise ImportError("rltrain tune needs Optuna: pip install 'rltrain[tune]'.") from error
     optuna.logging.set_verbosity(optuna.logging.WARNING)
-    # rltrain keeps the heartbeats itself (Optuna warns when ask() is used with them).
+    # rltrain keeps the heartbeats itself (Optuna warns when ask() is used with them), and uses
+    # Optuna's experimental heartbeat and retry on purpose: neither is news to the user.
     warnings.filterwarnings("ignore", message="Heartbeat of storage is supposed to be used")
+    warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
     return optuna
 
 

@@ -165,11 +165,20 @@ class Tuner:
         self.heartbeats.release(trial)
         try:
             self.study.tell(trial, value, **state)
-        except self.optuna.exceptions.UpdateFinishedTrialError:
+        except (self.optuna.exceptions.UpdateFinishedTrialError, ValueError):
+            # Optuna refuses to tell a trial that is no longer running with a ValueError (when
+            # another worker failed it before) or this error (when it happened meanwhile).
+            if self._running(trial):
+                raise
             print(f"trial {trial.number}: taken over by another worker meanwhile; not recorded "
                   "here", flush=True)
             return False
         return True
+
+    def _running(self, trial: Any) -> bool:
+        """Whether ``trial`` is still running in the study (not failed by another worker)."""
+        state = self.study._storage.get_trial(trial._trial_id).state
+        return bool(state == self.optuna.trial.TrialState.RUNNING)
 
     def _pending(self) -> bool:
         """Whether the study has trials still to run or running in other workers (which this

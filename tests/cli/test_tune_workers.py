@@ -63,3 +63,30 @@ def test_workers_take_over_a_killed_workers_trials(tmp_path: Path, journal: bool
         assert expected[section][name] == pytest.approx(value)
     assert written["trainer"]["num_steps"] == STEPS and written["trainer"]["run_dir"] is None
     assert os.path.exists(study / "trial-0000.log")
+
+
+def test_a_trial_another_worker_failed_is_not_recorded_twice(tmp_path: Path,
+                                                              capsys: pytest.CaptureFixture[str]
+                                                              ) -> None:
+    """A worker whose trial another worker failed meanwhile (its heartbeats came late) says so
+    and goes on: Optuna refuses to tell a failed trial (a ValueError, the CI failure of stop
+    50), which is not a crash of the worker."""
+    from rltrain.cli.study_storage import Heartbeats, open_storage
+    from rltrain.cli.tune_record import Setup
+    from rltrain.cli.tune_worker import Tuner
+    from rltrain.config.targets import Trust
+
+    url = f"sqlite:///{tmp_path / 'study.db'}"
+    mine = optuna.create_study(storage=open_storage(optuna, url, 5), study_name="s")
+    other = optuna.load_study(storage=open_storage(optuna, url, 5), study_name="s")
+    beats, their_beats = Heartbeats(optuna, mine, 5), Heartbeats(optuna, other, 5)
+    tuner = Tuner(optuna, mine, beats, Setup(config={}, space={}), [], tmp_path, [], Trust())
+    trial = mine.ask()
+    beats.hold(trial)
+    their_beats.hand_back(other._storage.get_trial(trial._trial_id))
+    assert tuner._tell(trial, 1.0) is False
+    assert f"trial {trial.number}: taken over by another worker" in capsys.readouterr().out
+    states = [t.state.name for t in mine.get_trials()]
+    assert states == ["FAIL", "WAITING"]  # failed once, queued again; never COMPLETE here
+    beats.close()
+    their_beats.close()
