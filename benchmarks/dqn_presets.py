@@ -60,9 +60,9 @@ from benchmarks._util import (
     table,
 )
 from rltrain.agents.qrdqn import QRDQNConfig
-from rltrain.config.registry import AGENTS
 from rltrain.config.schema import compose
 from rltrain.runtime.seeding import derive_seeds
+from rltrain.settings.registry import AGENTS
 from rltrain.trainer import build
 
 #: The default threshold per preset: Acrobot-v1's reward_threshold; for MountainCar-v0 the

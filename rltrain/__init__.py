@@ -25,7 +25,6 @@ from rltrain.agents import (
     SACConfig,
     TD3Config,
 )
-from rltrain.components import RLComponents
 from rltrain.config.schema import compose
 from rltrain.inference import load_policy
 from rltrain.observe import Subscriber
@@ -38,6 +37,7 @@ from rltrain.strategies import (
     RLStrategy,
     Run,
 )
+from rltrain.strategies.components import RLComponents
 from rltrain.trainer import Trainer, build
 
 __all__ = [

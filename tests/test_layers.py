@@ -14,27 +14,15 @@ import pytest
 
 PACKAGE = Path(__file__).resolve().parent.parent / "rltrain"
 
-#: Lowest first. A module belongs to the first prefix that names it (the longest wins).
-LAYERS: list[tuple[str, ...]] = [
-    ("rltrain.types", "rltrain.errors", "rltrain._version", "rltrain._moved",
-     "rltrain.runtime.heap"),
-    ("rltrain.runtime", "rltrain.config.targets", "rltrain.config.registry",
-     "rltrain.config.search_path",
-     "rltrain.config.checks", "rltrain.config.strategies", "rltrain.envs",
-     "rltrain.buffers",
-     "rltrain.observe",
-     "rltrain.checkpoint.manifest", "rltrain.checkpoint.files", "rltrain.checkpoint.io",
-     "rltrain.checkpoint.intact", "rltrain.checkpoint.sharded", "rltrain.checkpoint.store"),
-    ("rltrain.optim",),
-    ("rltrain.components",),
-    ("rltrain.agents",),
-    ("rltrain.envs.runner", "rltrain.envs.evaluator", "rltrain.checkpoint"),
-    ("rltrain.strategies",),
-    ("rltrain.config",),
-    ("rltrain.trainer", "rltrain.inference"),
-    ("rltrain.cli",),
-    ("rltrain",),  # the package's own __init__: the public names
+#: The folders of ``rltrain/``, lowest first, one layer each. Below them all, the records: the
+#: package's own modules (``types``, ``errors``, ``_version``); above them all, the package's
+#: ``__init__`` (the public names).
+LAYERS: list[str] = [
+    "runtime", "settings", "observe", "buffers", "envs", "optim", "agents", "checkpoint",
+    "strategies", "config", "trainer", "inference", "cli",
 ]
+#: The modules directly in ``rltrain/``: the records every layer may import.
+RECORDS = ("types", "errors", "_version")
 
 
 def module_name(path: Path) -> str:
@@ -46,10 +34,16 @@ MODULES = {module_name(p): p for p in PACKAGE.rglob("*.py")}
 
 
 def layer_of(module: str) -> int:
-    matches = [(len(prefix), index) for index, prefixes in enumerate(LAYERS)
-               for prefix in prefixes if module == prefix or module.startswith(prefix + ".")]
-    assert matches, f"{module} is in no layer: add it to LAYERS (and docs/architecture.md)"
-    return max(matches)[1]
+    """``module``'s layer: 0 for a record, ``len(LAYERS) + 1`` for the package's ``__init__``,
+    else one more than its folder's index in :data:`LAYERS`."""
+    parts = module.split(".")
+    if len(parts) == 1:
+        return len(LAYERS) + 1
+    if parts[1] in RECORDS and len(parts) == 2:
+        return 0
+    assert parts[1] in LAYERS, f"{module} is in no layer: add its folder to LAYERS (and " \
+        "docs/architecture.md)"
+    return LAYERS.index(parts[1]) + 1
 
 
 def target(name: str) -> str | None:
@@ -124,6 +118,29 @@ def upward(graph: dict[str, set[str]]) -> list[str]:
 def test_no_module_imports_a_higher_layer() -> None:
     found = upward(GRAPH)
     assert found == [], "\n".join(found)
+
+
+def folder_graph(graph: dict[str, set[str]]) -> dict[str, set[str]]:
+    """The imports between folders (a record counts as its module's name)."""
+    def folder(module: str) -> str:
+        return module.split(".")[1] if "." in module else module
+
+    found: dict[str, set[str]] = {}
+    for module, others in graph.items():
+        found.setdefault(folder(module), set()).update(
+            folder(o) for o in others if folder(o) != folder(module))
+    return found
+
+
+def test_no_import_cycle_between_folders() -> None:
+    assert cycles(folder_graph(GRAPH)) == []
+
+
+def test_every_folder_has_its_layer_and_only_records_sit_beside_them() -> None:
+    folders = {p.name for p in PACKAGE.iterdir() if (p / "__init__.py").is_file()}
+    assert folders == set(LAYERS)
+    modules = {p.stem for p in PACKAGE.glob("*.py")} - {"__init__"}
+    assert modules == set(RECORDS)
 
 
 def test_the_records_import_nothing_from_rltrain() -> None:

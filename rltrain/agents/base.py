@@ -18,11 +18,11 @@ from rltrain.agents.protocols import RolloutLearner
 from rltrain.buffers.frames import FrameStackReplay, frame_space_ok
 from rltrain.buffers.replay import ReplayBuffer
 from rltrain.buffers.rollout import RolloutBuffer
-from rltrain.buffers.sampling import ReplaySampling
-from rltrain.config.strategies import OffPolicyConfig, OnPolicyConfig
 from rltrain.observe.events import flatten_hparams
 from rltrain.runtime.distributed import SINGLE, DistributedContext
 from rltrain.runtime.statistics import Statistics
+from rltrain.settings.loops import OffPolicyConfig, OnPolicyConfig
+from rltrain.settings.replay import ReplaySampling
 from rltrain.types import ObsTensors, PolicyState, PolicyStep, Progress
 
 if TYPE_CHECKING:
@@ -201,10 +201,10 @@ class LearningAgent(nn.Module, ABC):
     def default_strategy_settings(self) -> OffPolicyConfig | OnPolicyConfig:
         """The settings of the strategy this agent trains best with, when the Trainer is
         given none: a checked config whose type names the strategy (the registered one that
-        takes it). Default: :class:`~rltrain.config.strategies.OnPolicyConfig` ()'s defaults
+        takes it). Default: :class:`~rltrain.settings.loops.OnPolicyConfig` ()'s defaults
         for an agent that learns from rollouts (a
         :class:`~rltrain.agents.protocols.RolloutLearner`), else
-        :class:`~rltrain.config.strategies.OffPolicyConfig` ()'s (which are DQN's)."""
+        :class:`~rltrain.settings.loops.OffPolicyConfig` ()'s (which are DQN's)."""
         return OnPolicyConfig() if isinstance(self, RolloutLearner) else OffPolicyConfig()
 
     def make_buffer(self, capacity: int, *, num_envs: int, observation_space: gym.Space[Any],

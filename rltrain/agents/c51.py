@@ -24,9 +24,9 @@ from rltrain.agents.nn.masking import action_mask, masked_values
 from rltrain.agents.nn.noisy import reset_noise
 from rltrain.agents.replay_terms import discount, send_td_errors, weighted
 from rltrain.buffers.replay import ReplayBatch
-from rltrain.config.registry import register_agent
 from rltrain.errors import require
 from rltrain.optim import Optimization
+from rltrain.settings.registry import register_agent
 from rltrain.types import MetricValue
 
 

@@ -11,7 +11,7 @@ import torch
 
 from rltrain.agents.base import SpaceError, require_bounded
 from rltrain.agents.nn.encoders import check_observation_space
-from rltrain.config.strategies import OffPolicyConfig
+from rltrain.settings.loops import OffPolicyConfig
 
 
 def sb3_schedule() -> OffPolicyConfig:

@@ -36,10 +36,10 @@ from rltrain.agents.nn.observation_spaces import encoder_check
 from rltrain.agents.replay_terms import discount, send_td_errors, weighted
 from rltrain.buffers.observations import layout, leading_tensor
 from rltrain.buffers.replay import ReplayBatch
-from rltrain.config.checks import check_typed_fields, config_name
-from rltrain.config.registry import register_agent
 from rltrain.errors import require
 from rltrain.optim import Optimization, adam
+from rltrain.settings.checks import check_typed_fields, config_name
+from rltrain.settings.registry import register_agent
 from rltrain.types import MetricValue, ObsTensors, PolicyState, PolicyStep
 
 

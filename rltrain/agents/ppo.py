@@ -44,8 +44,8 @@ from rltrain.agents.returns import gae
 from rltrain.buffers.observations import leading_tensor, map_obs
 from rltrain.buffers.recurrent import STATE_IN, RecurrentBatch, RecurrentRollout
 from rltrain.buffers.rollout import RolloutBatch, RolloutBuffer
-from rltrain.config.registry import register_agent
 from rltrain.optim import Optimization, adam
+from rltrain.settings.registry import register_agent
 from rltrain.types import MetricValue, ObsTensors, PolicyState, PolicyStep
 
 __all__ = ["PPO", "PPOConfig", "PPOPolicy", "explained_variance"]

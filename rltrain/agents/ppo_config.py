@@ -10,8 +10,8 @@ from rltrain.agents.nn.actor_critic import ACTIVATIONS
 from rltrain.agents.nn.distributions import LOG_STD_LIMIT
 from rltrain.agents.nn.observation_spaces import encoder_check
 from rltrain.agents.nn.recurrent import RECURRENT
-from rltrain.config.checks import check_typed_fields
 from rltrain.errors import require
+from rltrain.settings.checks import check_typed_fields
 
 
 @dataclass

@@ -41,11 +41,11 @@ from rltrain.agents.nn.observation_spaces import encoder_check
 from rltrain.agents.returns import gae
 from rltrain.buffers.observations import map_obs
 from rltrain.buffers.rollout import RolloutBatch, RolloutBuffer
-from rltrain.config.checks import check_typed_fields
-from rltrain.config.registry import register_agent
-from rltrain.config.strategies import OnPolicyConfig
 from rltrain.errors import require
 from rltrain.optim import Optimization
+from rltrain.settings.checks import check_typed_fields
+from rltrain.settings.loops import OnPolicyConfig
+from rltrain.settings.registry import register_agent
 from rltrain.types import MetricValue, ObsTensors, PolicyState, PolicyStep
 
 

@@ -19,7 +19,7 @@ if TYPE_CHECKING:
     import torch
 
     from rltrain.buffers import Buffer, RolloutBuffer
-    from rltrain.buffers.sampling import ReplaySampling
+    from rltrain.settings.replay import ReplaySampling
 
 
 @runtime_checkable

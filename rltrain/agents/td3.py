@@ -37,11 +37,11 @@ from rltrain.agents.nn.networks import DeterministicActor, TwinQ, soft_update
 from rltrain.agents.nn.observation_spaces import encoder_check
 from rltrain.agents.replay_terms import discount, send_td_errors, weighted
 from rltrain.buffers.replay import ReplayBatch
-from rltrain.config.checks import check_typed_fields
-from rltrain.config.registry import register_agent
-from rltrain.config.strategies import OffPolicyConfig
 from rltrain.errors import require
 from rltrain.optim import Optimization, adam
+from rltrain.settings.checks import check_typed_fields
+from rltrain.settings.loops import OffPolicyConfig
+from rltrain.settings.registry import register_agent
 from rltrain.types import MetricValue, ObsTensors, PolicyState, PolicyStep
 
 

@@ -6,8 +6,8 @@ from typing import TYPE_CHECKING, Any, Protocol
 from rltrain.buffers.frames import FrameStackReplay
 from rltrain.buffers.replay import ReplayBatch, ReplayBuffer
 from rltrain.buffers.rollout import RolloutBatch, RolloutBuffer
-from rltrain.buffers.sampling import PriorityConfig
 from rltrain.buffers.sequence import SequenceBatch, SequenceReplayBuffer
+from rltrain.settings.replay import PriorityConfig
 
 if TYPE_CHECKING:
     from rltrain.types import Transitions

@@ -31,7 +31,7 @@ import torch
 
 from rltrain.buffers.observations import mismatch
 from rltrain.buffers.replay import ReplayBatch, SampledReplay, check_fits
-from rltrain.buffers.sampling import PriorityConfig
+from rltrain.settings.replay import PriorityConfig
 
 if TYPE_CHECKING:
     from rltrain.types import Transitions

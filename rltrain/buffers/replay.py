@@ -18,7 +18,7 @@ from rltrain.buffers.observations import (
     storage_dtype,
 )
 from rltrain.buffers.sampled import STORED_FIELDS, Plan, ReplayBatch, SampledReplay
-from rltrain.buffers.sampling import PriorityConfig
+from rltrain.settings.replay import PriorityConfig
 
 __all__ = ["ReplayBatch", "ReplayBuffer", "SampledReplay", "available_memory", "check_fits",
            "storage_dtypes"]

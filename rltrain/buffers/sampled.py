@@ -11,12 +11,8 @@ import numpy as np
 import torch
 
 from rltrain.buffers.observations import map_obs
-from rltrain.buffers.sampling import (
-    Prioritized,
-    PriorityConfig,
-    PriorityFeedback,
-    n_step_window,
-)
+from rltrain.buffers.sampling import Prioritized, PriorityFeedback, n_step_window
+from rltrain.settings.replay import PriorityConfig
 
 if TYPE_CHECKING:
     from rltrain.types import ObsTensors

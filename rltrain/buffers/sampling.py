@@ -16,8 +16,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from rltrain.config.checks import check_typed_fields
-from rltrain.errors import require
+from rltrain.settings.replay import PriorityConfig
 
 
 @dataclass(frozen=True)
@@ -76,51 +75,6 @@ def n_step_window(idx: np.ndarray, *, n_step: int, gamma: float, rewards: np.nda
         going &= ~ended(last) & (newer > j)
     discounts = np.power(np.float32(gamma), steps).astype(np.float32)
     return NStepWindow(last, returns.astype(np.float32), discounts)
-
-
-@dataclass
-class PriorityConfig:
-    """Settings of proportional prioritized replay (Schaul et al. 2016, arXiv:1511.05952).
-
-    Attributes:
-        alpha: Priority exponent: a transition is drawn with probability ``p_i**alpha /
-            sum_k p_k**alpha``; 0 is uniform. Default 0.6 (the paper's proportional variant).
-        beta_start: Importance-sampling exponent at the start of the run, annealed linearly to
-            1 over ``trainer.num_steps``. Default 0.4.
-        epsilon: Added to ``|TD error|`` so that no transition's priority is 0. Default 1e-6.
-    """
-
-    alpha: float = 0.6
-    beta_start: float = 0.4
-    epsilon: float = 1e-6
-
-    def __post_init__(self) -> None:
-        require("PriorityConfig", [
-            (0.0 <= self.alpha <= 1.0, f"alpha must be in [0, 1]; got {self.alpha}."),
-            (0.0 <= self.beta_start <= 1.0,
-             f"beta_start must be in [0, 1]; got {self.beta_start}."),
-            (self.epsilon > 0, f"epsilon must be > 0; got {self.epsilon}."),
-        ])
-        check_typed_fields("PriorityConfig", self)
-
-
-@dataclass(frozen=True)
-class ReplaySampling:
-    """How a replay samples, as the off-policy strategy asks (``strategy.n_step``,
-    ``strategy.prioritized``).
-
-    Attributes:
-        n_step: Transitions per n-step window; 1 is 1-step TD. Default 1.
-        priority: Prioritized replay's settings; None samples uniformly. Default None.
-    """
-
-    n_step: int = 1
-    priority: PriorityConfig | None = None
-
-    @property
-    def plain(self) -> bool:
-        """Uniform 1-step sampling: what every replay does."""
-        return self.n_step == 1 and self.priority is None
 
 
 class SumTree:

@@ -11,8 +11,6 @@ from rltrain.checkpoint.state import (
     LoadedCheckpoint,
     Stateful,
     load_agent,
-    restore_progress,
-    resume,
     training_state,
 )
 from rltrain.checkpoint.store import Checkpointer, SavedCheckpoint
@@ -32,7 +30,5 @@ __all__ = [
     "atomic_write_text",
     "file_sha256",
     "load_agent",
-    "restore_progress",
-    "resume",
     "training_state",
 ]

@@ -32,10 +32,7 @@ from rltrain.config.files import (
 )
 from rltrain.config.instantiate import named_modules
 from rltrain.config.presets import choose_preset
-from rltrain.config.registry import AGENTS, STRATEGIES, load_plugins
 from rltrain.config.schema import compose, validate
-from rltrain.config.search_path import isolate
-from rltrain.config.targets import TRUSTED, Trust, import_modules, within
 from rltrain.envs.errors import SubEnvError
 from rltrain.errors import TrainingError
 from rltrain.inference import export_policy
@@ -44,6 +41,9 @@ from rltrain.observe.loggers import LOGGER_PACKAGES
 from rltrain.optim import ended_on_refused_loss
 from rltrain.runtime.distributed import DistributedError, launched
 from rltrain.runtime.seeding import derive_seeds
+from rltrain.settings.registry import AGENTS, STRATEGIES, load_plugins
+from rltrain.settings.search_path import isolate
+from rltrain.settings.targets import TRUSTED, Trust, import_modules, within
 from rltrain.trainer import build
 from rltrain.trainer.run_dir import not_started
 
@@ -88,7 +88,7 @@ def run_command(args: argparse.Namespace) -> int:
     """The subcommand ``args`` names. A module in the current directory can be named by import
     path on the command line or in the user's own config files (``env._target_=my_envs.Corridor``),
     and installed ones win; nothing read from a file reaches the current directory
-    (:mod:`rltrain.config.search_path`)."""
+    (:mod:`rltrain.settings.search_path`)."""
     isolate()
     import_modules(getattr(args, "imports", []), what="--import")
     if args.command == "fit":

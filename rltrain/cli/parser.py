@@ -254,7 +254,7 @@ def add_trust(parser: argparse.ArgumentParser) -> None:
 
 def add_import(parser: argparse.ArgumentParser) -> None:
     """The ``--import MODULE`` option: modules imported first, where agents and strategies of
-    your own register themselves (:mod:`rltrain.config.registry`)."""
+    your own register themselves (:mod:`rltrain.settings.registry`)."""
     parser.add_argument(
         "--import", dest="imports", action="append", default=[], metavar="MODULE",
         help="a module to import first (repeatable; the current directory is searched): your "

@@ -68,7 +68,7 @@ from rltrain.cli.tune_worker import BEST, Tuner
 from rltrain.config.instantiate import named_modules
 from rltrain.config.presets import choose_preset
 from rltrain.config.schema import compose, to_container
-from rltrain.config.targets import Trust
+from rltrain.settings.targets import Trust
 
 
 def _optuna() -> Any:

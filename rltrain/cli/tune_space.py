@@ -1,7 +1,7 @@
 """The search space of ``rltrain tune``: a YAML file of dotted config keys, read as untrusted
 input and checked against the config before any trial runs.
 
-Example (``ppo_cartpole.space.yaml``, or the shipped ``rltrain/configs/spaces/ppo.yaml``)::
+Example (``ppo_cartpole.space.yaml``, or the shipped ``rltrain/config/shipped/spaces/ppo.yaml``)::
 
     agent.lr: {low: 1.0e-5, high: 3.0e-3, log: true}   # a float, sampled on a log scale
     strategy.update_epochs: {low: 1, high: 20}           # an int: both ends are ints

@@ -31,7 +31,7 @@ from rltrain.cli.study_storage import Heartbeats, run_number
 from rltrain.cli.tune_record import Setup
 from rltrain.cli.tune_space import Dimension, check_params
 from rltrain.config.instantiate import make_agent, make_env, make_strategy
-from rltrain.config.targets import Trust
+from rltrain.settings.targets import Trust
 from rltrain.trainer.run_dir import RunDirectoryLocked, prepare_run, refuse_if_locked
 
 #: The best trial's config, in the study folder.

@@ -1,4 +1,4 @@
-"""Configuration: the schema of a run (:mod:`.schema`), the Trainer's settings
-(:mod:`.trainer_config`), the registry of agents and strategies (:mod:`.registry`), building
-objects from a config (:mod:`.instantiate`), the trust rules for import paths (:mod:`.targets`)
-and the shipped presets (:mod:`.presets`)."""
+"""Run configs: the schema of a run (:mod:`.schema`), the Trainer's settings
+(:mod:`.trainer_config`), config files (:mod:`.files`; the shipped ones in ``shipped/``),
+building objects from a config (:mod:`.instantiate`), the preset a command starts from
+(:mod:`.presets`) and RL-Zoo's tuned hyperparameters (:mod:`.zoo`)."""

@@ -17,14 +17,14 @@ from omegaconf.grammar.gen.OmegaConfGrammarParser import OmegaConfGrammarParser 
 import rltrain.agents
 import rltrain.strategies  # noqa: F401  (and the shipped strategies)
 from rltrain.checkpoint import atomic_write_text
-from rltrain.config.registry import (
-    AGENTS,
-)
 from rltrain.config.trainer_config import TrainerConfig as TrainerConfig
 from rltrain.envs.atari import is_atari_id
+from rltrain.settings.registry import (
+    AGENTS,
+)
 
 #: Where the shipped YAML configs live (``configs/`` in the repository links here).
-SHIPPED_CONFIGS = Path(__file__).parent.parent / "configs"
+SHIPPED_CONFIGS = Path(__file__).parent / "shipped"
 
 
 class ConfigError(ValueError):

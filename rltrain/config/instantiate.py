@@ -25,9 +25,11 @@ from omegaconf.errors import OmegaConfBaseException
 
 from rltrain.agents.base import LearningAgent
 from rltrain.config.files import ConfigError
-from rltrain.config.registry import AGENTS, STRATEGIES, Registered
 from rltrain.config.schema import lookup, to_container
-from rltrain.config.targets import (
+from rltrain.envs.atari import AtariConfig
+from rltrain.envs.make import EnvInit, EnvSpec, check_env_id, env_factory
+from rltrain.settings.registry import AGENTS, STRATEGIES, Registered
+from rltrain.settings.targets import (
     INSTALLED,
     TRUSTED,
     Target,
@@ -42,8 +44,6 @@ from rltrain.config.targets import (
     locate,
     split_target,
 )
-from rltrain.envs.atari import AtariConfig
-from rltrain.envs.make import EnvInit, EnvSpec, check_env_id, env_factory
 from rltrain.strategies.base import RLStrategy
 
 

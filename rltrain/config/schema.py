@@ -43,17 +43,17 @@ from rltrain.config.files import (
     shipped_configs,
     to_container_raw,
 )
-from rltrain.config.registry import (
+from rltrain.config.trainer_config import TrainerConfig as TrainerConfig
+from rltrain.config.zoo import translate
+from rltrain.envs.atari import AtariConfig
+from rltrain.envs.make import check_env_id
+from rltrain.settings.registry import (
     AGENTS,
     STRATEGIES,
     Registered,
     default_strategy,
     load_plugins,
 )
-from rltrain.config.trainer_config import TrainerConfig as TrainerConfig
-from rltrain.config.zoo import translate
-from rltrain.envs.atari import AtariConfig
-from rltrain.envs.make import check_env_id
 
 
 @dataclass

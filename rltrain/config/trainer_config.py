@@ -11,12 +11,13 @@ from typing import Any
 
 import torch
 
-from rltrain.components import EvaluationSettings, SummarySettings, check_folder, check_num_steps
-from rltrain.config.checks import check_typed_fields
+from rltrain.envs.evaluator import EvaluationSettings
 from rltrain.errors import require
 from rltrain.observe.loggers import LOGGER_PACKAGES, is_unrecorded, logger_items
 from rltrain.optim.compiled import compile_mode
 from rltrain.optim.settings import OptimizationSettings, resolve_dtype
+from rltrain.settings.checks import check_typed_fields
+from rltrain.strategies.components import SummarySettings, check_folder, check_num_steps
 
 #: ``num_threads="auto"`` uses one torch thread for an agent with fewer trainable parameters
 #: than this, torch's own count otherwise (measured: ``docs/benchmarks.md``, "Torch threads").

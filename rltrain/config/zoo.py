@@ -1,17 +1,16 @@
 """RL-Zoo's tuned hyperparameters as configs: ``rltrain fit zoo:ALGO/ENV_ID``.
 
 An entry of RL-Zoo's ``hyperparams/ALGO.yml`` (the installed ``rl_zoo3`` package's, else the
-copy in ``rltrain/configs/zoo``, MIT licence) is laid over Stable-Baselines3's defaults for the
-algorithm (what RL-Zoo leaves unsaid, SB3 decides), then translated key by key into rltrain's,
-units included: SB3's ``train_freq`` in vector steps becomes env steps summed over sub-envs,
-``gradient_steps: -1`` as many as the env steps collected, ``target_update_interval`` in env steps
-becomes gradient steps, ``exploration_fraction`` env steps, ``lin_`` schedules annealing,
-``normalize`` PPO's observation and reward normalisation, ``policy_kwargs`` (read as data, never
-evaluated) the networks' settings. A key that has no rltrain equivalent is refused, naming it.
-An ALE id takes the entry ``atari``; RL-Zoo's ``<Env>NoVel-vN`` ids are Gymnasium's ``<Env>-vN``
-with :class:`~rltrain.envs.partial.MaskVelocity`; an id RL-Zoo tuned another version of (v5 for
-its v4) takes that version's entry, with a warning.
-"""
+copy in ``rltrain/config/shipped/zoo``, MIT licence) is laid over Stable-Baselines3's defaults
+for the algorithm (what RL-Zoo leaves unsaid, SB3 decides), then translated key by key into
+rltrain's, units included: SB3's ``train_freq`` in vector steps becomes env steps summed over
+sub-envs, ``gradient_steps: -1`` as many as the env steps collected, ``target_update_interval``
+in env steps becomes gradient steps, ``exploration_fraction`` env steps, ``lin_`` schedules
+annealing, ``normalize`` PPO's observation and reward normalisation, ``policy_kwargs`` (read as
+data, never evaluated) the networks' settings. A key that has no rltrain equivalent is refused,
+naming it. An ALE id takes the entry ``atari``; RL-Zoo's ``<Env>NoVel-vN`` ids are Gymnasium's
+``<Env>-vN`` with :class:`~rltrain.envs.partial.MaskVelocity`; an id RL-Zoo tuned another
+version of (v5 for its v4) takes that version's entry, with a warning. """
 
 from __future__ import annotations
 
@@ -62,7 +61,7 @@ def zoo_file(algo: str) -> Path:
         installed = Path(spec.origin).parent / "hyperparams" / f"{algo}.yml"
         if installed.is_file():
             return installed
-    return Path(__file__).resolve().parent.parent / "configs" / "zoo" / f"{algo}.yml"
+    return Path(__file__).resolve().parent / "shipped" / "zoo" / f"{algo}.yml"
 
 
 def zoo_entry(algo: str, env_id: str) -> dict[str, Any]:

@@ -30,8 +30,8 @@ from typing import Any, SupportsFloat
 import gymnasium as gym
 import numpy as np
 
-from rltrain.config.checks import check_typed_fields
 from rltrain.errors import require
+from rltrain.settings.checks import check_typed_fields
 
 #: Where :class:`FrameStack` declares its stack depth in an env's (and so a vector env's)
 #: ``metadata``: what a replay reads to store each frame once.

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -12,16 +13,47 @@ import numpy as np
 import torch
 from gymnasium.vector import SyncVectorEnv
 
-from rltrain.agents.base import Policy
-from rltrain.components import EvaluationSettings
 from rltrain.envs.make import EnvInit, env_factory, env_name, evaluation_env, make_vector_env
-from rltrain.envs.runner import Runner
+from rltrain.envs.runner import Policy, Runner
 from rltrain.envs.video import EpisodeRecorder, find_recorder, recorded_env
 from rltrain.observe.events import EvaluationEnd, EvaluationStart, EvaluationStep
 from rltrain.observe.processor import EventProcessor
 from rltrain.runtime.interrupt import Interrupter
 from rltrain.runtime.watchdog import watch_env_calls
 from rltrain.types import Progress
+
+
+@dataclass
+class EvaluationSettings:
+    """When and how long a strategy evaluates its greedy policy.
+
+    Attributes:
+        interval: Env steps between evaluations (and one at the end); None never evaluates.
+            Default 10,000.
+        episodes: Greedy episodes per evaluation. Default 10.
+        max_episode_steps: Env steps after which an evaluation episode is truncated; None:
+            no cap. Default 27,000 (``TrainerConfig.eval_max_episode_steps``).
+        video_interval: Record videos of every N-th evaluation into ``video_dir``
+            (``TrainerConfig.video_interval``); None: none. Default None.
+        video_dir: Where the videos go (a Trainer's ``fit``: ``run_dir/videos``). Default None.
+    """
+
+    interval: int | None = 10_000
+    episodes: int = 10
+    max_episode_steps: int | None = 27_000
+    video_interval: int | None = None
+    video_dir: Path | None = None
+
+    def __post_init__(self) -> None:
+        if self.interval is not None and self.interval < 1:
+            raise ValueError(f"eval_interval must be >= 1 env step, or None to never evaluate; "
+                             f"got {self.interval}.")
+        if self.episodes < 1:
+            raise ValueError(f"eval_episodes must be >= 1; got {self.episodes}.")
+        if self.max_episode_steps is not None and self.max_episode_steps < 1:
+            raise ValueError(f"eval_max_episode_steps must be >= 1 env step, or None for no "
+                             f"cap; got {self.max_episode_steps}.")
+
 
 
 class Evaluator:

@@ -22,12 +22,12 @@ import numpy as np
 from gymnasium.vector import AsyncVectorEnv, AutoresetMode, SyncVectorEnv, VectorEnv
 from gymnasium.vector.async_vector_env import AsyncState
 
-from rltrain.config.targets import INSTALLED, MODULE_NAME, TRUSTED, Trust, import_modules, locate
 from rltrain.envs.atari import AtariConfig, AtariPipeline, is_atari_id
 from rltrain.envs.envpool import EnvpoolVectorEnv, check_envpool_env, envpool_kwargs
 from rltrain.envs.errors import EnvError, EnvStepTimeout, SubEnvError
 from rltrain.envs.mujoco_log import route_mujoco_warnings
 from rltrain.runtime.watchdog import EnvCallHung, call_within, end_processes
+from rltrain.settings.targets import INSTALLED, MODULE_NAME, TRUSTED, Trust, import_modules, locate
 
 Vectorization = Literal["sync", "async"]
 Backend = Literal["gymnasium", "envpool"]
@@ -39,7 +39,7 @@ class EnvSpec:
 
     Instances are callables that make one environment, and pickle (for ``AsyncVectorEnv``) as
     long as the wrappers do (classes, ``functools.partial`` of classes and
-    :class:`~rltrain.config.targets.Target` do; lambdas do not).
+    :class:`~rltrain.settings.targets.Target` do; lambdas do not).
 
     Attributes:
         id: A registered Gymnasium id, e.g. ``"CartPole-v1"``, or Gymnasium's

@@ -6,7 +6,7 @@ import math
 import pickle
 import threading
 import warnings
-from typing import Any
+from typing import Any, Protocol
 
 import gymnasium as gym
 import numpy as np
@@ -14,7 +14,6 @@ import torch
 from gymnasium.utils import EzPickle
 from gymnasium.vector import SyncVectorEnv, VectorEnv
 
-from rltrain.agents.base import Policy
 from rltrain.buffers.observations import layout, map_obs, to_tensor
 from rltrain.envs import physics
 from rltrain.envs.checks import unpicklable_layer
@@ -23,7 +22,18 @@ from rltrain.envs.masking import MASK_KEY
 from rltrain.envs.pickling import env_classes, loads
 from rltrain.observe.events import EpisodeEnd
 from rltrain.runtime.watchdog import EnvCallHung
-from rltrain.types import ObsArrays, PolicyState, Progress, Transitions
+from rltrain.types import ObsArrays, ObsTensors, PolicyState, PolicyStep, Progress, Transitions
+
+
+class Policy(Protocol):
+    """What the runner and the evaluator need of a policy (:class:`rltrain.agents.Policy` is
+    one): actions for a batch of observations, and its recurrent state per sub-env."""
+
+    def act(self, obs: ObsTensors, state: PolicyState, deterministic: bool) -> PolicyStep: ...
+
+    def initial_state(self, num_envs: int) -> PolicyState: ...
+
+    def reset_state(self, state: PolicyState, done: torch.Tensor) -> PolicyState: ...
 
 
 class Runner:

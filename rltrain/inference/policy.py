@@ -32,9 +32,9 @@ from rltrain.checkpoint.spaces import space_from_state
 from rltrain.config.files import ConfigError, literal_config, load_stored
 from rltrain.config.instantiate import check_stored_targets, make_agent, make_env
 from rltrain.config.schema import validate
-from rltrain.config.targets import Trust, within
 from rltrain.envs.make import make_probe_env
 from rltrain.inference.export import export_program
+from rltrain.settings.targets import Trust, within
 from rltrain.types import PolicyState, Progress
 
 #: What :meth:`InferencePolicy.predict` takes: an observation or a batch, as arrays (a dict of

@@ -1,7 +1,7 @@
 """Training strategies: the loops."""
 
-from rltrain.config.strategies import OffPolicyConfig, OnPolicyConfig
 from rltrain.runtime.seeding import EVAL_SEED_OFFSET, seed_everything
+from rltrain.settings.loops import OffPolicyConfig, OnPolicyConfig
 from rltrain.strategies.base import RLResult, RLStrategy
 from rltrain.strategies.off_policy import OffPolicyStrategy
 from rltrain.strategies.on_policy import OnPolicyStrategy

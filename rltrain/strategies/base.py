@@ -11,12 +11,12 @@ from typing import Any, ClassVar
 import gymnasium as gym
 
 from rltrain.agents.base import LearningAgent, Policy
-from rltrain.checkpoint import restore_progress
-from rltrain.components import RLComponents
 from rltrain.envs.make import EnvInit
 from rltrain.observe.events import End, Interrupted, Start, flatten_config, flatten_hparams
 from rltrain.optim import ended_on_refused_loss
+from rltrain.strategies.components import RLComponents
 from rltrain.strategies.run.failure import what_is_left
+from rltrain.strategies.run.resume import restore_progress
 from rltrain.types import Summary
 
 

@@ -12,13 +12,13 @@ from typing_extensions import override
 from rltrain.agents.base import LearningAgent, Policy
 from rltrain.agents.protocols import ReplayLearner, RolloutLearner
 from rltrain.buffers.sampling import beta_at
-from rltrain.components import RLComponents
-from rltrain.config.registry import register_strategy
-from rltrain.config.strategies import OffPolicyConfig
 from rltrain.envs.make import EnvInit, Vectorization
 from rltrain.observe.events import EpisodeEnd
 from rltrain.runtime.seeding import derive_seeds
+from rltrain.settings.loops import OffPolicyConfig
+from rltrain.settings.registry import register_strategy
 from rltrain.strategies.base import RLStrategy
+from rltrain.strategies.components import RLComponents
 from rltrain.strategies.run.engine import Run
 from rltrain.strategies.run.storage import check_resumed_envs, replay
 

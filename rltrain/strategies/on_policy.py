@@ -10,11 +10,11 @@ from typing_extensions import override
 from rltrain.agents.base import LearningAgent, Policy
 from rltrain.agents.protocols import RolloutLearner
 from rltrain.buffers.rollout import RolloutBatch, RolloutBuffer
-from rltrain.components import RLComponents
-from rltrain.config.registry import register_strategy
-from rltrain.config.strategies import OnPolicyConfig
 from rltrain.envs.make import EnvInit, Vectorization
+from rltrain.settings.loops import OnPolicyConfig
+from rltrain.settings.registry import register_strategy
 from rltrain.strategies.base import RLStrategy
+from rltrain.strategies.components import RLComponents
 from rltrain.strategies.run.engine import Run
 from rltrain.strategies.run.storage import check_resumed_envs, rollout
 

@@ -13,9 +13,9 @@ from rltrain.agents.base import LearningAgent
 from rltrain.checkpoint import LoadedCheckpoint
 from rltrain.config.instantiate import make_agent, make_env
 from rltrain.config.schema import validate
-from rltrain.config.targets import TRUSTED, Trust
 from rltrain.envs.atari import is_atari_id, warn_raw_pixels
 from rltrain.envs.make import EnvInit
+from rltrain.settings.targets import TRUSTED, Trust
 from rltrain.strategies.base import RLResult
 from rltrain.trainer.trainer import Trainer
 

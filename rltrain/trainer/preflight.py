@@ -13,8 +13,6 @@ import torch
 
 from rltrain.agents.base import LearningAgent
 from rltrain.checkpoint import Checkpointer
-from rltrain.components import RLComponents
-from rltrain.config.registry import strategy_taking
 from rltrain.envs.atari import frame_stack_of
 from rltrain.envs.checks import check_env
 from rltrain.envs.make import EnvInit, env_name, file_name, make_probe_env
@@ -22,7 +20,9 @@ from rltrain.envs.video import check_rendering
 from rltrain.observe.events import EvaluationEnd
 from rltrain.runtime.distributed import SINGLE, DistributedContext, rank_device
 from rltrain.runtime.seeding import derive_seeds, seed_everything
+from rltrain.settings.registry import strategy_taking
 from rltrain.strategies.base import RLStrategy
+from rltrain.strategies.components import RLComponents
 from rltrain.trainer.settings import TrainerSettings
 
 

@@ -40,7 +40,7 @@ from rltrain.checkpoint.manifest import (
     TEMPORARY_NAME,
 )
 from rltrain.config.files import save_config
-from rltrain.config.targets import within
+from rltrain.settings.targets import within
 from rltrain.trainer.outputs import stopped_on_refused_loss
 
 #: Written in every run directory when its first run starts: what makes a folder a run.

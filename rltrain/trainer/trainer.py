@@ -19,11 +19,9 @@ from rltrain.checkpoint import (
     load_agent,
     training_state,
 )
-from rltrain.components import RLComponents
 from rltrain.config.files import save_config
 from rltrain.config.instantiate import make_strategy
 from rltrain.config.schema import validate
-from rltrain.config.targets import TRUSTED, Trust
 from rltrain.config.trainer_config import TrainerConfig
 from rltrain.envs.evaluator import Evaluator
 from rltrain.envs.make import EnvInit, env_name
@@ -32,7 +30,9 @@ from rltrain.observe.processor import EventProcessor
 from rltrain.runtime.distributed import SINGLE, DistributedContext, connect
 from rltrain.runtime.heap import keep_freed_memory
 from rltrain.runtime.interrupt import stop_on_signals
+from rltrain.settings.targets import TRUSTED, Trust
 from rltrain.strategies.base import RLResult, RLStrategy
+from rltrain.strategies.components import RLComponents
 from rltrain.trainer.description import run_config, trainer_settings
 from rltrain.trainer.outputs import (
     kept_after_abort,

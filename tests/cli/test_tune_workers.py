@@ -74,7 +74,7 @@ def test_a_trial_another_worker_failed_is_not_recorded_twice(tmp_path: Path,
     from rltrain.cli.study_storage import Heartbeats, open_storage
     from rltrain.cli.tune_record import Setup
     from rltrain.cli.tune_worker import Tuner
-    from rltrain.config.targets import Trust
+    from rltrain.settings.targets import Trust
 
     url = f"sqlite:///{tmp_path / 'study.db'}"
     mine = optuna.create_study(storage=open_storage(optuna, url, 5), study_name="s")

@@ -19,7 +19,7 @@ CAP = int(os.environ.get("RLTRAIN_DOCS_QUICK", "0") or 0)
 
 
 def _shorten() -> None:
-    from rltrain.config.strategies import OffPolicyConfig
+    from rltrain.settings.loops import OffPolicyConfig
     from rltrain.trainer.trainer import Trainer
 
     trainer_init = Trainer.__init__

@@ -17,13 +17,14 @@ DOCS = ROOT / "docs"
 def test_the_rltrain_list_sample_in_configs_md_is_what_rltrain_list_prints(
         capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["list"]) == 0
-    printed = capsys.readouterr().out.replace(str(SHIPPED_CONFIGS), "/path/to/rltrain/configs")
+    printed = capsys.readouterr().out.replace(str(SHIPPED_CONFIGS),
+                                              "/path/to/rltrain/config/shipped")
     text = (DOCS / "configs.md").read_text(encoding="utf-8")
     sample = re.search(r"```\n\$ rltrain list\n(.*?)```", text, re.DOTALL)
     assert sample is not None, "docs/configs.md has no `rltrain list` sample"
     assert sample.group(1) == printed, (
         "docs/configs.md's `rltrain list` sample is out of date: paste what `rltrain list` "
-        "prints (with the configs folder as /path/to/rltrain/configs)")
+        "prints (with the configs folder as /path/to/rltrain/config/shipped)")
 
 
 def test_the_custom_strategy_guide_calls_save_best_with_its_real_arguments() -> None:

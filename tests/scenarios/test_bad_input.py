@@ -56,12 +56,12 @@ from rltrain.cli.tune_record import read_record as _read_study
 from rltrain.cli.tune_space import Dimension, check_params
 from rltrain.config.files import ConfigError, literal_config
 from rltrain.config.schema import compose
-from rltrain.config.targets import Trust
 from rltrain.envs.errors import EnvError
 from rltrain.envs.make import EnvSpec
 from rltrain.errors import TrainingError
 from rltrain.inference import load_policy
 from rltrain.inference.policy import resolve as resolve_checkpoint
+from rltrain.settings.targets import Trust
 from rltrain.trainer import RunDirectoryLocked, build
 
 DOCS = ROOT / "docs" / "bad_input.md"

@@ -30,7 +30,7 @@ from torch.distributions import Categorical
 
 from rltrain.agents.base import LearningAgent, Policy, SpaceError
 from rltrain.agents.returns import gae
-from rltrain.config.registry import register_agent
+from rltrain.settings.registry import register_agent
 from rltrain.types import PolicyStep
 
 

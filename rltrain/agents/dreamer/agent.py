@@ -23,12 +23,12 @@ from rltrain.agents.nn.networks import mlp, soft_update
 from rltrain.agents.nn.observation_spaces import cli, flattenable
 from rltrain.agents.returns import lambda_returns
 from rltrain.buffers import Buffer, SequenceBatch, SequenceReplayBuffer
-from rltrain.buffers.sampling import ReplaySampling
-from rltrain.config.checks import check_typed_fields
-from rltrain.config.registry import register_agent
-from rltrain.config.strategies import OffPolicyConfig
 from rltrain.errors import require
 from rltrain.optim import Optimization, adam
+from rltrain.settings.checks import check_typed_fields
+from rltrain.settings.loops import OffPolicyConfig
+from rltrain.settings.registry import register_agent
+from rltrain.settings.replay import ReplaySampling
 from rltrain.types import MetricValue, ObsTensors, PolicyState, PolicyStep
 
 

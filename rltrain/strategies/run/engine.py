@@ -33,8 +33,7 @@ from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
 from rltrain.agents.base import LearningAgent, Policy
-from rltrain.checkpoint import SavedCheckpoint, Stateful, resume, training_state
-from rltrain.components import RLComponents
+from rltrain.checkpoint import SavedCheckpoint, Stateful, training_state
 from rltrain.envs.atari import frame_stack_of
 from rltrain.envs.evaluator import Evaluator, video_options
 from rltrain.envs.make import EnvInit, Vectorization, env_name, make_vector_env
@@ -45,8 +44,10 @@ from rltrain.optim.compiled import compile_networks, compile_seconds
 from rltrain.runtime.seeding import GlobalRandomState, derive_seeds, seed_everything
 from rltrain.runtime.statistics import Statistics
 from rltrain.runtime.watchdog import watch_env_calls
+from rltrain.strategies.components import RLComponents
 from rltrain.strategies.run.agreement import Agreement
 from rltrain.strategies.run.failure import StepStart, failed
+from rltrain.strategies.run.resume import resume
 from rltrain.strategies.run.storage import StorageFactory
 from rltrain.types import MetricValue
 

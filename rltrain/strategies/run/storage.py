@@ -11,9 +11,9 @@ import gymnasium as gym
 
 from rltrain.agents.base import LearningAgent
 from rltrain.buffers import Buffer, RolloutBuffer
-from rltrain.buffers.sampling import ReplaySampling
-from rltrain.components import RLComponents
 from rltrain.envs.runner import check_saved_runner
+from rltrain.settings.replay import ReplaySampling
+from rltrain.strategies.components import RLComponents
 
 #: Makes a run's experience storage: ``(agent, observation_space, action_space, num_envs, seed,
 #: device, frame_stack=1) -> storage`` (the spaces are a sub-env's; ``frame_stack``: frames per

@@ -12,9 +12,9 @@ from torch import nn
 from rltrain import DQN, PPO, SAC, Dreamer, LearningAgent, OffPolicyStrategy, OnPolicyStrategy
 from rltrain.agents.base import Policy
 from rltrain.agents.protocols import ReplayLearner, RolloutLearner
-from rltrain.config.registry import default_strategy, strategy_taking
-from rltrain.config.strategies import OffPolicyConfig, OnPolicyConfig
 from rltrain.optim import Optimization
+from rltrain.settings.loops import OffPolicyConfig, OnPolicyConfig
+from rltrain.settings.registry import default_strategy, strategy_taking
 from rltrain.types import Progress
 
 

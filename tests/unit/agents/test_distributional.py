@@ -17,9 +17,10 @@ from rltrain import OffPolicyConfig, OffPolicyStrategy, build, compose
 from rltrain.agents import C51, QRDQN, C51Config, QRDQNConfig
 from rltrain.agents.qrdqn import quantile_huber_loss
 from rltrain.buffers import ReplayBatch
-from rltrain.buffers.sampling import Prioritized, PriorityConfig, PriorityFeedback
+from rltrain.buffers.sampling import Prioritized, PriorityFeedback
 from rltrain.checkpoint import Checkpointer
 from rltrain.optim import Optimization
+from rltrain.settings.replay import PriorityConfig
 from rltrain.types import Progress
 
 SPACE = gym.spaces.Box(-1.0, 1.0, (2,), np.float32)

@@ -14,8 +14,9 @@ import torch
 from rltrain import Trainer
 from rltrain.agents import DQN, DQNConfig, SpaceError
 from rltrain.buffers import ReplayBatch
-from rltrain.buffers.sampling import Prioritized, PriorityConfig, PriorityFeedback
+from rltrain.buffers.sampling import Prioritized, PriorityFeedback
 from rltrain.optim import Optimization
+from rltrain.settings.replay import PriorityConfig
 from rltrain.types import Progress
 
 CPU = torch.device("cpu")

@@ -20,10 +20,11 @@ from rltrain.agents import DDPG, DDPGConfig
 from rltrain.agents.base import SpaceError
 from rltrain.agents.nn.networks import DeterministicActor, TwinQ
 from rltrain.buffers import ReplayBatch
-from rltrain.buffers.sampling import Prioritized, PriorityConfig, PriorityFeedback
+from rltrain.buffers.sampling import Prioritized, PriorityFeedback
 from rltrain.checkpoint import Checkpointer
 from rltrain.config.schema import compose
 from rltrain.optim import Optimization
+from rltrain.settings.replay import PriorityConfig
 from rltrain.types import Progress
 
 CPU = torch.device("cpu")

@@ -22,12 +22,12 @@ from conftest import QUIET, TESTS, NanLossDQN, dqn, rltrain, shape_shifter, trai
 
 from rltrain import PPO, DQNConfig, OnPolicyStrategy, PPOConfig, Trainer
 from rltrain.agents.dreamer import Dreamer, DreamerConfig
-from rltrain.config.checks import field_kind
-from rltrain.config.registry import AGENTS, STRATEGIES
-from rltrain.config.strategies import OnPolicyConfig, _divisor_near
 from rltrain.config.trainer_config import TrainerConfig
 from rltrain.errors import TrainingError
 from rltrain.runtime.distributed import TORCHRUN_VARIABLES
+from rltrain.settings.checks import field_kind
+from rltrain.settings.loops import OnPolicyConfig, _divisor_near
+from rltrain.settings.registry import AGENTS, STRATEGIES
 from rltrain.types import Progress
 
 #: Every config dataclass a run is made of, with the name its errors start with.

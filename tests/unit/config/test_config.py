@@ -17,8 +17,8 @@ from omegaconf import OmegaConf
 from rltrain import DQN, DQNConfig, OffPolicyConfig, OffPolicyStrategy, Trainer
 from rltrain.agents.dreamer import DreamerConfig
 from rltrain.config.files import ConfigError, save_config, shipped_configs
-from rltrain.config.registry import AGENTS, registered
 from rltrain.config.schema import compose, load_config, validate
+from rltrain.settings.registry import AGENTS, registered
 from rltrain.trainer import build
 
 

@@ -1,5 +1,5 @@
-"""The shipped presets (rltrain/configs/*.yaml): each composes and validates, names an env that
-is registered or the extra it needs, says what it is on its first line, and the RL-Zoo DQN
+"""The shipped presets (rltrain/config/shipped/*.yaml): each composes and validates, names an env
+that is registered or the extra it needs, says what it is on its first line, and the RL-Zoo DQN
 presets hold RL-Zoo's values (hyperparams/dqn.yml) in rltrain's units and train."""
 
 from __future__ import annotations
@@ -10,8 +10,8 @@ import gymnasium as gym
 import pytest
 
 from rltrain.config.files import SHIPPED_CONFIGS, shipped_configs
-from rltrain.config.registry import AGENTS, STRATEGIES
 from rltrain.config.schema import compose
+from rltrain.settings.registry import AGENTS, STRATEGIES
 from rltrain.trainer import build
 
 QUIET = ["trainer.logger=false", "trainer.enable_progress_bar=false",

@@ -20,8 +20,8 @@ from rltrain.config.files import ConfigError, load_stored
 from rltrain.config.instantiate import make_env
 from rltrain.config.presets import choose_preset
 from rltrain.config.schema import compose
-from rltrain.config.strategies import OffPolicyConfig
 from rltrain.envs.make import env_name
+from rltrain.settings.loops import OffPolicyConfig
 from rltrain.strategies.off_policy import OffPolicyStrategy
 from rltrain.trainer.preflight import default_run_dir
 
@@ -250,7 +250,7 @@ def test_evaluate_can_pick_the_best_checkpoint(tmp_path: Path,
 
 
 def test_only_names_the_user_gives_reach_the_current_directory(project: Path) -> None:
-    from rltrain.config import search_path
+    from rltrain.settings import search_path
 
     search_path._LOCAL.allowed.discard("ale_py")
     config = compose([], ["env.id=ALE/Pong-v5", "agent.name=ppo", "env.atari={}"])

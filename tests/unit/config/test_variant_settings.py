@@ -17,7 +17,7 @@ from conftest import rltrain
 from rltrain.agents import C51Config, PQNConfig, QRDQNConfig
 from rltrain.agents.ppo_config import PPOConfig
 from rltrain.buffers.recurrent import RecurrentRollout
-from rltrain.config.strategies import OffPolicyConfig
+from rltrain.settings.loops import OffPolicyConfig
 
 ROWS: list[tuple[Any, dict[str, Any], str]] = [
     (OffPolicyConfig, {"n_step": 0}, r"^OffPolicyConfig: n_step must be >= 1"),

@@ -10,6 +10,7 @@ from typing import Any
 import torch
 
 from rltrain.checkpoint.store import Checkpointer
+from rltrain.envs.evaluator import EvaluationSettings
 from rltrain.observe.processor import EventProcessor
 from rltrain.optim.settings import OptimizationSettings
 from rltrain.runtime.distributed import SINGLE, DistributedContext
@@ -42,38 +43,6 @@ def check_folder(name: str, folder: object) -> None:
     if isinstance(folder, (str, Path)) and not str(folder).strip():
         raise ValueError(f"{name} is empty; give a directory, or None for the default (the "
                          "current directory is used only when named, as '.').")
-
-
-@dataclass
-class EvaluationSettings:
-    """When and how long a strategy evaluates its greedy policy.
-
-    Attributes:
-        interval: Env steps between evaluations (and one at the end); None never evaluates.
-            Default 10,000.
-        episodes: Greedy episodes per evaluation. Default 10.
-        max_episode_steps: Env steps after which an evaluation episode is truncated; None:
-            no cap. Default 27,000 (``TrainerConfig.eval_max_episode_steps``).
-        video_interval: Record videos of every N-th evaluation into ``video_dir``
-            (``TrainerConfig.video_interval``); None: none. Default None.
-        video_dir: Where the videos go (a Trainer's ``fit``: ``run_dir/videos``). Default None.
-    """
-
-    interval: int | None = 10_000
-    episodes: int = 10
-    max_episode_steps: int | None = 27_000
-    video_interval: int | None = None
-    video_dir: Path | None = None
-
-    def __post_init__(self) -> None:
-        if self.interval is not None and self.interval < 1:
-            raise ValueError(f"eval_interval must be >= 1 env step, or None to never evaluate; "
-                             f"got {self.interval}.")
-        if self.episodes < 1:
-            raise ValueError(f"eval_episodes must be >= 1; got {self.episodes}.")
-        if self.max_episode_steps is not None and self.max_episode_steps < 1:
-            raise ValueError(f"eval_max_episode_steps must be >= 1 env step, or None for no "
-                             f"cap; got {self.max_episode_steps}.")
 
 
 @dataclass

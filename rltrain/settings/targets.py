@@ -29,7 +29,7 @@ from importlib.machinery import ModuleSpec
 from pathlib import Path
 from typing import Any
 
-from rltrain.config.search_path import allow_local, installed_entry_points, local_file
+from rltrain.settings.search_path import allow_local, installed_entry_points, local_file
 
 
 class TargetError(ValueError):

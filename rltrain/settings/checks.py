@@ -23,7 +23,7 @@ def config_name(config: object) -> str:
     (``C51Config`` of a ``DQNConfig``), never that of the section the registry derives from it
     to add ``name``."""
     for cls in type(config).__mro__:
-        if cls.__module__ != "rltrain.config.registry":
+        if cls.__module__ != "rltrain.settings.registry":
             return cls.__name__
     return type(config).__name__
 

@@ -19,7 +19,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TypeVar
 
-from rltrain.config.search_path import installed_entry_points
+from rltrain.settings.search_path import installed_entry_points
 
 T = TypeVar("T", bound=type)
 
@@ -120,7 +120,7 @@ _plugins_loaded = False
 def load_plugins() -> None:
     """Import, once, every module of the installed ``rltrain.plugins`` entry points (so
     their agents and strategies register themselves); never one declared by metadata in the
-    current directory (:func:`~rltrain.config.search_path.installed_entry_points`)."""
+    current directory (:func:`~rltrain.settings.search_path.installed_entry_points`)."""
     global _plugins_loaded
     if _plugins_loaded:
         return

@@ -7,9 +7,9 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from rltrain.buffers.sampling import PriorityConfig, ReplaySampling
-from rltrain.config.checks import check_typed_fields
 from rltrain.errors import require
+from rltrain.settings.checks import check_typed_fields
+from rltrain.settings.replay import PriorityConfig, ReplaySampling
 
 
 @dataclass
