@@ -24,8 +24,8 @@ from rltrain.agents.nn.masking import action_mask, masked_values
 from rltrain.agents.nn.noisy import reset_noise
 from rltrain.agents.replay_terms import discount, send_td_errors, weighted
 from rltrain.buffers.replay import ReplayBatch
-from rltrain.errors import require
 from rltrain.optim import Optimization
+from rltrain.settings.base import setting
 from rltrain.settings.registry import register_agent
 from rltrain.types import MetricValue
 
@@ -42,17 +42,14 @@ class C51Config(DQNConfig):
         v_max: The largest. Default 10.0.
     """
 
-    n_atoms: int = 51
+    n_atoms: int = setting(51, ge=2)
     v_min: float = -10.0
     v_max: float = 10.0
 
-    def __post_init__(self) -> None:
-        super().__post_init__()
-        require("C51Config", [
-            (self.n_atoms >= 2, f"n_atoms must be >= 2; got {self.n_atoms}."),
-            (self.v_min < self.v_max,
-             f"v_min ({self.v_min}) must be below v_max ({self.v_max})."),
-        ])
+    @override
+    def rules(self) -> list[tuple[bool, str]]:
+        return [(self.v_min < self.v_max,
+                 f"v_min ({self.v_min}) must be below v_max ({self.v_max}).")]
 
 
 class ExpectedValue(nn.Module):

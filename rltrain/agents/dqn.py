@@ -13,7 +13,7 @@ from __future__ import annotations
 import copy
 import random
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import gymnasium as gym
@@ -32,19 +32,21 @@ from rltrain.agents.nn.masking import (
 )
 from rltrain.agents.nn.networks import QNetwork, soft_update
 from rltrain.agents.nn.noisy import NoisyLinear, means_only, noisy_layers, reset_noise
-from rltrain.agents.nn.observation_spaces import encoder_check
+from rltrain.agents.nn.observation_spaces import encoder_setting
 from rltrain.agents.replay_terms import discount, send_td_errors, weighted
 from rltrain.buffers.observations import layout, leading_tensor
 from rltrain.buffers.replay import ReplayBatch
-from rltrain.errors import require
 from rltrain.optim import Optimization, adam
-from rltrain.settings.checks import check_typed_fields, config_name
+from rltrain.settings.base import Settings, discount_factor, learning_rate, polyak, setting, widths
 from rltrain.settings.registry import register_agent
 from rltrain.types import MetricValue, ObsTensors, PolicyState, PolicyStep
 
+#: The TD losses of :attr:`DQNConfig.loss`.
+TD_LOSSES = ("huber", "mse")
+
 
 @dataclass
-class DQNConfig:
+class DQNConfig(Settings):
     """DQN hyperparameters (defaults: RL-Zoo's tuned CartPole-v1 DQN, double Q-learning added).
 
     Attributes:
@@ -87,55 +89,24 @@ class DQNConfig:
             ``σ0 / √inputs``). Default 0.5 (the paper's).
     """
 
-    hidden_sizes: list[int] = field(default_factory=lambda: [256, 256])
-    lr: float = 2.3e-3
-    adam_eps: float = 1e-8
-    gamma: float = 0.99
+    hidden_sizes: list[int] = widths(256, 256)
+    lr: float = learning_rate(2.3e-3)
+    adam_eps: float = setting(1e-8, gt=0)
+    gamma: float = discount_factor()
     double_q: bool = True
     dueling: bool = False
-    target_update_interval: int = 128
-    tau: float = 1.0
-    epsilon_start: float = 1.0
-    epsilon_end: float = 0.04
-    exploration_steps: int = 8_000
-    huber_delta: float = 1.0
-    loss: str = "huber"
+    target_update_interval: int = setting(128, ge=1, unit="gradient steps")
+    tau: float = polyak(1.0)
+    epsilon_start: float = setting(1.0, ge=0, le=1)
+    epsilon_end: float = setting(0.04, ge=0, le=1)
+    exploration_steps: int = setting(8_000, ge=0, unit="env steps")
+    huber_delta: float = setting(1.0, gt=0, why="the Huber loss's threshold")
+    loss: str = setting("huber", choices=TD_LOSSES)
     normalize_images: bool = True
-    encoder: str = "auto"
+    encoder: str = encoder_setting()
     noisy: bool = False
-    noisy_sigma0: float = 0.5
+    noisy_sigma0: float = setting(0.5, gt=0, why="the noisy layers' initial noise scale")
 
-    def __post_init__(self) -> None:
-        checks = [
-            encoder_check(self.encoder),
-            (self.lr > 0, f"lr must be > 0; got {self.lr}."),
-            (self.adam_eps > 0, f"adam_eps must be > 0; got {self.adam_eps}."),
-            (0.0 <= self.gamma <= 1.0, f"gamma must be in [0, 1]; got {self.gamma}."),
-            (self.target_update_interval >= 1,
-             f"target_update_interval must be >= 1 gradient step; got "
-             f"{self.target_update_interval}."),
-            (0.0 < self.tau <= 1.0, f"tau must be in (0, 1]; got {self.tau}."),
-            (0.0 <= self.epsilon_end <= 1.0 and 0.0 <= self.epsilon_start <= 1.0,
-             f"epsilon_start and epsilon_end must be in [0, 1]; got {self.epsilon_start} and "
-             f"{self.epsilon_end}."),
-            (self.exploration_steps >= 0,
-             f"exploration_steps must be >= 0 env steps; got {self.exploration_steps}."),
-            (all(h >= 1 for h in self.hidden_sizes),
-             f"hidden_sizes must be positive widths; got {list(self.hidden_sizes)}."),
-            (self.huber_delta > 0,
-             f"huber_delta must be > 0 (the Huber loss's threshold); got {self.huber_delta}."),
-            (self.loss in TD_LOSSES,
-             f"loss must be one of {', '.join(TD_LOSSES)}; got {self.loss!r}."),
-            (self.noisy_sigma0 > 0,
-             f"noisy_sigma0 must be > 0 (the noisy layers' initial noise scale); got "
-             f"{self.noisy_sigma0}."),
-        ]
-        require(config_name(self), checks)  # a subclass's errors name it
-        check_typed_fields(config_name(self), self)
-
-
-#: The TD losses of :attr:`DQNConfig.loss`.
-TD_LOSSES = ("huber", "mse")
 
 
 def linear_schedule(start: float, end: float, duration: int, t: int) -> float:

@@ -4,18 +4,19 @@
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
+
+from typing_extensions import override
 
 from rltrain.agents.nn.actor_critic import ACTIVATIONS
 from rltrain.agents.nn.distributions import LOG_STD_LIMIT
-from rltrain.agents.nn.observation_spaces import encoder_check
+from rltrain.agents.nn.observation_spaces import encoder_setting
 from rltrain.agents.nn.recurrent import RECURRENT
-from rltrain.errors import require
-from rltrain.settings.checks import check_typed_fields
+from rltrain.settings.base import Settings, discount_factor, learning_rate, setting, widths
 
 
 @dataclass
-class PPOConfig:
+class PPOConfig(Settings):
     """PPO's hyperparameters (defaults: Stable-Baselines3's). The rollout length, minibatch
     size and epochs are the strategy's (:class:`~rltrain.OnPolicyConfig`).
 
@@ -79,23 +80,26 @@ class PPOConfig:
         recurrent_hidden_size: Units of the recurrent layer. Default 128 (CleanRL's).
     """
 
-    lr: float = 3e-4
+    lr: float = learning_rate(3e-4)
     anneal_lr: bool = False
-    adam_eps: float = 1e-5
-    gamma: float = 0.99
-    gae_lambda: float = 0.95
-    clip_range: float = 0.2
+    adam_eps: float = setting(1e-5, gt=0)
+    gamma: float = discount_factor()
+    gae_lambda: float = discount_factor(0.95)
+    clip_range: float = setting(0.2, gt=0)
     anneal_clip_range: bool = False
-    clip_range_vf: float | None = None
-    ent_coef: float = 0.0
-    vf_coef: float = 0.5
-    max_grad_norm: float = 0.5
+    clip_range_vf: float | None = setting(None, gt=0, none="for no value clipping")
+    ent_coef: float = setting(0.0, ge=0)
+    vf_coef: float = setting(0.5, ge=0)
+    max_grad_norm: float = setting(0.5, gt=0)
     normalize_advantage: bool = True
-    target_kl: float | None = None
-    hidden_sizes: list[int] = field(default_factory=lambda: [64, 64])
-    activation: str = "tanh"
+    target_kl: float | None = setting(None, gt=0, none="to never end an update early")
+    hidden_sizes: list[int] = widths(64, 64)
+    activation: str = setting("tanh", choices=tuple(sorted(ACTIVATIONS)),
+                              says=f"one of {sorted(ACTIVATIONS)}")
     shared_trunk: bool = False
-    log_std_init: float = 0.0
+    log_std_init: float = setting(0.0, ge=-LOG_STD_LIMIT, le=LOG_STD_LIMIT, why=(
+        f"a standard deviation of exp(log_std_init), from {math.exp(-LOG_STD_LIMIT):.1e} to "
+        f"{math.exp(LOG_STD_LIMIT):.1e}"))
     use_sde: bool = False
     sde_sample_freq: int = -1
     sde_full_std: bool = True
@@ -104,49 +108,21 @@ class PPOConfig:
     ortho_init: bool = True
     normalize_observations: bool = False
     normalize_rewards: bool = False
-    clip_observations: float = 10.0
-    clip_rewards: float = 10.0
+    clip_observations: float = setting(10.0, gt=0)
+    clip_rewards: float = setting(10.0, gt=0)
     normalize_images: bool = True
-    encoder: str = "auto"
-    recurrent: str | None = None
-    recurrent_hidden_size: int = 128
+    encoder: str = encoder_setting()
+    recurrent: str | None = setting(None, choices=RECURRENT, says=f"one of {list(RECURRENT)} "
+                                    "or null")
+    recurrent_hidden_size: int = setting(128, ge=1)
 
-    def __post_init__(self) -> None:
-        require("PPOConfig", [
-            (self.recurrent in (None, *RECURRENT),
-             f"recurrent must be one of {list(RECURRENT)} or null; got {self.recurrent!r}."),
-            (self.recurrent_hidden_size >= 1,
-             f"recurrent_hidden_size must be >= 1; got {self.recurrent_hidden_size}."),
-            (not (self.recurrent and self.use_sde),
-             "recurrent and use_sde cannot be combined (gSDE's noise reads the trunk's "
-             "features step by step); set agent.use_sde=false."),
-            encoder_check(self.encoder),
-            (self.lr > 0, f"lr must be > 0; got {self.lr}."),
-            (self.adam_eps > 0, f"adam_eps must be > 0; got {self.adam_eps}."),
-            (0.0 <= self.gamma <= 1.0, f"gamma must be in [0, 1]; got {self.gamma}."),
-            (0.0 <= self.gae_lambda <= 1.0,
-             f"gae_lambda must be in [0, 1]; got {self.gae_lambda}."),
-            (self.clip_range > 0, f"clip_range must be > 0; got {self.clip_range}."),
-            (self.clip_range_vf is None or self.clip_range_vf > 0,
-             f"clip_range_vf must be > 0 (or None, no value clipping); got "
-             f"{self.clip_range_vf}."),
-            (self.ent_coef >= 0 and self.vf_coef >= 0,
-             f"ent_coef and vf_coef must be >= 0; got {self.ent_coef} and {self.vf_coef}."),
-            (self.max_grad_norm > 0, f"max_grad_norm must be > 0; got {self.max_grad_norm}."),
-            (self.target_kl is None or self.target_kl > 0,
-             f"target_kl must be > 0 (or None); got {self.target_kl}."),
-            (all(h >= 1 for h in self.hidden_sizes),
-             f"hidden_sizes must be positive widths; got {list(self.hidden_sizes)}."),
-            (self.activation in ACTIVATIONS,
-             f"activation must be one of {sorted(ACTIVATIONS)}; got {self.activation!r}."),
-            (self.clip_observations > 0 and self.clip_rewards > 0,
-             "clip_observations and clip_rewards must be > 0."),
+    @override
+    def rules(self) -> list[tuple[bool, str]]:
+        return [
             (self.sde_sample_freq == -1 or self.sde_sample_freq >= 1,
              f"sde_sample_freq must be >= 1 env step, or -1 (draw at each rollout's start "
              f"only); got {self.sde_sample_freq}."),
-            (-LOG_STD_LIMIT <= self.log_std_init <= LOG_STD_LIMIT,
-             f"log_std_init must be in [-{LOG_STD_LIMIT:g}, {LOG_STD_LIMIT:g}] (a standard "
-             f"deviation of exp(log_std_init), from {math.exp(-LOG_STD_LIMIT):.1e} to "
-             f"{math.exp(LOG_STD_LIMIT):.1e}); got {self.log_std_init}."),
-        ])
-        check_typed_fields("PPOConfig", self)
+            (not (self.recurrent and self.use_sde),
+             "recurrent and use_sde cannot be combined (gSDE's noise reads the trunk's "
+             "features step by step); set agent.use_sde=false."),
+        ]

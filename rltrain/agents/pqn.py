@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import copy
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import gymnasium as gym
@@ -37,20 +37,19 @@ from rltrain.agents.nn.masking import (
     masked_values,
 )
 from rltrain.agents.nn.networks import QNetwork
-from rltrain.agents.nn.observation_spaces import encoder_check
+from rltrain.agents.nn.observation_spaces import encoder_setting
 from rltrain.agents.returns import gae
 from rltrain.buffers.observations import map_obs
 from rltrain.buffers.rollout import RolloutBatch, RolloutBuffer
-from rltrain.errors import require
 from rltrain.optim import Optimization
-from rltrain.settings.checks import check_typed_fields
+from rltrain.settings.base import Settings, discount_factor, learning_rate, setting, widths
 from rltrain.settings.loops import OnPolicyConfig
 from rltrain.settings.registry import register_agent
 from rltrain.types import MetricValue, ObsTensors, PolicyState, PolicyStep
 
 
 @dataclass
-class PQNConfig:
+class PQNConfig(Settings):
     """PQN's hyperparameters (defaults: CleanRL's ``pqn.py``, for CartPole-v1).
 
     Attributes:
@@ -71,35 +70,18 @@ class PQNConfig:
         encoder: ``"auto"``, ``"mlp"`` or ``"cnn"`` (docs/encoders.md). Default ``"auto"``.
     """
 
-    hidden_sizes: list[int] = field(default_factory=lambda: [120, 84])
-    lr: float = 2.5e-4
+    hidden_sizes: list[int] = widths(120, 84)
+    lr: float = learning_rate(2.5e-4)
     anneal_lr: bool = True
-    gamma: float = 0.99
-    q_lambda: float = 0.65
-    epsilon_start: float = 1.0
-    epsilon_end: float = 0.05
-    exploration_fraction: float = 0.5
-    max_grad_norm: float = 10.0
+    gamma: float = discount_factor()
+    q_lambda: float = discount_factor(0.65)
+    epsilon_start: float = setting(1.0, ge=0, le=1)
+    epsilon_end: float = setting(0.05, ge=0, le=1)
+    exploration_fraction: float = setting(0.5, ge=0, le=1)
+    max_grad_norm: float = setting(10.0, gt=0)
     layer_norm: bool = True
     normalize_images: bool = True
-    encoder: str = "auto"
-
-    def __post_init__(self) -> None:
-        require("PQNConfig", [
-            encoder_check(self.encoder),
-            (self.lr > 0, f"lr must be > 0; got {self.lr}."),
-            (0.0 <= self.gamma <= 1.0, f"gamma must be in [0, 1]; got {self.gamma}."),
-            (0.0 <= self.q_lambda <= 1.0, f"q_lambda must be in [0, 1]; got {self.q_lambda}."),
-            (0.0 <= self.epsilon_start <= 1.0 and 0.0 <= self.epsilon_end <= 1.0,
-             f"epsilon_start and epsilon_end must be in [0, 1]; got {self.epsilon_start} and "
-             f"{self.epsilon_end}."),
-            (0.0 <= self.exploration_fraction <= 1.0,
-             f"exploration_fraction must be in [0, 1]; got {self.exploration_fraction}."),
-            (self.max_grad_norm > 0, f"max_grad_norm must be > 0; got {self.max_grad_norm}."),
-            (all(h >= 1 for h in self.hidden_sizes),
-             f"hidden_sizes must be positive widths; got {list(self.hidden_sizes)}."),
-        ])
-        check_typed_fields("PQNConfig", self)
+    encoder: str = encoder_setting()
 
 
 class PQNPolicy(Policy):

@@ -25,8 +25,8 @@ from rltrain.agents.nn.masking import action_mask, masked_values
 from rltrain.agents.nn.noisy import reset_noise
 from rltrain.agents.replay_terms import discount, send_td_errors, weighted
 from rltrain.buffers.replay import ReplayBatch
-from rltrain.errors import require
 from rltrain.optim import Optimization
+from rltrain.settings.base import setting
 from rltrain.settings.registry import register_agent
 from rltrain.types import MetricValue
 
@@ -44,16 +44,9 @@ class QRDQNConfig(DQNConfig):
             sb3-contrib uses 0.01 / batch size).
     """
 
-    n_quantiles: int = 10
-    kappa: float = 1.0
+    n_quantiles: int = setting(10, ge=1)
+    kappa: float = setting(1.0, gt=0)
     adam_eps: float = 0.01 / 32
-
-    def __post_init__(self) -> None:
-        super().__post_init__()
-        require("QRDQNConfig", [
-            (self.n_quantiles >= 1, f"n_quantiles must be >= 1; got {self.n_quantiles}."),
-            (self.kappa > 0, f"kappa must be > 0; got {self.kappa}."),
-        ])
 
 
 class QuantileMean(nn.Module):

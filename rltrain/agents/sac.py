@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import copy
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import gymnasium as gym
@@ -32,20 +32,19 @@ from rltrain.agents.continuous import box_bounds, check_continuous_spaces, sb3_s
 from rltrain.agents.nn.distributions import LOG_STD_LIMIT
 from rltrain.agents.nn.encoders import Encoder, make_encoder
 from rltrain.agents.nn.networks import SquashedGaussianActor, TwinQ, soft_update
-from rltrain.agents.nn.observation_spaces import encoder_check
+from rltrain.agents.nn.observation_spaces import encoder_setting
 from rltrain.agents.nn.sde import StateDependentSquashedActor
 from rltrain.agents.replay_terms import discount, send_td_errors, weighted
 from rltrain.buffers.replay import ReplayBatch
-from rltrain.errors import require
 from rltrain.optim import Optimization, adam
-from rltrain.settings.checks import check_typed_fields
+from rltrain.settings.base import Settings, discount_factor, learning_rate, polyak, setting, widths
 from rltrain.settings.loops import OffPolicyConfig
 from rltrain.settings.registry import register_agent
 from rltrain.types import MetricValue, ObsTensors, PolicyState, PolicyStep
 
 
 @dataclass
-class SACConfig:
+class SACConfig(Settings):
     """SAC's hyperparameters (defaults: Stable-Baselines3's, RL-Zoo's learning rate for
     Pendulum-v1).
 
@@ -80,45 +79,29 @@ class SACConfig:
             or ``"cnn"`` (a CNN). Default ``"auto"`` (docs/encoders.md).
     """
 
-    hidden_sizes: list[int] = field(default_factory=lambda: [256, 256])
-    lr: float = 1e-3
-    gamma: float = 0.99
-    tau: float = 0.005
-    alpha: float | None = None
-    alpha_init: float = 1.0
+    hidden_sizes: list[int] = widths(256, 256)
+    lr: float = learning_rate(1e-3)
+    gamma: float = discount_factor()
+    tau: float = polyak(0.005)
+    alpha: float | None = setting(None, ge=0, none="to learn it")
+    alpha_init: float = setting(1.0, gt=0)
     target_entropy: float | None = None
-    policy_delay: int = 1
-    target_update_interval: int = 1
+    policy_delay: int = setting(1, ge=1, unit="gradient steps")
+    target_update_interval: int = setting(1, ge=1, unit="gradient steps")
     use_sde: bool = False
     sde_sample_freq: int = -1
     sde_full_std: bool = True
     sde_expln: bool = False
     sde_learn_features: bool = True
-    log_std_init: float = -3.0
+    log_std_init: float = setting(-3.0, ge=-LOG_STD_LIMIT, le=LOG_STD_LIMIT)
     normalize_images: bool = True
-    encoder: str = "auto"
+    encoder: str = encoder_setting()
 
-    def __post_init__(self) -> None:
-        require("SACConfig", [
-            encoder_check(self.encoder),
-            (self.lr > 0, f"lr must be > 0; got {self.lr}."),
-            (0.0 <= self.gamma <= 1.0, f"gamma must be in [0, 1]; got {self.gamma}."),
-            (0.0 < self.tau <= 1.0, f"tau must be in (0, 1]; got {self.tau}."),
-            (self.alpha is None or self.alpha >= 0,
-             f"alpha must be >= 0 (or None to learn it); got {self.alpha}."),
-            (self.alpha_init > 0, f"alpha_init must be > 0; got {self.alpha_init}."),
-            (self.policy_delay >= 1 and self.target_update_interval >= 1,
-             "policy_delay and target_update_interval must be >= 1 gradient step."),
-            (self.sde_sample_freq == -1 or self.sde_sample_freq >= 1,
-             f"sde_sample_freq must be >= 1 env step, or -1 (draw after each round of gradient "
-             f"steps); got {self.sde_sample_freq}."),
-            (-LOG_STD_LIMIT <= self.log_std_init <= LOG_STD_LIMIT,
-             f"log_std_init must be in [-{LOG_STD_LIMIT:g}, {LOG_STD_LIMIT:g}]; got "
-             f"{self.log_std_init}."),
-            (all(h >= 1 for h in self.hidden_sizes),
-             f"hidden_sizes must be positive widths; got {list(self.hidden_sizes)}."),
-        ])
-        check_typed_fields("SACConfig", self)
+    @override
+    def rules(self) -> list[tuple[bool, str]]:
+        return [(self.sde_sample_freq == -1 or self.sde_sample_freq >= 1,
+                 f"sde_sample_freq must be >= 1 env step, or -1 (draw after each round of "
+                 f"gradient steps); got {self.sde_sample_freq}.")]
 
 
 class SACPolicy(Policy):

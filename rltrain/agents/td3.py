@@ -23,7 +23,7 @@ noise on actions rescaled to ``[-1, 1]``. For HalfCheetah's ``[-1, 1]`` they are
 from __future__ import annotations
 
 import copy
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import gymnasium as gym
@@ -34,19 +34,18 @@ from rltrain.agents.base import LearningAgent, Policy
 from rltrain.agents.continuous import box_bounds, check_continuous_spaces, sb3_schedule
 from rltrain.agents.nn.encoders import Encoder, make_encoder
 from rltrain.agents.nn.networks import DeterministicActor, TwinQ, soft_update
-from rltrain.agents.nn.observation_spaces import encoder_check
+from rltrain.agents.nn.observation_spaces import encoder_setting
 from rltrain.agents.replay_terms import discount, send_td_errors, weighted
 from rltrain.buffers.replay import ReplayBatch
-from rltrain.errors import require
 from rltrain.optim import Optimization, adam
-from rltrain.settings.checks import check_typed_fields
+from rltrain.settings.base import Settings, discount_factor, learning_rate, polyak, setting, widths
 from rltrain.settings.loops import OffPolicyConfig
 from rltrain.settings.registry import register_agent
 from rltrain.types import MetricValue, ObsTensors, PolicyState, PolicyStep
 
 
 @dataclass
-class TD3Config:
+class TD3Config(Settings):
     """TD3's hyperparameters (defaults: the paper's and Stable-Baselines3's; noise settings are
     fractions of the action half-range, see the module docstring).
 
@@ -67,38 +66,17 @@ class TD3Config:
             Default ``"auto"`` (docs/encoders.md).
     """
 
-    hidden_sizes: list[int] = field(default_factory=lambda: [400, 300])
-    lr: float = 1e-3
-    gamma: float = 0.99
-    tau: float = 0.005
-    policy_delay: int = 2
-    n_critics: int = 2
-    exploration_noise: float = 0.1
-    target_policy_noise: float = 0.2
-    target_noise_clip: float = 0.5
+    hidden_sizes: list[int] = widths(400, 300)
+    lr: float = learning_rate(1e-3)
+    gamma: float = discount_factor()
+    tau: float = polyak(0.005)
+    policy_delay: int = setting(2, ge=1, unit="gradient steps")
+    n_critics: int = setting(2, ge=1)
+    exploration_noise: float = setting(0.1, ge=0, why="a fraction of the action half-range")
+    target_policy_noise: float = setting(0.2, ge=0, why="a fraction of the action half-range")
+    target_noise_clip: float = setting(0.5, ge=0, why="a fraction of the action half-range")
     normalize_images: bool = True
-    encoder: str = "auto"
-
-    def __post_init__(self) -> None:
-        # the config's own name (TD3Config, DDPGConfig), not a schema's subclass of it
-        name = next(c.__name__ for c in type(self).__mro__ if c.__module__ == __name__)
-        require(name, [
-            encoder_check(self.encoder),
-            (self.lr > 0, f"lr must be > 0; got {self.lr}."),
-            (0.0 <= self.gamma <= 1.0, f"gamma must be in [0, 1]; got {self.gamma}."),
-            (0.0 < self.tau <= 1.0, f"tau must be in (0, 1]; got {self.tau}."),
-            (self.policy_delay >= 1,
-             f"policy_delay must be >= 1 gradient step; got {self.policy_delay}."),
-            (self.n_critics >= 1, f"n_critics must be >= 1; got {self.n_critics}."),
-            *((value >= 0, f"{name} must be >= 0 (a fraction of the action half-range); "
-                           f"got {value}.")
-              for name, value in [("exploration_noise", self.exploration_noise),
-                                  ("target_policy_noise", self.target_policy_noise),
-                                  ("target_noise_clip", self.target_noise_clip)]),
-            (all(h >= 1 for h in self.hidden_sizes),
-             f"hidden_sizes must be positive widths; got {list(self.hidden_sizes)}."),
-        ])
-        check_typed_fields(name, self)
+    encoder: str = encoder_setting()
 
 
 @dataclass

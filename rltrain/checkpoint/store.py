@@ -29,6 +29,12 @@ from rltrain.checkpoint.manifest import (
 )
 from rltrain.checkpoint.sharded import with_shard, write_shard
 from rltrain.runtime.distributed import SINGLE, DistributedContext
+from rltrain.settings.base import Bounds, check_setting
+
+#: Env steps between checkpoints (``TrainerConfig.checkpoint_interval``).
+CHECKPOINT_INTERVAL = Bounds(ge=1, unit="env steps", none="to save only at the end")
+#: ``checkpoint-*.pt`` files kept (``TrainerConfig.keep_last_checkpoints``).
+KEEP_LAST = Bounds(ge=1, unit="checkpoints")
 
 
 @dataclass(frozen=True)
@@ -88,12 +94,8 @@ class Checkpointer:
                  config: Mapping[str, Any] | None = None,
                  distributed: DistributedContext = SINGLE,
                  store: CheckpointIO | None = None) -> None:
-        if interval is not None and interval < 1:
-            raise ValueError(
-                f"checkpoint interval must be >= 1 env step (or None); got {interval}."
-            )
-        if keep_last < 1:
-            raise ValueError(f"keep_last must be >= 1 checkpoint; got {keep_last}.")
+        check_setting("checkpoint_interval", interval, CHECKPOINT_INTERVAL)
+        check_setting("keep_last_checkpoints", keep_last, KEEP_LAST)
         if store is None:
             if directory is None:
                 raise ValueError("A Checkpointer needs a directory or a store.")

@@ -4,20 +4,27 @@ same fields (plus the objects a YAML file cannot hold)."""
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
+from typing_extensions import override
 
-from rltrain.envs.evaluator import EvaluationSettings
-from rltrain.errors import require
+from rltrain.checkpoint.store import CHECKPOINT_INTERVAL, KEEP_LAST
+from rltrain.envs.evaluator import VIDEO_INTERVAL, EvaluationSettings
 from rltrain.observe.loggers import LOGGER_PACKAGES, is_unrecorded, logger_items
+from rltrain.observe.renderers.schedule import LOG_INTERVAL
 from rltrain.optim.compiled import compile_mode
 from rltrain.optim.settings import OptimizationSettings, resolve_dtype
-from rltrain.settings.checks import check_typed_fields
-from rltrain.strategies.components import SummarySettings, check_folder, check_num_steps
+from rltrain.settings.base import Settings, setting
+from rltrain.strategies.components import (
+    ENV_STEP_TIMEOUT,
+    NUM_STEPS,
+    RETURN_THRESHOLD,
+    SYNC_INTERVAL,
+    SummarySettings,
+)
 
 #: ``num_threads="auto"`` uses one torch thread for an agent with fewer trainable parameters
 #: than this, torch's own count otherwise (measured: ``docs/benchmarks.md``, "Torch threads").
@@ -25,7 +32,7 @@ AUTO_ONE_THREAD_BELOW = 2_000_000
 
 
 @dataclass(kw_only=True)
-class TrainerConfig:
+class TrainerConfig(Settings):
     """Every plain setting of a run, checked once when made (an error names the setting and
     the fix). The ``trainer:`` section of a run config, and :class:`~rltrain.Trainer`'s
     keyword arguments of the same names.
@@ -135,18 +142,18 @@ class TrainerConfig:
     and the folders are ``Path`` objects.
     """
 
-    num_steps: int = 50_000
+    num_steps: int = setting(50_000, bounds=NUM_STEPS)
     eval_interval: int | None = 10_000
     eval_episodes: int = 10
     eval_max_episode_steps: int | None = 27_000
-    video_interval: int | None = None
-    return_threshold: float | None = None
-    env_step_timeout: float | None = None
+    video_interval: int | None = setting(None, bounds=VIDEO_INTERVAL)
+    return_threshold: float | None = setting(None, bounds=RETURN_THRESHOLD)
+    env_step_timeout: float | None = setting(None, bounds=ENV_STEP_TIMEOUT)
     device: str = "cpu"
     inference_device: str | None = None
     devices: int | str = "auto"
     num_nodes: int | str = "auto"
-    sync_interval: int = 16
+    sync_interval: int = setting(16, bounds=SYNC_INTERVAL)
     dtype: str = "float32"
     num_threads: int | str | None = "auto"
     keep_freed_memory: bool = True
@@ -160,57 +167,23 @@ class TrainerConfig:
     enable_progress_bar: bool = True
     enable_console: bool = True
     enable_metrics_file: bool = True
-    log_interval: int = 1_000
-    console_interval: float = 10.0
+    log_interval: int = setting(1_000, bounds=LOG_INTERVAL)
+    console_interval: float = setting(10.0, ge=0, unit="seconds")
     checkpoint_dir: str | Path | None = None
-    checkpoint_interval: int | None = None
-    keep_last_checkpoints: int = 3
+    checkpoint_interval: int | None = setting(None, bounds=CHECKPOINT_INTERVAL)
+    keep_last_checkpoints: int = setting(3, bounds=KEEP_LAST)
     keep_best: bool = True
     overwrite: bool = False
+
+    #: The section a run config holds these settings in, which their errors name.
+    owner: ClassVar[str] = "trainer"
 
     def __post_init__(self) -> None:
         self.check_logger()
         for name in ("run_dir", "checkpoint_dir", "logger"):
-            check_folder(name, getattr(self, name))
-        check_num_steps(self.num_steps)
+            _check_folder(name, getattr(self, name))
+        super().__post_init__()
         _ = self.optimization, self.evaluation, self.summary  # each checks its own fields
-        require("trainer", [
-            (self.num_threads in (None, "auto") or (isinstance(self.num_threads, int)
-                                                   and not isinstance(self.num_threads, bool)
-                                                   and self.num_threads >= 1),
-             f"num_threads must be a count >= 1, 'auto' (one thread for small networks) or "
-             f"None (torch's own); got {self.num_threads!r}."),
-            (self.video_interval is None or self.video_interval >= 1,
-             f"video_interval must be >= 1 evaluation (or None to record none); got "
-             f"{self.video_interval}."),
-            (self.video_interval is None or self.eval_interval is not None,
-             "video_interval records evaluations, and eval_interval=None makes none: set "
-             "eval_interval, or video_interval=None."),
-            (self.devices == "auto" or (isinstance(self.devices, int)
-                                        and not isinstance(self.devices, bool)
-                                        and self.devices >= 1),
-             f"devices must be a count of processes per node >= 1, or 'auto' (what torchrun "
-             f"started); got {self.devices!r}."),
-            (self.num_nodes == "auto" or (isinstance(self.num_nodes, int)
-                                          and not isinstance(self.num_nodes, bool)
-                                          and self.num_nodes >= 1),
-             f"num_nodes must be a count of machines >= 1, or 'auto'; got {self.num_nodes!r}."),
-            (self.sync_interval >= 1,
-             f"sync_interval must be >= 1 vector step; got {self.sync_interval}."),
-            (self.env_step_timeout is None or _positive_seconds(self.env_step_timeout),
-             f"env_step_timeout must be a finite number of seconds > 0 (or None for no "
-             f"limit); got {self.env_step_timeout!r}."),
-            (self.log_interval >= 1,
-             f"log_interval must be >= 1 env step; got {self.log_interval}."),
-            (self.console_interval >= 0,
-             f"console_interval must be >= 0 seconds; got {self.console_interval}."),
-            (self.checkpoint_interval is None or self.checkpoint_interval >= 1,
-             f"checkpoint_interval must be >= 1 env step (or None to save only at the end); "
-             f"got {self.checkpoint_interval}."),
-            (self.keep_last_checkpoints >= 1,
-             f"keep_last_checkpoints must be >= 1 checkpoint; got {self.keep_last_checkpoints}."),
-        ])
-        check_typed_fields("trainer", self)
         self.device = str(parse_device(self.device, "device"))
         self.inference_device = str(parse_device(
             self.device if self.inference_device is None else self.inference_device,
@@ -218,6 +191,22 @@ class TrainerConfig:
         self.dtype = str(resolve_dtype(self.dtype)).removeprefix("torch.")
         self.run_dir = None if self.run_dir is None else Path(self.run_dir)
         self.checkpoint_dir = None if self.checkpoint_dir is None else Path(self.checkpoint_dir)
+
+    @override
+    def rules(self) -> list[tuple[bool, str]]:
+        return [
+            (self.num_threads in (None, "auto") or _count(self.num_threads),
+             f"num_threads must be a count >= 1, 'auto' (one thread for small networks) or "
+             f"None (torch's own); got {self.num_threads!r}."),
+            (self.video_interval is None or self.eval_interval is not None,
+             "video_interval records evaluations, and eval_interval=None makes none: set "
+             "eval_interval, or video_interval=None."),
+            (self.devices == "auto" or _count(self.devices),
+             f"devices must be a count of processes per node >= 1, or 'auto' (what torchrun "
+             f"started); got {self.devices!r}."),
+            (self.num_nodes == "auto" or _count(self.num_nodes),
+             f"num_nodes must be a count of machines >= 1, or 'auto'; got {self.num_nodes!r}."),
+        ]
 
     def check_logger(self) -> None:
         """Refuse a ``logger`` a config cannot name: true, false, a log directory, a logger
@@ -279,10 +268,17 @@ class TrainerConfig:
         return resolve_dtype(self.dtype)
 
 
-def _positive_seconds(value: object) -> bool:
-    """True for a finite number > 0 (a bool is not one)."""
-    return (isinstance(value, (int, float)) and not isinstance(value, bool)
-            and math.isfinite(value) and value > 0)
+def _count(value: object) -> bool:
+    """True for an int >= 1 (a bool is not one)."""
+    return isinstance(value, int) and not isinstance(value, bool) and value >= 1
+
+
+def _check_folder(name: str, folder: object) -> None:
+    """Refuse an empty folder setting (``run_dir``, ``checkpoint_dir``, a log directory): an
+    empty path would silently mean the current directory."""
+    if isinstance(folder, (str, Path)) and not str(folder).strip():
+        raise ValueError(f"{name} is empty; give a directory, or None for the default (the "
+                         "current directory is used only when named, as '.').")
 
 
 def parse_device(device: str | torch.device, name: str) -> torch.device:

@@ -29,9 +29,9 @@ from typing import Any, SupportsFloat
 
 import gymnasium as gym
 import numpy as np
+from typing_extensions import override
 
-from rltrain.errors import require
-from rltrain.settings.checks import check_typed_fields
+from rltrain.settings.base import Settings, setting
 
 #: Where :class:`FrameStack` declares its stack depth in an env's (and so a vector env's)
 #: ``metadata``: what a replay reads to store each frame once.
@@ -39,7 +39,7 @@ FRAME_STACK_KEY = "frame_stack"
 
 
 @dataclass
-class AtariConfig:
+class AtariConfig(Settings):
     """The ``env.atari`` section: the standard Atari pipeline's settings (module docstring).
 
     The defaults are SB3's ``AtariWrapper`` with CleanRL's and RL-Zoo's protocol (sticky
@@ -62,32 +62,22 @@ class AtariConfig:
             108,000 (27,000 env steps, 30 minutes of play).
     """
 
-    noop_max: int = 30
-    frame_skip: int = 4
-    screen_size: int = 84
+    noop_max: int = setting(30, ge=0)
+    frame_skip: int = setting(4, ge=1, unit="frames")
+    screen_size: int = setting(84, ge=8, unit="pixels")
     episodic_life: bool = True
     fire_reset: bool = True
     clip_rewards: bool = True
-    frame_stack: int = 4
-    repeat_action_probability: float = 0.0
+    frame_stack: int = setting(4, ge=1, unit="frames")
+    repeat_action_probability: float = setting(0.0, ge=0, le=1)
     full_action_space: bool = False
     max_episode_frames: int = 108_000
 
-    def __post_init__(self) -> None:
-        require("AtariConfig", [
-            (self.noop_max >= 0, f"noop_max must be >= 0; got {self.noop_max}."),
-            (self.frame_skip >= 1, f"frame_skip must be >= 1 frame; got {self.frame_skip}."),
-            (self.screen_size >= 8, f"screen_size must be >= 8 pixels; got {self.screen_size}."),
-            (self.frame_stack >= 1, f"frame_stack must be >= 1 frame; got {self.frame_stack}."),
-            (self.max_episode_frames >= self.frame_skip,
-             f"max_episode_frames must be >= frame_skip ({self.frame_skip}); got "
-             f"{self.max_episode_frames}."),
-            (0.0 <= self.repeat_action_probability <= 1.0,
-             "repeat_action_probability must be in [0, 1]; got "
-             f"{self.repeat_action_probability}."),
-        ])
-        check_typed_fields("AtariConfig", self)
-
+    @override
+    def rules(self) -> list[tuple[bool, str]]:
+        return [(self.max_episode_frames >= self.frame_skip,
+                 f"max_episode_frames must be >= frame_skip ({self.frame_skip}); got "
+                 f"{self.max_episode_frames}.")]
 
 def is_atari_id(env_id: str | None) -> bool:
     """Whether ``env_id`` names an ALE game (``ALE/Pong-v5``, ``PongNoFrameskip-v4``)."""

@@ -20,7 +20,11 @@ from rltrain.observe.events import EvaluationEnd, EvaluationStart, EvaluationSte
 from rltrain.observe.processor import EventProcessor
 from rltrain.runtime.interrupt import Interrupter
 from rltrain.runtime.watchdog import watch_env_calls
+from rltrain.settings.base import Bounds, check_setting
 from rltrain.types import Progress
+
+#: Evaluations between recorded ones (``TrainerConfig.video_interval``).
+VIDEO_INTERVAL = Bounds(ge=1, unit="evaluations", none="to record none")
 
 
 @dataclass
@@ -95,8 +99,7 @@ class Evaluator:
         self.episodes = episodes
         self.seed = seed
         self.max_episode_steps = max_episode_steps
-        if video_interval < 1:
-            raise ValueError(f"video_interval must be >= 1 evaluation; got {video_interval}.")
+        check_setting("video_interval", video_interval, VIDEO_INTERVAL)
         num_envs = min(episodes, 10) if num_envs is None else num_envs
         env = evaluation_env(env)
         name = env_name(env)

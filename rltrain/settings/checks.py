@@ -1,11 +1,8 @@
-"""The check every settings dataclass makes of its fields by their declared types, after its
-own range checks: a ``float`` setting (``float | None`` too) is a finite number, so ``inf``
-and NaN never reach a loss or a distribution; a ``bool`` one is True or False, so ``2`` is
-not taken as true. Declared once, called at the end of each config's ``__post_init__``
-(:class:`~rltrain.DQNConfig`, :class:`~rltrain.PPOConfig`, :class:`~rltrain.SACConfig`,
-``DreamerConfig``, the strategies' configs and
-:class:`~rltrain.config.trainer_config.TrainerConfig`);
-a test walks every registered config so none is missed.
+"""The checks every setting gets from its declared type, after its declared bounds
+(:mod:`rltrain.settings.base`): a ``float`` setting (``float | None`` too) is a finite number, so
+``inf`` and NaN never reach a loss or a distribution; a ``bool`` one is True or False, so ``2``
+is not taken as true. :class:`~rltrain.settings.base.Settings` runs them for every settings
+dataclass; a test walks every registered config so none is missed.
 """
 
 from __future__ import annotations

@@ -6,14 +6,22 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Any
 
-from rltrain.errors import require
-from rltrain.settings.checks import check_typed_fields
+from typing_extensions import override
+
+from rltrain.settings.base import Settings, setting
 from rltrain.settings.replay import PriorityConfig, ReplaySampling
 
 
+def vectorization_setting() -> Any:
+    """How the sub-envs run: ``"sync"`` (in this process, the default) or ``"async"`` (one
+    process each)."""
+    return setting("sync", choices=("sync", "async"), says="'sync' or 'async'")
+
+
 @dataclass
-class OffPolicyConfig:
+class OffPolicyConfig(Settings):
     """Settings of :class:`OffPolicyStrategy`. Env steps are transitions summed over sub-envs.
 
     Attributes:
@@ -44,45 +52,26 @@ class OffPolicyConfig:
         priority_epsilon: Added to ``|TD error|`` so that no priority is 0. Default 1e-6.
     """
 
-    num_envs: int = 1
-    vectorization: str = "sync"  # str, not a Literal: omegaconf cannot type-check Literals
-    buffer_size: int = 100_000
-    batch_size: int = 64
-    warmup_steps: int = 1_000
-    train_interval: int = 256
-    train_steps: int = 128
+    num_envs: int = setting(1, ge=1)
+    vectorization: str = vectorization_setting()  # str, not a Literal: omegaconf cannot check them
+    buffer_size: int = setting(100_000, ge=1)
+    batch_size: int = setting(64, ge=1)
+    warmup_steps: int = setting(1_000, ge=0)
+    train_interval: int = setting(256, ge=1, unit="env steps")
+    train_steps: int = setting(128, ge=0)
     seed: int = 0
     frame_stack_replay: bool = True
-    n_step: int = 1
+    n_step: int = setting(1, ge=1, unit="transitions")
     prioritized: bool = False
-    priority_alpha: float = 0.6
-    priority_beta: float = 0.4
-    priority_epsilon: float = 1e-6
+    priority_alpha: float = setting(0.6, ge=0, le=1)
+    priority_beta: float = setting(0.4, ge=0, le=1)
+    priority_epsilon: float = setting(1e-6, gt=0)
 
-    def __post_init__(self) -> None:
-        checks = [
-            (self.num_envs >= 1, f"num_envs must be >= 1; got {self.num_envs}."),
-            (self.vectorization in ("sync", "async"),
-             f"vectorization must be 'sync' or 'async'; got {self.vectorization!r}."),
-            (self.buffer_size >= 1, f"buffer_size must be >= 1; got {self.buffer_size}."),
-            (self.batch_size >= 1, f"batch_size must be >= 1; got {self.batch_size}."),
-            (self.batch_size <= self.buffer_size,
-             f"batch_size ({self.batch_size}) is larger than buffer_size ({self.buffer_size}); "
-             "raise buffer_size or lower batch_size."),
-            (self.warmup_steps >= 0, f"warmup_steps must be >= 0; got {self.warmup_steps}."),
-            (self.train_interval >= 1,
-             f"train_interval must be >= 1 env step; got {self.train_interval}."),
-            (self.train_steps >= 0, f"train_steps must be >= 0; got {self.train_steps}."),
-            (self.n_step >= 1, f"n_step must be >= 1 transition; got {self.n_step}."),
-            (0.0 <= self.priority_alpha <= 1.0,
-             f"priority_alpha must be in [0, 1]; got {self.priority_alpha}."),
-            (0.0 <= self.priority_beta <= 1.0,
-             f"priority_beta must be in [0, 1]; got {self.priority_beta}."),
-            (self.priority_epsilon > 0,
-             f"priority_epsilon must be > 0; got {self.priority_epsilon}."),
-        ]
-        require("OffPolicyConfig", checks)
-        check_typed_fields("OffPolicyConfig", self)
+    @override
+    def rules(self) -> list[tuple[bool, str]]:
+        return [(self.batch_size <= self.buffer_size,
+                 f"batch_size ({self.batch_size}) is larger than buffer_size "
+                 f"({self.buffer_size}); raise buffer_size or lower batch_size.")]
 
     @property
     def sampling(self) -> ReplaySampling:
@@ -93,7 +82,7 @@ class OffPolicyConfig:
 
 
 @dataclass
-class OnPolicyConfig:
+class OnPolicyConfig(Settings):
     """Settings of :class:`OnPolicyStrategy` (defaults: Stable-Baselines3's PPO).
 
     Attributes:
@@ -109,30 +98,21 @@ class OnPolicyConfig:
             Default 0.
     """
 
-    num_envs: int = 1
-    vectorization: str = "sync"  # str, not a Literal: omegaconf cannot type-check Literals
-    n_steps: int = 2_048
-    batch_size: int = 64
-    update_epochs: int = 10
+    num_envs: int = setting(1, ge=1)
+    vectorization: str = vectorization_setting()
+    n_steps: int = setting(2_048, ge=1, unit="vector steps")
+    batch_size: int = setting(64, ge=1)
+    update_epochs: int = setting(10, ge=1)
     seed: int = 0
 
-    def __post_init__(self) -> None:
-        require("OnPolicyConfig", [
-            (self.num_envs >= 1, f"num_envs must be >= 1; got {self.num_envs}."),
-            (self.vectorization in ("sync", "async"),
-             f"vectorization must be 'sync' or 'async'; got {self.vectorization!r}."),
-            (self.n_steps >= 1, f"n_steps must be >= 1 vector step; got {self.n_steps}."),
-            (self.batch_size >= 1, f"batch_size must be >= 1; got {self.batch_size}."),
-            (self.update_epochs >= 1, f"update_epochs must be >= 1; got {self.update_epochs}."),
-        ])
-        check_typed_fields("OnPolicyConfig", self)
+    @override
+    def rules(self) -> list[tuple[bool, str]]:
         rollout_size = self.n_steps * self.num_envs
-        if rollout_size % self.batch_size:
-            raise ValueError(
-                f"OnPolicyConfig: batch_size ({self.batch_size}) must divide the rollout, "
-                f"n_steps x num_envs = {self.n_steps} x {self.num_envs} = {rollout_size}, so "
-                "every epoch uses each transition once; use a divisor, e.g. batch_size="
-                f"{_divisor_near(rollout_size, self.batch_size)}.")
+        return [(rollout_size % self.batch_size == 0,
+                 f"batch_size ({self.batch_size}) must divide the rollout, n_steps x num_envs = "
+                 f"{self.n_steps} x {self.num_envs} = {rollout_size}, so every epoch uses each "
+                 "transition once; use a divisor, e.g. batch_size="
+                 f"{_divisor_near(rollout_size, self.batch_size)}.")]
 
     @property
     def minibatches(self) -> int:

@@ -6,12 +6,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from rltrain.errors import require
-from rltrain.settings.checks import check_typed_fields
+from rltrain.settings.base import Settings, setting
 
 
 @dataclass
-class PriorityConfig:
+class PriorityConfig(Settings):
     """Settings of proportional prioritized replay (Schaul et al. 2016, arXiv:1511.05952).
 
     Attributes:
@@ -22,18 +21,9 @@ class PriorityConfig:
         epsilon: Added to ``|TD error|`` so that no transition's priority is 0. Default 1e-6.
     """
 
-    alpha: float = 0.6
-    beta_start: float = 0.4
-    epsilon: float = 1e-6
-
-    def __post_init__(self) -> None:
-        require("PriorityConfig", [
-            (0.0 <= self.alpha <= 1.0, f"alpha must be in [0, 1]; got {self.alpha}."),
-            (0.0 <= self.beta_start <= 1.0,
-             f"beta_start must be in [0, 1]; got {self.beta_start}."),
-            (self.epsilon > 0, f"epsilon must be > 0; got {self.epsilon}."),
-        ])
-        check_typed_fields("PriorityConfig", self)
+    alpha: float = setting(0.6, ge=0, le=1)
+    beta_start: float = setting(0.4, ge=0, le=1)
+    epsilon: float = setting(1e-6, gt=0)
 
 
 @dataclass(frozen=True)

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -15,11 +14,16 @@ from rltrain.observe.processor import EventProcessor
 from rltrain.optim.settings import OptimizationSettings
 from rltrain.runtime.distributed import SINGLE, DistributedContext
 from rltrain.runtime.interrupt import Interrupter
+from rltrain.settings.base import Bounds, Settings, setting
 from rltrain.types import Progress
+
+#: The mean evaluation return a run's summary times (``TrainerConfig.return_threshold``).
+RETURN_THRESHOLD = Bounds(finite=True, none="to run all num_steps",
+                          says="a finite return (or None, to run all num_steps)")
 
 
 @dataclass
-class SummarySettings:
+class SummarySettings(Settings):
     """What the end-of-run summary measures.
 
     Attributes:
@@ -28,25 +32,21 @@ class SummarySettings:
         window: Episodes in the rolling mean of training returns. Default 100.
     """
 
-    return_threshold: float | None = None
-    window: int = 100
-
-    def __post_init__(self) -> None:
-        if self.return_threshold is not None and not math.isfinite(self.return_threshold):
-            raise ValueError(f"return_threshold must be a finite return (or None, to run all "
-                             f"num_steps); got {self.return_threshold}.")
+    return_threshold: float | None = setting(None, bounds=RETURN_THRESHOLD)
+    window: int = setting(100, ge=1, unit="episodes")
 
 
-def check_folder(name: str, folder: object) -> None:
-    """Refuse an empty folder setting (``run_dir``, ``checkpoint_dir``, a log directory): an
-    empty path would silently mean the current directory."""
-    if isinstance(folder, (str, Path)) and not str(folder).strip():
-        raise ValueError(f"{name} is empty; give a directory, or None for the default (the "
-                         "current directory is used only when named, as '.').")
+#: Env steps a run trains for (``TrainerConfig.num_steps``).
+NUM_STEPS = Bounds(ge=1, unit="env steps")
+#: Vector steps between the ranks' agreements (``TrainerConfig.sync_interval``).
+SYNC_INTERVAL = Bounds(ge=1, unit="vector steps")
+#: Seconds an env step or reset may take (``TrainerConfig.env_step_timeout``).
+ENV_STEP_TIMEOUT = Bounds(gt=0, finite=True, none="for no limit",
+                          says="a finite number of seconds > 0 (or None for no limit)")
 
 
 @dataclass
-class RLComponents:
+class RLComponents(Settings):
     """Everything a strategy's ``train_loop`` uses besides the agent and the environment.
 
     Attributes:
@@ -79,7 +79,7 @@ class RLComponents:
             can store once each; set from the probe env. Default 1: no stack.
     """
 
-    num_steps: int
+    num_steps: int = setting(bounds=NUM_STEPS)
     checkpoint: Path | None = None
     checkpointer: Checkpointer | None = None
     optimization: OptimizationSettings = field(default_factory=OptimizationSettings)
@@ -93,8 +93,8 @@ class RLComponents:
     config: dict[str, Any] = field(default_factory=dict)
     resume_state: dict[str, Any] | None = None
     distributed: DistributedContext = SINGLE
-    sync_interval: int = 16
-    env_step_timeout: float | None = None
+    sync_interval: int = setting(16, bounds=SYNC_INTERVAL)
+    env_step_timeout: float | None = setting(None, bounds=ENV_STEP_TIMEOUT)
     frame_stack: int = 1
 
     def saved_state(self) -> dict[str, Any]:
@@ -115,18 +115,6 @@ class RLComponents:
         return self.optimization.dtype
 
     def __post_init__(self) -> None:
-        check_num_steps(self.num_steps)
+        super().__post_init__()
         self.device = torch.device(self.device)
         self.inference_device = torch.device(self.inference_device)
-        if self.sync_interval < 1:
-            raise ValueError(f"sync_interval must be >= 1 vector step; got {self.sync_interval}.")
-        if self.env_step_timeout is not None and not (math.isfinite(self.env_step_timeout)
-                                                      and self.env_step_timeout > 0):
-            raise ValueError(f"env_step_timeout must be a finite number of seconds > 0 (or "
-                             f"None for no limit); got {self.env_step_timeout}.")
-
-
-def check_num_steps(num_steps: int) -> None:
-    """Refuse a step budget no run could use."""
-    if num_steps < 1:
-        raise ValueError(f"num_steps must be >= 1 env step; got {num_steps}.")

@@ -23,9 +23,8 @@ from rltrain.agents.nn.networks import mlp, soft_update
 from rltrain.agents.nn.observation_spaces import cli, flattenable
 from rltrain.agents.returns import lambda_returns
 from rltrain.buffers import Buffer, SequenceBatch, SequenceReplayBuffer
-from rltrain.errors import require
 from rltrain.optim import Optimization, adam
-from rltrain.settings.checks import check_typed_fields
+from rltrain.settings.base import Settings, discount_factor, learning_rate, polyak, setting
 from rltrain.settings.loops import OffPolicyConfig
 from rltrain.settings.registry import register_agent
 from rltrain.settings.replay import ReplaySampling
@@ -33,7 +32,7 @@ from rltrain.types import MetricValue, ObsTensors, PolicyState, PolicyStep
 
 
 @dataclass
-class DreamerConfig:
+class DreamerConfig(Settings):
     """Dreamer hyperparameters, sized for small vector tasks on a CPU; the defaults learn
     Pendulum-v1 (``configs/dreamer_pendulum.yaml``, docs/dreamer.md). DreamerV1's values
     (Appendix A, for DeepMind Control from pixels) are given where they differ.
@@ -56,39 +55,21 @@ class DreamerConfig:
         critic_tau: Rate of the slow target critic that bootstraps the returns. Default 0.02.
     """
 
-    deter_size: int = 64
-    stoch_size: int = 16
-    hidden_size: int = 64
-    layers: int = 2
-    sequence_length: int = 32
-    horizon: int = 15
-    gamma: float = 0.99
-    lambda_: float = 0.95
+    deter_size: int = setting(64, ge=1)
+    stoch_size: int = setting(16, ge=1)
+    hidden_size: int = setting(64, ge=1)
+    layers: int = setting(2, ge=1)
+    sequence_length: int = setting(32, ge=2)
+    horizon: int = setting(15, ge=1)
+    gamma: float = discount_factor()
+    lambda_: float = discount_factor(0.95)
     free_nats: float = 1.0
-    kl_balance: float = 0.8
-    model_lr: float = 1e-3
-    actor_lr: float = 3e-4
-    critic_lr: float = 3e-4
+    kl_balance: float = setting(0.8, ge=0, le=1)
+    model_lr: float = learning_rate(1e-3)
+    actor_lr: float = learning_rate(3e-4)
+    critic_lr: float = learning_rate(3e-4)
     entropy_scale: float = 3e-4
-    critic_tau: float = 0.02
-
-    def __post_init__(self) -> None:
-        sizes = {name: getattr(self, name)
-                 for name in ("deter_size", "stoch_size", "hidden_size", "layers")}
-        rates = {name: getattr(self, name) for name in ("model_lr", "actor_lr", "critic_lr")}
-        checks = [
-            *((size >= 1, f"{name} must be >= 1; got {size}") for name, size in sizes.items()),
-            (self.sequence_length >= 2, f"sequence_length must be >= 2; got "
-                                        f"{self.sequence_length}"),
-            (self.horizon >= 1, f"horizon must be >= 1; got {self.horizon}"),
-            *((0.0 <= getattr(self, name) <= 1.0,
-               f"{name} must be in [0, 1]; got {getattr(self, name)}")
-              for name in ("gamma", "lambda_", "kl_balance")),
-            *((rate > 0, f"{name} must be > 0; got {rate}") for name, rate in rates.items()),
-            (0.0 < self.critic_tau <= 1.0, f"critic_tau must be in (0, 1]; got {self.critic_tau}"),
-        ]
-        require("DreamerConfig", ((ok, message + ".") for ok, message in checks))
-        check_typed_fields("DreamerConfig", self)
+    critic_tau: float = polyak(0.02)
 
     @property
     def hidden(self) -> list[int]:

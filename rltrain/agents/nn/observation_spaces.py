@@ -18,6 +18,7 @@ import gymnasium as gym
 import numpy as np
 
 from rltrain.agents.base import SpaceError
+from rltrain.settings.base import setting
 
 #: The values of the agents' ``encoder`` setting.
 ENCODER_CHOICES = ("auto", "mlp", "cnn")
@@ -30,12 +31,11 @@ ENCODED = (gym.spaces.Box, gym.spaces.Discrete, gym.spaces.MultiDiscrete,
 ENCODED_NAMES = "Box, Discrete, MultiDiscrete and MultiBinary"
 
 
-def encoder_check(encoder: object) -> tuple[bool, str]:
-    """A config's check of its ``encoder`` setting (one of :data:`ENCODER_CHOICES`)."""
-    return (encoder in ENCODER_CHOICES,
-            f"encoder must be 'auto' (a CNN for images, as Stable-Baselines3 decides them), "
-            f"'mlp' (flatten every observation) or 'cnn' (a CNN for every 3-D Box); got "
-            f"{encoder!r}.")
+def encoder_setting() -> Any:
+    """A config's ``encoder`` setting: ``"auto"`` by default, one of :data:`ENCODER_CHOICES`."""
+    return setting("auto", choices=ENCODER_CHOICES, says=(
+        "'auto' (a CNN for images, as Stable-Baselines3 decides them), 'mlp' (flatten every "
+        "observation) or 'cnn' (a CNN for every 3-D Box)"))
 
 
 def _bounds(space: gym.spaces.Box) -> str:

@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+from rltrain.settings.base import Bounds, check_setting
+
+#: Env steps between rows (``TrainerConfig.log_interval``).
+LOG_INTERVAL = Bounds(ge=1, unit="env steps")
+
 
 class LogSchedule:
     """Tracks an env-step interval for a renderer that writes rows (TensorBoard, JSONL).
@@ -11,8 +16,7 @@ class LogSchedule:
     """
 
     def __init__(self, interval: int) -> None:
-        if interval < 1:
-            raise ValueError(f"log_interval must be >= 1 env step; got {interval}.")
+        check_setting("log_interval", interval, LOG_INTERVAL)
         self.interval = interval
         self._next = interval
         self._last: int | None = None
