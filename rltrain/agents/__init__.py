@@ -9,6 +9,7 @@ from rltrain.agents.pqn import PQN, PQNConfig
 from rltrain.agents.qrdqn import QRDQN, QRDQNConfig
 from rltrain.agents.sac import SAC, SACConfig, SACPolicy
 from rltrain.agents.td3 import DDPG, TD3, DDPGConfig, TD3Config, TD3Policy
+from rltrain.settings.registry import register_agent
 from rltrain.types import PolicyState, PolicyStep
 
 __all__ = [
@@ -39,4 +40,5 @@ __all__ = [
     "SpaceError",
     "TD3Config",
     "TD3Policy",
+    "register_agent",
 ]

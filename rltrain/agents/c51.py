@@ -25,6 +25,7 @@ from rltrain.agents.nn.noisy import reset_noise
 from rltrain.agents.replay_terms import discount, send_td_errors, weighted
 from rltrain.buffers.replay import ReplayBatch
 from rltrain.optim import Optimization
+from rltrain.runtime.cadence import is_multiple
 from rltrain.settings.base import setting
 from rltrain.settings.registry import register_agent
 from rltrain.types import MetricValue
@@ -115,7 +116,7 @@ class C51(DQN):
         loss = weighted(cross_entropy, batch)
         optim.step("q", loss)
         send_td_errors(batch, cross_entropy)
-        if optim.gradient_step % c.target_update_interval == 0:
+        if is_multiple(optim.gradient_step, c.target_update_interval):
             self._update_target()
         q_taken = (log_p.detach().exp() * z).sum(dim=-1)
         return {"loss": loss.detach(), "q_value": q_taken.mean(), "epsilon": self.epsilon}

@@ -37,6 +37,7 @@ from rltrain.agents.replay_terms import discount, send_td_errors, weighted
 from rltrain.buffers.observations import layout, leading_tensor
 from rltrain.buffers.replay import ReplayBatch
 from rltrain.optim import Optimization, adam
+from rltrain.runtime.cadence import is_multiple
 from rltrain.settings.base import Settings, discount_factor, learning_rate, polyak, setting, widths
 from rltrain.settings.registry import register_agent
 from rltrain.types import MetricValue, ObsTensors, PolicyState, PolicyStep
@@ -266,7 +267,7 @@ class DQN(LearningAgent):
         optim.step("q", loss)
         send_td_errors(batch, q_taken - td_target)
 
-        if optim.gradient_step % c.target_update_interval == 0:
+        if is_multiple(optim.gradient_step, c.target_update_interval):
             self._update_target()
         return {"loss": loss.detach(), "q_value": q_taken.detach().mean(),
                 "epsilon": self.epsilon}

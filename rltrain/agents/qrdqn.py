@@ -26,6 +26,7 @@ from rltrain.agents.nn.noisy import reset_noise
 from rltrain.agents.replay_terms import discount, send_td_errors, weighted
 from rltrain.buffers.replay import ReplayBatch
 from rltrain.optim import Optimization
+from rltrain.runtime.cadence import is_multiple
 from rltrain.settings.base import setting
 from rltrain.settings.registry import register_agent
 from rltrain.types import MetricValue
@@ -117,7 +118,7 @@ class QRDQN(DQN):
         loss = weighted(losses, batch)
         optim.step("q", loss)
         send_td_errors(batch, losses)
-        if optim.gradient_step % c.target_update_interval == 0:
+        if is_multiple(optim.gradient_step, c.target_update_interval):
             self._update_target()
         return {"loss": loss.detach(), "q_value": theta.detach().mean(),
                 "epsilon": self.epsilon}

@@ -37,6 +37,7 @@ from rltrain.agents.nn.sde import StateDependentSquashedActor
 from rltrain.agents.replay_terms import discount, send_td_errors, weighted
 from rltrain.buffers.replay import ReplayBatch
 from rltrain.optim import Optimization, adam
+from rltrain.runtime.cadence import is_multiple
 from rltrain.settings.base import Settings, discount_factor, learning_rate, polyak, setting, widths
 from rltrain.settings.loops import OffPolicyConfig
 from rltrain.settings.registry import register_agent
@@ -227,7 +228,7 @@ class SAC(LearningAgent):
         metrics: dict[str, MetricValue] = {"critic_loss": critic_loss.detach(),
                                            "q": q.detach().mean(), "alpha": alpha}
         done = optim.gradient_step - 1  # gradient steps before this one
-        if done % c.policy_delay == 0:
+        if is_multiple(done, c.policy_delay):
             action, log_prob = self.actor(obs, noise[:, 1], *self.matrix(theta, detach=False))
             q_pi = self.critic(obs, self.normalized(action)).min(dim=0).values
             actor_loss = (alpha * log_prob - q_pi).mean()  # E[α log π(ã|s) - min_i Q_i(s, ã)]
@@ -238,7 +239,7 @@ class SAC(LearningAgent):
                 alpha_loss = -(self.log_alpha * (log_prob.detach() + self.target_entropy)).mean()
                 optim.step("alpha", alpha_loss)
                 metrics["alpha_loss"] = alpha_loss.detach()
-        if done % c.target_update_interval == 0:
+        if is_multiple(done, c.target_update_interval):
             soft_update(self.critic_target, self.critic, c.tau)
         if isinstance(self.actor, StateDependentSquashedActor) and c.sde_sample_freq == -1:
             self.actor.sde.new_rollout()

@@ -38,6 +38,7 @@ from rltrain.agents.nn.observation_spaces import encoder_setting
 from rltrain.agents.replay_terms import discount, send_td_errors, weighted
 from rltrain.buffers.replay import ReplayBatch
 from rltrain.optim import Optimization, adam
+from rltrain.runtime.cadence import is_multiple
 from rltrain.settings.base import Settings, discount_factor, learning_rate, polyak, setting, widths
 from rltrain.settings.loops import OffPolicyConfig
 from rltrain.settings.registry import register_agent
@@ -188,7 +189,7 @@ class TD3(LearningAgent):
         send_td_errors(batch, td.abs().mean(dim=0))
         metrics: dict[str, MetricValue] = {"critic_loss": critic_loss.detach(),
                                            "q": q.detach().mean()}
-        if (optim.gradient_step - 1) % c.policy_delay == 0:
+        if is_multiple(optim.gradient_step - 1, c.policy_delay):  # the 1st, n+1-th, ...
             actor_loss = -self.critic.first(obs, self.actor(obs)).mean()  # -E[Q_1(s, μ(s))]
             optim.step("actor", actor_loss)
             metrics["actor_loss"] = actor_loss.detach()

@@ -5,6 +5,7 @@ code. :class:`~rltrain.checkpoint.io.LocalFiles` stores a checkpoint folder with
 from __future__ import annotations
 
 import hashlib
+import io
 import os
 import pickle
 import re
@@ -30,13 +31,15 @@ def file_sha256(path: Path) -> str:
 _BLOCKED_GLOBAL = re.compile(r"(?:Unsupported global: GLOBAL|unsupported GLOBAL) ([\w.]+)")
 
 
-def torch_load(path: Path) -> Any:
-    """``torch.load(path, weights_only=True)``, its failures as a ``ValueError`` that names the
-    file and never passes on torch's advice to load with ``weights_only=False``."""
+def torch_load(path: Path | str, data: bytes | None = None) -> Any:
+    """``torch.load(path, weights_only=True)`` (of ``data``, the file's bytes read from a
+    store, when given), its failures as a ``ValueError`` that names the file and never passes
+    on torch's advice to load with ``weights_only=False``."""
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # notes about pickle protocols: not the user's
-            return torch.load(path, map_location="cpu", weights_only=True)
+            return torch.load(path if data is None else io.BytesIO(data), map_location="cpu",
+                              weights_only=True)
     except pickle.UnpicklingError as error:
         found = _BLOCKED_GLOBAL.search(str(error))
         if found is None:

@@ -9,11 +9,15 @@ given is one of rltrain's own (``checkpoint-100.pt``, ``manifest.json``), checke
 
 from __future__ import annotations
 
+import hashlib
+import io
 import os
 import shutil
 from abc import ABC, abstractmethod
 from pathlib import Path
 from typing import Any, BinaryIO
+
+import torch
 
 from rltrain.checkpoint.files import atomic_save, atomic_write, file_sha256, torch_load
 
@@ -21,14 +25,19 @@ from rltrain.checkpoint.files import atomic_save, atomic_write, file_sha256, tor
 class CheckpointIO(ABC):
     """Named files in one place: the checkpoint folder of a run.
 
-    Writes are atomic (a reader sees the whole new file or the old one, never a part), and
-    :meth:`load` reads tensors and plain data only (no code runs).
+    A store implements four methods: :meth:`write_bytes` (atomic: a reader sees the whole new
+    file or the old one, never a part), :meth:`read_bytes`, :meth:`names` and :meth:`remove`.
+    The rest is built on them and may be overridden where the place does better (a local
+    folder streams, hashes while writing, links instead of copying): :meth:`save`,
+    :meth:`load` (tensors and plain data only: no code runs), :meth:`size`, :meth:`sha256`,
+    :meth:`alias`, and :attr:`location`, what messages and events name.
     """
 
     @property
-    @abstractmethod
     def location(self) -> str:
-        """Where the files are, for messages and events (a folder's path, a URL)."""
+        """Where the files are, for messages and events (a folder's path, a URL). Default:
+        the store's class name."""
+        return f"<{type(self).__name__}>"
 
     def where(self, name: str) -> str:
         """Where file ``name`` is, for messages and events (and the path a checkpoint is
@@ -38,16 +47,6 @@ class CheckpointIO(ABC):
     def holds(self, path: str | Path) -> bool:
         """Whether ``path`` names a file of this store (as :meth:`where` names them)."""
         return Path(self.where(Path(path).name)) == Path(path)
-
-    @abstractmethod
-    def save(self, state: dict[str, Any], name: str) -> dict[str, Any]:
-        """Serialise ``state`` (``torch.save``) as file ``name``, atomically; returns
-        ``{"sha256": hex, "bytes": size}`` of what was written."""
-
-    @abstractmethod
-    def load(self, name: str) -> Any:
-        """File ``name`` deserialised with ``torch.load(weights_only=True)``; a ``ValueError``
-        naming the file when it is not a readable checkpoint."""
 
     @abstractmethod
     def write_bytes(self, name: str, data: bytes) -> None:
@@ -62,16 +61,38 @@ class CheckpointIO(ABC):
         """The names of the files held (empty when the place does not exist yet)."""
 
     @abstractmethod
-    def size(self, name: str) -> int | None:
-        """The size of file ``name`` in bytes; None when there is no such file."""
-
-    @abstractmethod
-    def sha256(self, name: str) -> str:
-        """The SHA-256 of file ``name``'s bytes, as hex."""
-
-    @abstractmethod
     def remove(self, name: str) -> None:
         """Delete file ``name`` (nothing when there is none)."""
+
+    def save(self, state: dict[str, Any], name: str) -> dict[str, Any]:
+        """Serialise ``state`` (``torch.save``) as file ``name``, atomically; returns
+        ``{"sha256": hex, "bytes": size}`` of what was written."""
+        buffer = io.BytesIO()
+        torch.save(state, buffer)
+        data = buffer.getvalue()
+        self.write_bytes(name, data)
+        return {"sha256": hashlib.sha256(data).hexdigest(), "bytes": len(data)}
+
+    def load(self, name: str) -> Any:
+        """File ``name`` deserialised with ``torch.load(weights_only=True)``; a ``ValueError``
+        naming the file when it is not a readable checkpoint."""
+        try:
+            data = self.read_bytes(name)
+        except OSError as error:
+            raise ValueError(f"{self.where(name)} is not a readable checkpoint: {error}.") \
+                from error
+        return torch_load(self.where(name), data)
+
+    def size(self, name: str) -> int | None:
+        """The size of file ``name`` in bytes; None when there is no such file."""
+        try:
+            return len(self.read_bytes(name))
+        except FileNotFoundError:
+            return None
+
+    def sha256(self, name: str) -> str:
+        """The SHA-256 of file ``name``'s bytes, as hex."""
+        return hashlib.sha256(self.read_bytes(name)).hexdigest()
 
     def alias(self, name: str, alias: str) -> None:
         """Make ``alias`` (``last.pt``, ``best.pt``) hold what ``name`` holds. Default: a

@@ -28,6 +28,7 @@ from rltrain.checkpoint.manifest import (
     with_entry,
 )
 from rltrain.checkpoint.sharded import with_shard, write_shard
+from rltrain.runtime.cadence import crossed
 from rltrain.runtime.distributed import SINGLE, DistributedContext
 from rltrain.settings.base import Bounds, check_setting
 
@@ -115,7 +116,7 @@ class Checkpointer:
         """True when an interval boundary lies in ``(previous_env_steps, env_steps]``."""
         if self.interval is None:
             return False
-        return env_steps // self.interval > previous_env_steps // self.interval
+        return crossed(previous_env_steps, env_steps, self.interval) > 0
 
     def fresh_name(self, kind: str, env_steps: int) -> str:
         """The name a new ``kind`` (``"checkpoint"``, ``"best"``) file for ``env_steps``

@@ -18,6 +18,7 @@ from rltrain.envs.runner import Policy, Runner
 from rltrain.envs.video import EpisodeRecorder, find_recorder, recorded_env
 from rltrain.observe.events import EvaluationEnd, EvaluationStart, EvaluationStep
 from rltrain.observe.processor import EventProcessor
+from rltrain.runtime.cadence import is_multiple
 from rltrain.runtime.interrupt import Interrupter
 from rltrain.runtime.watchdog import watch_env_calls
 from rltrain.settings.base import Bounds, check_setting
@@ -132,7 +133,7 @@ class Evaluator:
                                     max_episode_steps=self.max_episode_steps))
         self.evaluations += 1
         if self.recorder is not None:
-            due = self.evaluations % self.video_interval == 0
+            due = is_multiple(self.evaluations, self.video_interval)
             self.recorder.plan(f"eval-{env_steps}", int(self.targets[0]) if due else 0)
         runner = self.runner
         runner.reset(seed=self.seed, policy=policy)

@@ -2,6 +2,7 @@
 
 from rltrain.runtime.seeding import EVAL_SEED_OFFSET, seed_everything
 from rltrain.settings.loops import OffPolicyConfig, OnPolicyConfig
+from rltrain.settings.registry import register_strategy
 from rltrain.strategies.base import RLResult, RLStrategy
 from rltrain.strategies.off_policy import OffPolicyStrategy
 from rltrain.strategies.on_policy import OnPolicyStrategy
@@ -19,6 +20,7 @@ __all__ = [
     "RLStrategy",
     "Run",
     "Summary",
+    "register_strategy",
     "replay",
     "rollout",
     "seed_everything",

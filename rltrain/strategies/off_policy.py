@@ -14,6 +14,7 @@ from rltrain.agents.protocols import ReplayLearner, RolloutLearner
 from rltrain.buffers.sampling import beta_at
 from rltrain.envs.make import EnvInit, Vectorization
 from rltrain.observe.events import EpisodeEnd
+from rltrain.runtime.cadence import crossed
 from rltrain.runtime.seeding import derive_seeds
 from rltrain.settings.loops import OffPolicyConfig
 from rltrain.settings.registry import register_strategy
@@ -108,7 +109,7 @@ class OffPolicyStrategy(RLStrategy):
         starts on every rank or on none. The round's batches are drawn at once
         (``Buffer.prefetch``)."""
         cfg, buffer, progress = self.config, run.storage, run.progress
-        rounds = progress.env_steps // cfg.train_interval - before // cfg.train_interval
+        rounds = crossed(before, progress.env_steps, cfg.train_interval)
         if not rounds or run.distributed.any(
                 run.statistics.total(len(buffer)) < min(cfg.warmup_steps,
                                                         run.statistics.total(cfg.buffer_size))

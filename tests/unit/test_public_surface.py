@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import ast
 import importlib
+import re
 from pathlib import Path
 
 import pytest
@@ -37,7 +38,7 @@ def test_an_unknown_name_is_still_an_attribute_error() -> None:
 
 #: The public packages: one per extension point (docs/architecture.md).
 PUBLIC = ("rltrain", "rltrain.agents", "rltrain.strategies", "rltrain.envs", "rltrain.observe",
-          "rltrain.checkpoint")
+          "rltrain.checkpoint", "rltrain.settings")
 
 
 def test_the_custom_strategy_example_imports_public_names_only() -> None:
@@ -51,3 +52,41 @@ def test_the_custom_strategy_example_imports_public_names_only() -> None:
     for module, name in imported:
         assert module in PUBLIC, f"{module} is not a public package"
         assert name in importlib.import_module(module).__all__, f"{module}.{name}"
+
+
+#: The classes one extends to add an agent, a loop, a renderer or callback, or a store.
+EXTENSION_BASES = {"LearningAgent", "Policy", "DQN", "RLStrategy", "Subscriber", "CheckpointIO"}
+DOCS = Path(__file__).parents[2] / "docs"
+
+
+def extension_blocks() -> list[tuple[str, str]]:
+    """Every ```python block of the docs that defines a class on an extension base or
+    registers one for configs."""
+    found = []
+    for page in sorted(DOCS.glob("*.md")):
+        for block in re.findall(r"```python\n(.*?)```", page.read_text(encoding="utf-8"),
+                                re.DOTALL):
+            try:
+                tree = ast.parse(block)
+            except SyntaxError:  # an outline with "..." where code goes
+                continue
+            bases = {getattr(b, "id", getattr(b, "attr", None)) for node in ast.walk(tree)
+                     if isinstance(node, ast.ClassDef) for b in node.bases}
+            if bases & EXTENSION_BASES or "register_" in block:
+                found.append((page.name, block))
+    return found
+
+
+def test_the_docs_write_each_extension_against_public_names() -> None:
+    """A custom agent, loop, renderer and store, as the docs write them, import nothing from
+    inside a module."""
+    blocks = extension_blocks()
+    pages = {page for page, _ in blocks}
+    assert {"configs.md", "custom_strategy.md", "events.md", "checkpoints.md"} <= pages, pages
+    for page, block in blocks:
+        for node in ast.walk(ast.parse(block)):
+            if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("rltrain"):
+                assert node.module in PUBLIC, f"{page}: {node.module} is not a public package"
+                for alias in node.names:
+                    assert alias.name in importlib.import_module(node.module).__all__, (
+                        f"{page}: {node.module}.{alias.name}")

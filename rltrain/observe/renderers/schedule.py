@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from rltrain.runtime.cadence import next_multiple
 from rltrain.settings.base import Bounds, check_setting
 
 #: Env steps between rows (``TrainerConfig.log_interval``).
@@ -25,14 +26,14 @@ class LogSchedule:
         """A run starts (or resumes) at ``env_steps``; rows stay on multiples of the interval.
         A resumed run's first step was written by the run it continues: a run that resumes
         with nothing left to do writes no final row (its speed, ``time/sps``, would be 0)."""
-        self._next = (env_steps // self.interval + 1) * self.interval
+        self._next = next_multiple(env_steps, self.interval)
         self._last = env_steps if env_steps > 0 else None
 
     def due(self, env_steps: int) -> bool:
         """True (and remembered as written) when ``env_steps`` reached the next interval."""
         if env_steps < self._next:
             return False
-        self._next = (env_steps // self.interval + 1) * self.interval
+        self._next = next_multiple(env_steps, self.interval)
         self._last = env_steps
         return True
 

@@ -13,6 +13,7 @@ import torch
 from rltrain.checkpoint import Stateful
 from rltrain.observe.events import EpisodeEnd
 from rltrain.observe.processor import EventProcessor
+from rltrain.runtime.cadence import is_multiple
 from rltrain.runtime.distributed import DistributedContext
 from rltrain.runtime.interrupt import Interrupter
 from rltrain.types import Progress
@@ -72,7 +73,7 @@ class Agreement:
                 self.events.emit(episode)
             return
         self._unshared += episodes
-        if self.progress.vector_steps % self.interval == 0:
+        if is_multiple(self.progress.vector_steps, self.interval):
             self.agree()
 
     def split(self, parts: Mapping[str, Stateful],

@@ -41,6 +41,7 @@ from rltrain.envs.runner import Runner
 from rltrain.observe.events import Checkpoint, EnvStep, EpisodeEnd, TrainStep
 from rltrain.optim import Optimization
 from rltrain.optim.compiled import compile_networks, compile_seconds
+from rltrain.runtime.cadence import crossed
 from rltrain.runtime.seeding import GlobalRandomState, derive_seeds, seed_everything
 from rltrain.runtime.statistics import Statistics
 from rltrain.runtime.watchdog import watch_env_calls
@@ -278,7 +279,7 @@ class Run:
         self.optim.poll()  # non-finite losses flagged on the device, read once per step
         after = self.progress.env_steps
         interval = self.components.evaluation.interval
-        if (interval is not None and after // interval > before // interval
+        if (interval is not None and crossed(before, after, interval)
                 and not self.stop_requested()):
             self.evaluate()
         if self.checkpointer is not None and self.checkpointer.due(before, after):

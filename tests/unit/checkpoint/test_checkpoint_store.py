@@ -104,3 +104,42 @@ def test_the_local_store_is_the_default(tmp_path: Path) -> None:
     assert saved.path == tmp_path / "checkpoints" / "checkpoint-5.pt" and saved.path.is_file()
     assert torch.equal(Checkpointer.load(tmp_path / "checkpoints" / "last.pt")["x"],
                        torch.ones(2))
+
+
+class FourMethodStore(CheckpointIO):
+    """The least a store implements: the four abstract methods (the rest is CheckpointIO's)."""
+
+    def __init__(self) -> None:
+        self.files: dict[str, bytes] = {}
+
+    def write_bytes(self, name: str, data: bytes) -> None:
+        self.files[name] = bytes(data)
+
+    def read_bytes(self, name: str) -> bytes:
+        if name not in self.files:
+            raise FileNotFoundError(self.where(name))
+        return self.files[name]
+
+    def names(self) -> list[str]:
+        return list(self.files)
+
+    def remove(self, name: str) -> None:
+        self.files.pop(name, None)
+
+
+def test_a_store_of_four_methods_resumes_a_run_bit_for_bit(tmp_path: Path) -> None:
+    straight, split = FourMethodStore(), FourMethodStore()
+    fit(tmp_path / "a", straight, 1200)
+    fit(tmp_path / "b", split, 600)
+    fit(tmp_path / "b", split, 1200, ckpt_path="last")
+    assert not (tmp_path / "a" / "checkpoints").exists()  # nothing written to local files
+    a = Checkpointer(store=straight).read("last.pt")
+    b = Checkpointer(store=split).read("last.pt")
+    assert a["progress"]["env_steps"] == b["progress"]["env_steps"] == 1200
+    assert_same_tensors(a, b, skip={"config", "versions", "envs"})
+    assert env_snapshot(a["runner"]["envs"]) == env_snapshot(b["runner"]["envs"])
+    assert straight.size("nothing.pt") is None
+    assert straight.sha256("last.pt") == hashlib.sha256(straight.files["last.pt"]).hexdigest()
+    straight.files["last.pt"] = b"not a checkpoint"
+    with pytest.raises(ValueError, match=r"^<FourMethodStore>/last.pt is not a"):
+        straight.load("last.pt")
