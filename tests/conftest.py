@@ -40,6 +40,14 @@ def small(**overrides: Any) -> OffPolicyStrategy:
     return OffPolicyStrategy(OffPolicyConfig(**settings))
 
 
+def small_strategy(**overrides: Any) -> OffPolicyStrategy:
+    """:func:`small`, learning a little more: 100 warm-up steps, then 4 gradient steps on
+    batches of 32 every 50 env steps, from a 5,000-transition buffer, seed 0 (the Trainer's and
+    the renderers' tests; evaluation settings go to the Trainer)."""
+    return small(**{"warmup_steps": 100, "train_interval": 50, "train_steps": 4,
+                    "batch_size": 32, "buffer_size": 5000, "seed": 0, **overrides})
+
+
 def rltrain(*args: str | Path, cwd: Path, timeout: float = 120,
             env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     """Run ``python -m rltrain.cli`` (what the ``rltrain`` script runs) in ``cwd``, its output

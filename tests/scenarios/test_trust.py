@@ -15,18 +15,13 @@ from typing import Any
 import numpy as np
 import pytest
 import torch
-from conftest import QUIET, ROOT
+from conftest import QUIET, ROOT, small
 
 from rltrain import DQN, DQNConfig, OffPolicyConfig, OffPolicyStrategy, Trainer
 from rltrain.checkpoint import MANIFEST, Checkpointer, ManifestError
 from rltrain.config.files import load_stored
 from rltrain.envs.make import make_vector_env
 from rltrain.trainer import MARKER
-
-
-def small(seed: int = 0) -> OffPolicyStrategy:
-    return OffPolicyStrategy(OffPolicyConfig(seed=seed, warmup_steps=50, train_interval=25,
-                                             train_steps=2, batch_size=16, buffer_size=1000))
 
 
 def fit(run_dir: Path, num_steps: int = 200, ckpt_path: str | None = None,

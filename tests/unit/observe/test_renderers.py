@@ -12,11 +12,11 @@ from typing import Any
 
 import gymnasium as gym
 import pytest
-from conftest import small
+from conftest import small_strategy
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 from tensorboard.plugins.hparams import plugin_data_pb2
 
-from rltrain import DQN, DQNConfig, OffPolicyStrategy, Trainer
+from rltrain import DQN, DQNConfig, Trainer
 from rltrain.observe import EnvStep, EvaluationStart, EventProcessor, Metrics, Start, Subscriber
 from rltrain.observe.renderers import ConsoleRenderer, JsonlRenderer, TqdmRenderer
 from rltrain.strategies import RLResult
@@ -26,12 +26,6 @@ NUM_STEPS = 600
 LOG_INTERVAL = 100
 EVAL_INTERVAL = 200
 EVAL_EPISODES = 2
-
-
-def small_strategy(**overrides: Any) -> OffPolicyStrategy:
-    return small(**{
-        "warmup_steps": 100, "train_interval": 50, "train_steps": 4, "batch_size": 32,
-        "buffer_size": 5000, "seed": 0, **overrides})
 
 
 #: The Trainer's evaluation settings in these tests (unless a test says otherwise).

@@ -11,7 +11,7 @@ from typing import Any
 import gymnasium as gym
 import pytest
 import torch
-from conftest import QUIET, small
+from conftest import QUIET, small_strategy
 
 from rltrain import DQN, DQNConfig, OffPolicyConfig, OffPolicyStrategy, Trainer
 from rltrain.agents import DQNPolicy
@@ -29,14 +29,6 @@ from rltrain.observe import (
 from rltrain.observe.renderers import ConsoleRenderer
 
 ENV = "CartPole-v1"
-
-
-def small_strategy(**overrides: Any) -> OffPolicyStrategy:
-    """The strategy of these tests; evaluation settings go to the Trainer (they evaluate only
-    where a test passes ``eval_interval``)."""
-    return small(**{
-        "warmup_steps": 100, "train_interval": 50, "train_steps": 4, "batch_size": 32,
-        "buffer_size": 5000, "seed": 0, **overrides})
 
 
 def small_dqn() -> DQN:

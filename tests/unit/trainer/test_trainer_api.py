@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 import torch
-from conftest import QUIET, small
+from conftest import QUIET, small_strategy
 from omegaconf import OmegaConf
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 from tensorboard.plugins.hparams import plugin_data_pb2
@@ -33,10 +33,8 @@ ENV = "CartPole-v1"
 STEPS = 1_200
 
 
-def small_strategy(**overrides: Any) -> OffPolicyStrategy:
-    return small(**{
-        "warmup_steps": 200, "train_interval": 100, "train_steps": 8, "batch_size": 32,
-        "buffer_size": 5_000, "seed": 0, **overrides})
+#: The schedule of these tests: :func:`conftest.small_strategy`, rounds twice as far apart.
+SCHEDULE = {"warmup_steps": 200, "train_interval": 100, "train_steps": 8}
 
 
 class WatchfulDQN(DQN):
@@ -72,7 +70,7 @@ def tensorboard_hparams(run_dir: Path) -> dict[str, Any]:
 @pytest.fixture(scope="module")
 def watched(tmp_path_factory: pytest.TempPathFactory) -> tuple[Trainer, WatchfulDQN, Path]:
     run_dir = tmp_path_factory.mktemp("watched")
-    trainer = Trainer(num_steps=STEPS, strategy=small_strategy(), run_dir=run_dir,
+    trainer = Trainer(num_steps=STEPS, strategy=small_strategy(**SCHEDULE), run_dir=run_dir,
                       eval_interval=600, eval_episodes=3, log_interval=200,
                       enable_progress_bar=False, enable_console=False)
     agent = WatchfulDQN()
@@ -110,7 +108,7 @@ def test_a_value_logged_by_the_agent_is_read_back_from_tensorboard(
 def test_a_value_logged_by_the_agent_reaches_the_console_and_metrics_file(
     tmp_path: Path, capsys: pytest.CaptureFixture[str],
 ) -> None:
-    trainer = Trainer(num_steps=400, strategy=small_strategy(), run_dir=tmp_path,
+    trainer = Trainer(num_steps=400, strategy=small_strategy(**SCHEDULE), run_dir=tmp_path,
                       eval_interval=None, logger=False, enable_progress_bar=False,
                       console_interval=0)
     trainer.fit(ENV, WatchfulDQN())
@@ -156,7 +154,7 @@ def test_the_run_config_is_saved_in_the_run_dir_every_checkpoint_and_tensorboard
 
 def test_a_given_config_keeps_its_own_keys_and_gets_the_true_sections(tmp_path: Path) -> None:
     given = {"project": {"owner": "me"}, "trainer": {"num_steps": 1}, "agent": {"name": "dqn"}}
-    trainer = Trainer(num_steps=300, strategy=small_strategy(), run_dir=tmp_path,
+    trainer = Trainer(num_steps=300, strategy=small_strategy(**SCHEDULE), run_dir=tmp_path,
                       eval_interval=None, config=OmegaConf.create(given), **QUIET)
     trainer.fit(ENV, DQN(DQNConfig(hidden_sizes=[16], lr=5e-4)))
     saved = OmegaConf.load(tmp_path / "config.yaml")
@@ -188,7 +186,7 @@ def test_each_setting_is_declared_once_in_trainer_config() -> None:
 
 def test_a_summary_writer_logger_receives_the_run_and_stays_open(tmp_path: Path) -> None:
     writer = SummaryWriter(log_dir=str(tmp_path / "tb"))
-    trainer = Trainer(num_steps=400, strategy=small_strategy(), run_dir=tmp_path / "run",
+    trainer = Trainer(num_steps=400, strategy=small_strategy(**SCHEDULE), run_dir=tmp_path / "run",
                       eval_interval=None, logger=writer, log_interval=200,
                       enable_progress_bar=False, enable_console=False)
     trainer.fit(ENV, DQN(DQNConfig(hidden_sizes=[16])))
@@ -218,7 +216,7 @@ def test_a_lightning_style_logger_object_receives_metrics_and_hyperparameters(
             self.status = status
 
     logger = ListLogger()
-    trainer = Trainer(num_steps=600, strategy=small_strategy(), run_dir=tmp_path,
+    trainer = Trainer(num_steps=600, strategy=small_strategy(**SCHEDULE), run_dir=tmp_path,
                       eval_interval=300, eval_episodes=2, logger=logger, log_interval=200,
                       enable_progress_bar=False, enable_console=False)
     agent = DQN(DQNConfig(hidden_sizes=[16]))
@@ -245,7 +243,7 @@ def test_a_callback_can_stop_the_run_and_the_stop_is_saved(tmp_path: Path) -> No
             if event.env_steps == 500:
                 self.request_stop("enough at 500")
 
-    trainer = Trainer(num_steps=2_000, strategy=small_strategy(), run_dir=tmp_path,
+    trainer = Trainer(num_steps=2_000, strategy=small_strategy(**SCHEDULE), run_dir=tmp_path,
                       eval_interval=None, callbacks=[StopAt()], **QUIET)
     summary = trainer.fit(ENV, DQN(DQNConfig(hidden_sizes=[16]))).summary
     assert summary.env_steps == 500 and summary.stop_reason == "enough at 500"
@@ -295,14 +293,14 @@ def test_num_threads_applies_during_fit_and_is_restored(tmp_path: Path) -> None:
 
     before = torch.get_num_threads()
     probe = ThreadProbe()
-    Trainer(num_steps=50, strategy=small_strategy(), run_dir=tmp_path, eval_interval=None,
+    Trainer(num_steps=50, strategy=small_strategy(**SCHEDULE), run_dir=tmp_path, eval_interval=None,
             num_threads=2, callbacks=[probe], **QUIET).fit(ENV, DQN(DQNConfig(hidden_sizes=[8])))
     assert set(probe.threads) == {2}
     assert torch.get_num_threads() == before
 
 
 def test_keep_best_false_and_a_checkpoint_dir_of_ones_own(tmp_path: Path) -> None:
-    trainer = Trainer(num_steps=400, strategy=small_strategy(), run_dir=tmp_path / "run",
+    trainer = Trainer(num_steps=400, strategy=small_strategy(**SCHEDULE), run_dir=tmp_path / "run",
                       eval_interval=200, eval_episodes=2, keep_best=False,
                       checkpoint_dir=tmp_path / "ckpts", **QUIET)
     trainer.fit(ENV, DQN(DQNConfig(hidden_sizes=[16])))
@@ -317,7 +315,7 @@ def test_keep_best_false_and_a_checkpoint_dir_of_ones_own(tmp_path: Path) -> Non
 def test_mixed_precision_dqn_trains_and_its_checkpoint_records_the_dtype(
     tmp_path: Path, dtype: str,
 ) -> None:
-    trainer = Trainer(num_steps=600, strategy=small_strategy(), run_dir=tmp_path,
+    trainer = Trainer(num_steps=600, strategy=small_strategy(**SCHEDULE), run_dir=tmp_path,
                       eval_interval=None, dtype=dtype, **QUIET)
     agent = DQN(DQNConfig(hidden_sizes=[32]))
     summary = trainer.fit(ENV, agent).summary
@@ -328,8 +326,9 @@ def test_mixed_precision_dqn_trains_and_its_checkpoint_records_the_dtype(
     assert saved["hparams"]["optim/dtype"] == dtype
     # a float32 run cannot continue it: the precision changes what each step computes
     with pytest.raises(ValueError, match=f"optim/dtype: '{dtype}' in the checkpoint"):
-        Trainer(num_steps=800, strategy=small_strategy(), run_dir=tmp_path, eval_interval=None,
-                **QUIET).fit(ENV, DQN(DQNConfig(hidden_sizes=[32])), ckpt_path="last")
+        Trainer(num_steps=800, strategy=small_strategy(**SCHEDULE), run_dir=tmp_path,
+                eval_interval=None, **QUIET).fit(ENV, DQN(DQNConfig(hidden_sizes=[32])),
+                                                 ckpt_path="last")
 
 
 def test_an_unknown_dtype_names_the_choices() -> None:
@@ -339,9 +338,9 @@ def test_an_unknown_dtype_names_the_choices() -> None:
 
 def test_a_value_logged_by_the_agent_reaches_the_progress_bar(tmp_path: Path) -> None:
     bar = io.StringIO()
-    Trainer(num_steps=400, strategy=small_strategy(), run_dir=tmp_path, eval_interval=None,
-            callbacks=[TqdmRenderer(file=bar, refresh_seconds=0)], **QUIET).fit(ENV,
-                                                                                WatchfulDQN())
+    Trainer(num_steps=400, strategy=small_strategy(**SCHEDULE), run_dir=tmp_path,
+            eval_interval=None, callbacks=[TqdmRenderer(file=bar, refresh_seconds=0)],
+            **QUIET).fit(ENV, WatchfulDQN())
     assert "td_batch_reward=1" in bar.getvalue()
 
 
@@ -352,7 +351,7 @@ def test_a_weights_only_checkpoint_cannot_be_resumed_and_nothing_is_written(
     weights = trainer.save_checkpoint(tmp_path / "weights.pt")
     run_dir = tmp_path / "run"
     with pytest.raises(ValueError, match="weights only"):
-        Trainer(num_steps=STEPS + 200, strategy=small_strategy(), run_dir=run_dir,
+        Trainer(num_steps=STEPS + 200, strategy=small_strategy(**SCHEDULE), run_dir=run_dir,
                 **QUIET).fit(ENV, WatchfulDQN(), ckpt_path=weights)
     assert not run_dir.exists()
 
@@ -380,7 +379,7 @@ def test_a_logger_object_is_finalized_as_failed_when_the_run_raises(tmp_path: Pa
                 raise RuntimeError("boom")
 
     logger = Recorder()
-    trainer = Trainer(num_steps=200, strategy=small_strategy(), run_dir=tmp_path,
+    trainer = Trainer(num_steps=200, strategy=small_strategy(**SCHEDULE), run_dir=tmp_path,
                       eval_interval=None, logger=logger, callbacks=[Boom()],
                       enable_progress_bar=False, enable_console=False)
     with pytest.raises(RuntimeError, match="boom"):
