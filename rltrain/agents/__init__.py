@@ -4,6 +4,7 @@ from rltrain.agents.base import LearningAgent, Policy, SpaceError
 from rltrain.agents.c51 import C51, C51Config
 from rltrain.agents.dqn import DQN, DQNConfig, DQNPolicy
 from rltrain.agents.dreamer import Dreamer, DreamerConfig
+from rltrain.agents.kinds import ReplayAgent, RolloutAgent
 from rltrain.agents.ppo import PPO, PPOConfig, PPOPolicy
 from rltrain.agents.pqn import PQN, PQNConfig
 from rltrain.agents.qrdqn import QRDQN, QRDQNConfig
@@ -35,6 +36,8 @@ __all__ = [
     "PolicyState",
     "PolicyStep",
     "QRDQNConfig",
+    "ReplayAgent",
+    "RolloutAgent",
     "SACConfig",
     "SACPolicy",
     "SpaceError",

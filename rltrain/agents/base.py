@@ -5,9 +5,8 @@ from __future__ import annotations
 import dataclasses
 import weakref
 from abc import ABC, abstractmethod
-from collections.abc import Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ClassVar, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import gymnasium as gym
 import numpy as np
@@ -15,18 +14,13 @@ import torch
 from torch import nn
 
 from rltrain.agents.protocols import RolloutLearner
-from rltrain.buffers.frames import FrameStackReplay, frame_space_ok
-from rltrain.buffers.replay import ReplayBuffer
-from rltrain.buffers.rollout import RolloutBuffer
 from rltrain.observe.events import flatten_hparams
 from rltrain.runtime.distributed import SINGLE, DistributedContext
 from rltrain.runtime.statistics import Statistics
 from rltrain.settings.loops import OffPolicyConfig, OnPolicyConfig
-from rltrain.settings.replay import ReplaySampling
 from rltrain.types import ObsTensors, PolicyState, PolicyStep, Progress
 
 if TYPE_CHECKING:
-    from rltrain.buffers import Buffer
     from rltrain.optim import Optimization
     from rltrain.types import MetricValue
 
@@ -96,12 +90,6 @@ class LearningAgent(nn.Module, ABC):
     None without a logger). Scalars go through
     :meth:`log`.
     """
-
-    #: The replay sampling this agent's :meth:`training_step` uses, of ``"n_step"`` (it
-    #: bootstraps with ``batch.discounts``) and ``"prioritized"`` (it weights its loss by
-    #: ``batch.weights`` and sends its TD errors back: :mod:`rltrain.agents.replay_terms`).
-    #: The off-policy strategy refuses the others. Default: none.
-    replay_sampling: ClassVar[frozenset[str]] = frozenset()
 
     def __init__(self) -> None:
         super().__init__()
@@ -206,57 +194,6 @@ class LearningAgent(nn.Module, ABC):
         :class:`~rltrain.agents.protocols.RolloutLearner`), else
         :class:`~rltrain.settings.loops.OffPolicyConfig` ()'s (which are DQN's)."""
         return OnPolicyConfig() if isinstance(self, RolloutLearner) else OffPolicyConfig()
-
-    def make_buffer(self, capacity: int, *, num_envs: int, observation_space: gym.Space[Any],
-                    action_space: gym.Space[Any], seed: int, device: torch.device,
-                    frame_stack: int = 1, sampling: ReplaySampling | None = None) -> Buffer:
-        """The replay this agent learns from, made by the off-policy strategy (``capacity`` is
-        its ``buffer_size``; ``frame_stack``: frames per observation when the env stacks them
-        and the strategy's ``frame_stack_replay`` is on; ``sampling``: n-step windows and
-        prioritized draws, given only to an agent whose :attr:`replay_sampling` says it
-        learns from them). Default: a :class:`~rltrain.buffers.ReplayBuffer` of transitions,
-        or a :class:`~rltrain.buffers.FrameStackReplay` storing each frame once, with n-step
-        returns discounted by ``self.config.gamma``. A world-model agent returns a
-        :class:`~rltrain.buffers.SequenceReplayBuffer` of sequences instead."""
-        sampling = sampling or ReplaySampling()
-        kwargs: dict[str, Any] = {"seed": seed, "device": device, "priority": sampling.priority,
-                                  "n_step": sampling.n_step}
-        if sampling.n_step > 1:
-            gamma = getattr(getattr(self, "config", None), "gamma", None)
-            if not isinstance(gamma, float | int):
-                raise ValueError(f"{type(self).__name__}: n-step returns need the agent's "
-                                 "discount as config.gamma; it has none.")
-            kwargs["gamma"] = float(gamma)
-        if frame_stack > 1 and frame_space_ok(observation_space, frame_stack):
-            return FrameStackReplay(capacity, num_envs=num_envs,
-                                    observation_space=observation_space,
-                                    action_space=action_space, frame_stack=frame_stack, **kwargs)
-        return ReplayBuffer(capacity, observation_space=observation_space,
-                            action_space=action_space, num_envs=num_envs, **kwargs)
-
-    def make_rollout(self, n_steps: int, *, num_envs: int, observation_space: gym.Space[Any],
-                     action_space: gym.Space[Any], seed: int, device: torch.device
-                     ) -> RolloutBuffer:
-        """The rollout storage the on-policy strategy collects into (``n_steps`` vector steps),
-        for an agent that learns from rollouts: one with a ``prepare_rollout(rollout)`` that
-        fills a full rollout's ``advantages`` and ``returns`` (and updates what it learns from
-        rollouts: normalisation statistics, schedules) before the update epochs
-        (:class:`~rltrain.agents.protocols.RolloutLearner`). Default: a
-        :class:`~rltrain.buffers.RolloutBuffer`."""
-        return RolloutBuffer(n_steps, num_envs=num_envs, observation_space=observation_space,
-                             action_space=action_space, seed=seed, device=device)
-
-    def update_done(self, metrics: Mapping[str, MetricValue]) -> bool:
-        """After a gradient step of an on-policy update (its ``metrics``): True ends the
-        update early (PPO's target KL). Default False."""
-        return False
-
-    def ends_updates_early(self) -> bool:
-        """Whether :meth:`update_done` can ever be True: with several processes each of its
-        answers is agreed by every rank (one collective per gradient step), which an agent
-        that never ends an update early spares. Default: True when a subclass overrides
-        :meth:`update_done`."""
-        return type(self).update_done is not LearningAgent.update_done
 
     def hparams(self) -> dict[str, float | int | str | bool]:
         """The agent's hyperparameters, as ``{"agent/<name>": value}``: shown in TensorBoard,

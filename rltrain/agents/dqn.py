@@ -22,7 +22,8 @@ import torch.nn.functional as F
 from torch import nn
 from typing_extensions import override
 
-from rltrain.agents.base import LearningAgent, Policy, SpaceError
+from rltrain.agents.base import Policy, SpaceError
+from rltrain.agents.kinds import ReplayAgent
 from rltrain.agents.nn.encoders import check_observation_space, make_encoder
 from rltrain.agents.nn.masking import (
     action_mask,
@@ -161,7 +162,7 @@ class DQNPolicy(Policy):
 
 @register_agent("dqn", DQNConfig,
                 "Deep Q-Network (double Q, dueling option); discrete actions")
-class DQN(LearningAgent):
+class DQN(ReplayAgent):
     """Deep Q-learning for discrete actions; vector, image, ``Discrete``, ``MultiDiscrete`` or
     ``Dict`` observations through the encoder chosen from the observation space
     (:func:`~rltrain.agents.nn.encoders.make_encoder`: a CNN for images, stored as ``uint8``; a
@@ -175,6 +176,10 @@ class DQN(LearningAgent):
 
     q_network: QNetwork
     target_network: QNetwork
+
+    @override
+    def gamma(self) -> float:
+        return self.config.gamma
 
     def __init__(self, config: DQNConfig | None = None) -> None:
         super().__init__()

@@ -27,7 +27,8 @@ import torch
 import torch.nn.functional as F
 from typing_extensions import override
 
-from rltrain.agents.base import LearningAgent, Policy, SpaceError
+from rltrain.agents.base import Policy, SpaceError
+from rltrain.agents.kinds import RolloutAgent
 from rltrain.agents.nn.actor_critic import ActorCritic
 from rltrain.agents.nn.distributions import ActionHead
 from rltrain.agents.nn.encoders import check_observation_space, make_encoder
@@ -124,7 +125,7 @@ class PPOPolicy(Policy):
 
 @register_agent("ppo", PPOConfig,
                 "proximal policy optimization; discrete or continuous actions")
-class PPO(LearningAgent):
+class PPO(RolloutAgent):
     """PPO for vector, image, ``Discrete``, ``MultiDiscrete`` or ``Dict`` observations and
     ``Discrete``, ``MultiDiscrete``, ``MultiBinary`` or ``Box`` actions (on-policy).
 

@@ -27,8 +27,9 @@ import torch.nn.functional as F
 from torch import nn
 from typing_extensions import override
 
-from rltrain.agents.base import LearningAgent, Policy, SpaceError
+from rltrain.agents.base import Policy, SpaceError
 from rltrain.agents.dqn import linear_schedule
+from rltrain.agents.kinds import RolloutAgent
 from rltrain.agents.nn.encoders import check_observation_space, make_encoder
 from rltrain.agents.nn.masking import (
     action_mask,
@@ -107,7 +108,7 @@ class PQNPolicy(Policy):
 
 @register_agent("pqn", PQNConfig,
                 "parallelised Q-learning with Q(lambda) returns, no replay; discrete actions")
-class PQN(LearningAgent):
+class PQN(RolloutAgent):
     """PQN for discrete actions, trained by the on-policy loop (module docstring).
 
     Args:

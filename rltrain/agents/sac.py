@@ -27,8 +27,9 @@ import gymnasium as gym
 import torch
 from typing_extensions import override
 
-from rltrain.agents.base import LearningAgent, Policy
+from rltrain.agents.base import Policy
 from rltrain.agents.continuous import box_bounds, check_continuous_spaces, sb3_schedule
+from rltrain.agents.kinds import ReplayAgent
 from rltrain.agents.nn.distributions import LOG_STD_LIMIT
 from rltrain.agents.nn.encoders import Encoder, make_encoder
 from rltrain.agents.nn.networks import SquashedGaussianActor, TwinQ, soft_update
@@ -121,7 +122,7 @@ class SACPolicy(Policy):
 
 @register_agent("sac", SACConfig,
                 "soft actor-critic (twin Q, learned temperature); continuous actions")
-class SAC(LearningAgent):
+class SAC(ReplayAgent):
     """SAC for vector, image, ``Discrete``, ``MultiDiscrete`` or ``Dict`` observations and
     bounded ``Box`` actions.
 
@@ -135,6 +136,10 @@ class SAC(LearningAgent):
     critic: TwinQ
     critic_target: TwinQ
     log_alpha: torch.nn.Parameter
+
+    @override
+    def gamma(self) -> float:
+        return self.config.gamma
 
     def __init__(self, config: SACConfig | None = None) -> None:
         super().__init__()

@@ -30,8 +30,9 @@ import gymnasium as gym
 import torch
 from typing_extensions import override
 
-from rltrain.agents.base import LearningAgent, Policy
+from rltrain.agents.base import Policy
 from rltrain.agents.continuous import box_bounds, check_continuous_spaces, sb3_schedule
+from rltrain.agents.kinds import ReplayAgent
 from rltrain.agents.nn.encoders import Encoder, make_encoder
 from rltrain.agents.nn.networks import DeterministicActor, TwinQ, soft_update
 from rltrain.agents.nn.observation_spaces import encoder_setting
@@ -110,7 +111,7 @@ class TD3Policy(Policy):
 
 @register_agent("td3", TD3Config,
                 "twin delayed DDPG (clipped double Q, target smoothing); continuous actions")
-class TD3(LearningAgent):
+class TD3(ReplayAgent):
     """TD3 for vector, image, ``Discrete``, ``MultiDiscrete`` or ``Dict`` observations and
     bounded ``Box`` actions.
 
@@ -125,6 +126,10 @@ class TD3(LearningAgent):
     actor_target: DeterministicActor
     critic: TwinQ
     critic_target: TwinQ
+
+    @override
+    def gamma(self) -> float:
+        return self.config.gamma
 
     def __init__(self, config: TD3Config | None = None) -> None:
         super().__init__()

@@ -15,7 +15,7 @@ if TYPE_CHECKING:
 
 class Buffer(Protocol):
     """What the off-policy strategy needs of the buffer an agent declares
-    (``LearningAgent.make_buffer``): :class:`ReplayBuffer` and :class:`SequenceReplayBuffer`."""
+    (``ReplayAgent.make_buffer``): :class:`ReplayBuffer` and :class:`SequenceReplayBuffer`."""
 
     def add(self, transitions: "Transitions") -> None:
         """Store one vector step."""

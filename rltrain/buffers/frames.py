@@ -30,8 +30,8 @@ import numpy as np
 import torch
 
 from rltrain.buffers.observations import mismatch
-from rltrain.buffers.replay import ReplayBatch, SampledReplay, check_fits
-from rltrain.settings.replay import PriorityConfig
+from rltrain.buffers.replay import ReplayBatch, ReplayBuffer, SampledReplay, check_fits
+from rltrain.settings.replay import PriorityConfig, ReplaySampling
 
 if TYPE_CHECKING:
     from rltrain.types import Transitions
@@ -244,3 +244,26 @@ def _check_indices(state: dict[str, Any], used: int, ring: int) -> None:
         raise ValueError("The saved FrameStackReplay's frame indices do not fit together (each "
                          "transition's first frame at or before its next frame, all before the "
                          "frames added); the checkpoint was altered.")
+
+
+def transition_replay(capacity: int, *, num_envs: int, observation_space: gym.Space[Any],
+                      action_space: gym.Space[Any], seed: int, device: torch.device,
+                      frame_stack: int = 1, sampling: ReplaySampling | None = None,
+                      gamma: float | None = None) -> ReplayBuffer | FrameStackReplay:
+    """The default replay of transitions: a :class:`FrameStackReplay` storing each frame once
+    when the env stacks ``frame_stack`` frames, else a :class:`ReplayBuffer`; ``sampling``:
+    n-step windows (discounted by ``gamma``, required for ``n_step > 1``) and prioritized
+    draws."""
+    sampling = sampling or ReplaySampling()
+    kwargs: dict[str, Any] = {"seed": seed, "device": device, "priority": sampling.priority,
+                              "n_step": sampling.n_step}
+    if sampling.n_step > 1:
+        if gamma is None:
+            raise ValueError("n-step returns need the agent's discount (ReplayAgent.gamma); "
+                             "it declares none.")
+        kwargs["gamma"] = float(gamma)
+    if frame_stack > 1 and frame_space_ok(observation_space, frame_stack):
+        return FrameStackReplay(capacity, num_envs=num_envs, observation_space=observation_space,
+                                action_space=action_space, frame_stack=frame_stack, **kwargs)
+    return ReplayBuffer(capacity, observation_space=observation_space, action_space=action_space,
+                        num_envs=num_envs, **kwargs)

@@ -10,6 +10,7 @@ import gymnasium as gym
 from typing_extensions import override
 
 from rltrain.agents.base import LearningAgent, Policy
+from rltrain.agents.kinds import ReplayAgent
 from rltrain.agents.protocols import ReplayLearner, RolloutLearner
 from rltrain.buffers.sampling import beta_at
 from rltrain.envs.make import EnvInit, Vectorization
@@ -122,9 +123,9 @@ class OffPolicyStrategy(RLStrategy):
 
 def check_sampling(agent: LearningAgent, config: OffPolicyConfig) -> None:
     """Refuse n-step or prioritized sampling for an agent whose ``training_step`` does not
-    use them (``LearningAgent.replay_sampling``): its targets would be silently wrong."""
+    use them (``ReplayAgent.replay_sampling``): its targets would be silently wrong."""
     asked = {"n_step": config.n_step > 1, "prioritized": config.prioritized}
-    supported: frozenset[str] = getattr(agent, "replay_sampling", frozenset())
+    supported = agent.replay_sampling if isinstance(agent, ReplayAgent) else frozenset()
     for name, on in asked.items():
         if on and name not in supported:
             value = config.n_step if name == "n_step" else "true"

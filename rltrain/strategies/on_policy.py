@@ -8,6 +8,7 @@ import gymnasium as gym
 from typing_extensions import override
 
 from rltrain.agents.base import LearningAgent, Policy
+from rltrain.agents.kinds import RolloutAgent
 from rltrain.agents.protocols import RolloutLearner
 from rltrain.buffers.rollout import RolloutBatch, RolloutBuffer
 from rltrain.envs.make import EnvInit, Vectorization
@@ -16,7 +17,7 @@ from rltrain.settings.registry import register_strategy
 from rltrain.strategies.base import RLStrategy
 from rltrain.strategies.components import RLComponents
 from rltrain.strategies.run.engine import Run
-from rltrain.strategies.run.storage import check_resumed_envs, rollout
+from rltrain.strategies.run.storage import check_resumed_envs, make_rollout, rollout
 
 __all__ = ["OnPolicyConfig", "OnPolicyStrategy"]
 
@@ -51,9 +52,9 @@ class OnPolicyStrategy(RLStrategy):
         cfg = self.config
         # The agent's rollout, made once and dropped: its memory check fails before the run
         # directory is written.
-        agent.make_rollout(cfg.n_steps, num_envs=cfg.num_envs,
-                           observation_space=observation_space, action_space=action_space,
-                           seed=0, device=components.device).check_batch_size(cfg.batch_size)
+        make_rollout(agent, cfg.n_steps, num_envs=cfg.num_envs,
+                     observation_space=observation_space, action_space=action_space, seed=0,
+                     device=components.device).check_batch_size(cfg.batch_size)
         world = components.distributed.world_size
         if components.num_steps < cfg.n_steps * cfg.num_envs * world:
             ranks = f" x {world} processes" if world > 1 else ""
@@ -99,6 +100,7 @@ class OnPolicyStrategy(RLStrategy):
         def batch() -> RolloutBatch:  # the next minibatch of the update, by its index
             return storage.minibatch(total - progress.pending_gradient_steps, cfg.batch_size)
 
-        run.train_owed(batch, until=agent.update_done if agent.ends_updates_early() else None)
+        run.train_owed(batch, until=agent.update_done if isinstance(agent, RolloutAgent)
+                       and agent.ends_updates_early() else None)
         if not progress.pending_gradient_steps:
             storage.reset()

@@ -16,9 +16,10 @@ import torch.nn.functional as F
 from torch import nn
 from typing_extensions import override
 
-from rltrain.agents.base import LearningAgent, Policy, SpaceError, require_bounded
+from rltrain.agents.base import Policy, SpaceError, require_bounded
 from rltrain.agents.dreamer.behavior import Actor, ReturnScale, imagine
 from rltrain.agents.dreamer.world_model import ELU, State, WorldModel, rows, symexp, symlog
+from rltrain.agents.kinds import ReplayAgent
 from rltrain.agents.nn.networks import mlp, soft_update
 from rltrain.agents.nn.observation_spaces import cli, flattenable
 from rltrain.agents.returns import lambda_returns
@@ -120,7 +121,7 @@ class DreamerPolicy(Policy):
 
 @register_agent("dreamer", DreamerConfig,
                 "world model + actor-critic in imagination; vector observations")
-class Dreamer(LearningAgent):
+class Dreamer(ReplayAgent):
     """A world model and an actor-critic trained in its imagination, for vector observations
     and discrete or continuous (``Box``) actions.
 

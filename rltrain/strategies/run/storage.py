@@ -10,7 +10,9 @@ from typing import Any
 import gymnasium as gym
 
 from rltrain.agents.base import LearningAgent
+from rltrain.agents.protocols import MakesReplay, MakesRollout
 from rltrain.buffers import Buffer, RolloutBuffer
+from rltrain.buffers.frames import transition_replay
 from rltrain.envs.runner import check_saved_runner
 from rltrain.settings.replay import ReplaySampling
 from rltrain.strategies.components import RLComponents
@@ -36,11 +38,12 @@ def check_resumed_envs(components: RLComponents, observation_space: gym.Space[An
 
 def replay(capacity: int, frame_stack_replay: bool = True,
            sampling: ReplaySampling | None = None) -> StorageFactory:
-    """The agent's own replay (``LearningAgent.make_buffer``) of ``capacity`` transitions, as a
-    :class:`Run`'s ``storage``; with ``frame_stack_replay``, told the env's frame stack (so the
-    default replay stores each frame once); ``sampling``: n-step windows and prioritized draws
-    (given to ``make_buffer`` only when not plain, so an agent's own ``make_buffer`` need not
-    take it). The run's agent is passed in by the run."""
+    """The agent's own replay (``make_buffer``: :class:`~rltrain.agents.protocols.MakesReplay`),
+    else a uniform replay of transitions, of ``capacity`` transitions, as a :class:`Run`'s
+    ``storage``; with ``frame_stack_replay``, told the env's frame stack (so the default replay
+    stores each frame once); ``sampling``: n-step windows and prioritized draws (given to
+    ``make_buffer`` only when not plain, so an agent's own ``make_buffer`` need not take it).
+    The run's agent is passed in by the run."""
 
     def make(agent: LearningAgent, observation_space: gym.Space[Any],
              action_space: gym.Space[Any], num_envs: int, seed: int, device: Any,
@@ -50,20 +53,37 @@ def replay(capacity: int, frame_stack_replay: bool = True,
             extra["frame_stack"] = frame_stack
         if sampling is not None and not sampling.plain:
             extra["sampling"] = sampling
-        return agent.make_buffer(capacity, num_envs=num_envs, observation_space=observation_space,
+        if isinstance(agent, MakesReplay):
+            return agent.make_buffer(capacity, num_envs=num_envs,
+                                     observation_space=observation_space,
+                                     action_space=action_space, seed=seed, device=device,
+                                     **extra)
+        return transition_replay(capacity, num_envs=num_envs, observation_space=observation_space,
                                  action_space=action_space, seed=seed, device=device, **extra)
 
     return make
 
 
 def rollout(n_steps: int) -> StorageFactory:
-    """The agent's rollout storage (``LearningAgent.make_rollout``) of ``n_steps`` vector steps,
-    as a :class:`Run`'s ``storage``."""
+    """The agent's rollout storage (``make_rollout``:
+    :class:`~rltrain.agents.protocols.MakesRollout`), else a
+    :class:`~rltrain.buffers.RolloutBuffer`, of ``n_steps`` vector steps, as a :class:`Run`'s
+    ``storage``."""
 
     def make(agent: LearningAgent, observation_space: gym.Space[Any],
              action_space: gym.Space[Any], num_envs: int, seed: int, device: Any,
              frame_stack: int = 1) -> RolloutBuffer:
-        return agent.make_rollout(n_steps, num_envs=num_envs, observation_space=observation_space,
-                                  action_space=action_space, seed=seed, device=device)
+        return make_rollout(agent, n_steps, num_envs=num_envs,
+                            observation_space=observation_space, action_space=action_space,
+                            seed=seed, device=device)
 
     return make
+
+
+def make_rollout(agent: LearningAgent, n_steps: int, *, num_envs: int,
+                 observation_space: gym.Space[Any], action_space: gym.Space[Any], seed: int,
+                 device: Any) -> RolloutBuffer:
+    """``agent``'s rollout storage of ``n_steps`` vector steps: its own, else the default."""
+    make = agent.make_rollout if isinstance(agent, MakesRollout) else RolloutBuffer
+    return make(n_steps, num_envs=num_envs, observation_space=observation_space,
+                action_space=action_space, seed=seed, device=device)
