@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import math
-import pickle
 import threading
 import warnings
 from typing import Any, Protocol
@@ -11,15 +10,12 @@ from typing import Any, Protocol
 import gymnasium as gym
 import numpy as np
 import torch
-from gymnasium.utils import EzPickle
 from gymnasium.vector import SyncVectorEnv, VectorEnv
 
-from rltrain.buffers.observations import layout, map_obs, to_tensor
-from rltrain.envs import physics
-from rltrain.envs.checks import unpicklable_layer
+from rltrain.buffers.observations import map_obs, to_tensor
 from rltrain.envs.make import call_vector_env, step_timeout_error
 from rltrain.envs.masking import MASK_KEY
-from rltrain.envs.pickling import env_classes, loads
+from rltrain.envs.persistence import SavedEnvs, check_saved_runner, saved_spaces
 from rltrain.observe.events import EpisodeEnd
 from rltrain.runtime.watchdog import EnvCallHung
 from rltrain.types import ObsArrays, ObsTensors, PolicyState, PolicyStep, Progress, Transitions
@@ -96,7 +92,7 @@ class Runner:
         #: True once a step failed part-way: the sub-envs may have moved on from the runner's
         #: observations, so checkpoints leave them out (a resumed run resets them).
         self.envs_out_of_step = False
-        self._warned_unsaved = False
+        self.saved_envs = SavedEnvs(envs)
 
     @property
     def episode_lengths(self) -> np.ndarray:
@@ -191,10 +187,6 @@ class Runner:
         except EnvCallHung as hung:
             raise step_timeout_error(hung, call, self.num_envs, self.env_name) from hung
 
-    def _spaces(self) -> dict[str, str]:
-        return saved_spaces(self.envs.single_observation_space, self.envs.single_action_space,
-                            self.num_envs)
-
     def _raise_non_finite(self, observations: ObsArrays, rewards: np.ndarray) -> None:
         what = "reward" if not np.isfinite(rewards).all() else "observation"
         if isinstance(observations, dict):
@@ -221,41 +213,13 @@ class Runner:
             "episode_starts": torch.from_numpy(self.episode_starts.copy()),
             "policy_state": self.policy_state,
             "action_space_rng": self.envs.action_space.np_random.bit_generator.state,
-            "spaces": self._spaces(),
+            "spaces": saved_spaces(self.envs.single_observation_space,
+                                   self.envs.single_action_space, self.num_envs),
             "envs": None,
         }
-        if isinstance(self.envs, SyncVectorEnv) and not self.envs_out_of_step:
-            if all(map(physics.saveable, self.envs.envs)):  # MuJoCo's, as arrays
-                state["physics"] = [physics.state(env) for env in self.envs.envs]
-                return state
-            try:
-                data = pickle.dumps(list(self.envs.envs))
-            except Exception as error:
-                data = None
-                self._warn_unsaved(self.envs.envs, error)
-            if data is not None:
-                state["envs"] = torch.frombuffer(bytearray(data), dtype=torch.uint8)
+        if not self.envs_out_of_step:
+            state.update(self.saved_envs.state())
         return state
-
-    def _warn_unsaved(self, envs: list[gym.Env[Any, Any]], error: Exception) -> None:
-        """At the first save whose environments cannot be pickled (once per runner, so once
-        per run), warn that the resume will not be exact, naming the layer that cannot be
-        saved; otherwise only the resume would say so, without the cause."""
-        if self._warned_unsaved:
-            return
-        self._warned_unsaved = True
-        found = next(filter(None, map(unpicklable_layer, envs)), None)
-        layer, error = found if found is not None else (envs[0], error)
-        inner = getattr(layer, "env", None)
-        where = (f" (wrapping {type(inner.unwrapped).__name__})" if isinstance(inner, gym.Env)
-                 else "")
-        warnings.warn(
-            f"The environments cannot be saved in this run's checkpoints: "
-            f"{type(layer).__name__}{where} cannot be pickled ({type(error).__name__}: "
-            f"{error}). A resume will reset the environments, so the episodes running at the "
-            "checkpoint restart and the resumed run is not an exact continuation. For an exact "
-            f"resume, replace {type(layer).__name__} with a picklable equivalent (its functions "
-            "defined at module level, not lambdas or local functions).", stacklevel=3)
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Restore :meth:`state_dict`'s output. Environments that could not be saved (async
@@ -263,28 +227,9 @@ class Runner:
         step, with a warning."""
         check_saved_runner(state, self.envs.single_observation_space,
                            self.envs.single_action_space, self.num_envs)
-        if self._restore_physics(state.get("physics")):
+        if self.saved_envs.restore(state):
             self._restore_episodes(state)
             return
-        saved_envs = state["envs"]
-        restored = None
-        if saved_envs is not None and isinstance(self.envs, SyncVectorEnv):
-            allowed = env_classes(self.envs.envs)
-            restored = loads(saved_envs.numpy().tobytes(), allowed)
-            if not isinstance(restored, list) or len(restored) != self.num_envs:
-                count = len(restored) if isinstance(restored, list) else "no list of"
-                raise ValueError(f"The checkpoint holds {count} environments; this run has "
-                                 f"{self.num_envs} (num_envs). Resume with the checkpoint's "
-                                 "num_envs.")
-        if (isinstance(self.envs, SyncVectorEnv) and restored is not None
-                and not any(isinstance(e.unwrapped, EzPickle) for e in restored)):
-            for env in self.envs.envs:
-                env.close()
-            self.envs.envs = restored
-            self._restore_episodes(state)
-            return
-        # EzPickle envs (Box2D; MuJoCo's outside rltrain.envs.physics's wrappers) pickle only
-        # their constructor arguments: what comes back is a new env, as good as none.
         warnings.warn(
             "The environments' state is not in this checkpoint (async vector envs, envpool's, "
             "unpicklable envs and EzPickle envs such as Box2D cannot be saved, nor envs that "
@@ -297,21 +242,6 @@ class Runner:
         self.episode_starts[:] = self.progress.vector_steps
         self.envs.action_space.np_random.bit_generator.state = state["action_space_rng"]
 
-    def _restore_physics(self, saved: Any) -> bool:
-        """Put the sub-envs' saved MuJoCo state (:mod:`rltrain.envs.physics`) back, checked
-        first; False when the checkpoint holds none or these envs cannot take it."""
-        if (saved is None or not isinstance(self.envs, SyncVectorEnv)
-                or not all(map(physics.restorable, self.envs.envs))):
-            return False
-        if not isinstance(saved, list) or len(saved) != self.num_envs:
-            count = len(saved) if isinstance(saved, list) else "no list of"
-            raise ValueError(f"The checkpoint holds {count} environment states; this run has "
-                             f"{self.num_envs} (num_envs). Resume with the checkpoint's "
-                             "num_envs.")
-        for index, (env, env_state) in enumerate(zip(self.envs.envs, saved, strict=True)):
-            physics.restore(env, env_state, index)
-        return True
-
     def _restore_episodes(self, state: dict[str, Any]) -> None:
         """The observations, episode statistics, policy state and action-space generator of
         restored sub-envs."""
@@ -320,41 +250,6 @@ class Runner:
         self.episode_starts[:] = state["episode_starts"].numpy()
         self.policy_state = state["policy_state"]
         self.envs.action_space.np_random.bit_generator.state = state["action_space_rng"]
-
-
-def saved_spaces(observation_space: gym.Space[Any], action_space: gym.Space[Any],
-                 num_envs: int) -> dict[str, str]:
-    """What a runner's checkpoint records of its vector env, compared on resume."""
-    return {"observation": str(observation_space), "action": str(action_space),
-            "num_envs": str(num_envs)}
-
-
-def check_saved_runner(state: Any, observation_space: gym.Space[Any],
-                       action_space: gym.Space[Any], num_envs: int) -> None:
-    """Refuse a runner state saved on other spaces or another number of sub-envs, or whose
-    per-env arrays do not fit them (an altered file), with the reason. Called before a run
-    directory is touched (by the strategy's check) and again when the state is loaded."""
-    spaces = saved_spaces(observation_space, action_space, num_envs)
-    saved = state.get("spaces") if isinstance(state, dict) else None
-    if saved != spaces:
-        raise ValueError(
-            f"The checkpoint was saved on an environment with spaces {saved}; this one has "
-            f"{spaces}. Resume on the environment it was trained on, with its num_envs.")
-    parts, saved_obs = layout(observation_space), state.get("observations")
-    checks: list[tuple[str, Any, tuple[int, ...]]] = [
-        (name, state.get(name), (num_envs,)) for name in ("episode_returns", "episode_starts")]
-    if isinstance(parts, dict):
-        saved_obs = saved_obs if isinstance(saved_obs, dict) else {}
-        checks += [(f"observations[{key!r}]", saved_obs.get(key), (num_envs, *shape))
-                   for key, (shape, _) in parts.items()]
-    else:
-        checks.append(("observations", saved_obs, (num_envs, *parts[0])))
-    for name, value, shape in checks:
-        if not isinstance(value, torch.Tensor) or tuple(value.shape) != shape:
-            found = tuple(value.shape) if isinstance(value, torch.Tensor) else type(value)
-            raise ValueError(f"The checkpoint's runner {name} has shape {found}; this run's "
-                             f"{num_envs} environments need {shape}. It was saved with another "
-                             "num_envs or environment, or altered.")
 
 
 #: Arrays of at most this many elements are checked for NaN and infinity as Python floats:

@@ -13,7 +13,7 @@ from rltrain.agents.base import LearningAgent
 from rltrain.agents.protocols import MakesReplay, MakesRollout
 from rltrain.buffers import Buffer, RolloutBuffer
 from rltrain.buffers.frames import transition_replay
-from rltrain.envs.runner import check_saved_runner
+from rltrain.envs.persistence import check_saved_runner
 from rltrain.settings.replay import ReplaySampling
 from rltrain.strategies.components import RLComponents
 

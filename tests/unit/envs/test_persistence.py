@@ -1,0 +1,55 @@
+"""The sub-environments of a vector env in a checkpoint (rltrain/envs/persistence.py): saved and
+put back so that the restored envs step exactly as the saved ones would have; refused when the
+count differs; left out (to be reset) where they cannot be saved."""
+
+from __future__ import annotations
+
+import gymnasium as gym
+import numpy as np
+import pytest
+from gymnasium.vector import AsyncVectorEnv, SyncVectorEnv
+
+from rltrain.envs.persistence import SavedEnvs, check_saved_runner, saved_spaces
+
+
+def cartpoles(n: int) -> SyncVectorEnv:
+    return SyncVectorEnv([lambda: gym.make("CartPole-v1") for _ in range(n)])
+
+
+def test_restored_envs_step_as_the_saved_ones_would_have() -> None:
+    envs = cartpoles(2)
+    envs.reset(seed=3)
+    for _ in range(5):
+        envs.step(np.array([0, 1]))
+    state = SavedEnvs(envs).state()
+    assert set(state) == {"envs"}
+    expected = [envs.step(np.array([1, 0]))[0] for _ in range(4)]
+    other = cartpoles(2)
+    other.reset(seed=99)
+    assert SavedEnvs(other).restore(state)
+    assert all(np.array_equal(other.step(np.array([1, 0]))[0], e) for e in expected)
+
+
+def test_another_count_of_envs_is_refused_by_name() -> None:
+    envs = cartpoles(2)
+    envs.reset(seed=0)
+    state = SavedEnvs(envs).state()
+    with pytest.raises(ValueError, match=r"holds 2 environments; this run has 3 \(num_envs\)"):
+        SavedEnvs(cartpoles(3)).restore(state)
+
+
+def test_async_envs_are_not_saved_and_not_restored() -> None:
+    envs = AsyncVectorEnv([lambda: gym.make("CartPole-v1")])
+    try:
+        assert SavedEnvs(envs).state() == {}
+        assert not SavedEnvs(envs).restore({"envs": None})
+    finally:
+        envs.close()
+
+
+def test_a_runner_state_of_other_spaces_is_refused_before_anything_loads() -> None:
+    envs = cartpoles(1)
+    spaces = saved_spaces(envs.single_observation_space, envs.single_action_space, 1)
+    with pytest.raises(ValueError, match="saved on an environment with spaces"):
+        check_saved_runner({"spaces": {**spaces, "num_envs": "4"}},
+                           envs.single_observation_space, envs.single_action_space, 1)
