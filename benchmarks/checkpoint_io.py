@@ -31,7 +31,7 @@ import torch
 from benchmarks._util import median_range, table, write_results
 from rltrain import DQN
 from rltrain.buffers import ReplayBuffer
-from rltrain.checkpoint import Checkpointer, Stateful, training_state
+from rltrain.checkpoint import Checkpointer, Stateful, read_checkpoint, training_state
 from rltrain.config.instantiate import make_agent, make_strategy
 from rltrain.config.schema import compose
 from rltrain.envs.make import make_vector_env
@@ -116,7 +116,7 @@ def main() -> None:
             t1 = time.perf_counter()
             saved = checkpointer.save(state, env_steps=progress.env_steps + repeat)
             t2 = time.perf_counter()
-            loaded = Checkpointer.load(saved.path)
+            loaded = read_checkpoint(saved.path)
             t3 = time.perf_counter()
             for name, part in parts.items():
                 part.load_state_dict(loaded[name])

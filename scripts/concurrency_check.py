@@ -57,7 +57,7 @@ if str(ROOT) not in sys.path:
 
 from omegaconf import OmegaConf  # noqa: E402
 
-from rltrain.checkpoint import MANIFEST, Checkpointer  # noqa: E402
+from rltrain.checkpoint import MANIFEST, Checkpointer, read_checkpoint  # noqa: E402
 
 #: Overrides that keep every run small and quiet on disk (no TensorBoard, no progress bar).
 SMALL = ["agent.hidden_sizes=[16]", "strategy.warmup_steps=100", "trainer.eval_interval=500",
@@ -361,7 +361,7 @@ def check_timeline(rows: list[dict[str, Any]], *, seed: int, num_steps: int, sta
 
 def checkpoint_facts(path: Path) -> dict[str, Any]:
     """A checkpoint's seed, env steps and num_steps, as stored in it."""
-    state = Checkpointer.load(path)
+    state = read_checkpoint(path)
     config = state.get("config") or {}
     return {"seed": config.get("strategy", {}).get("seed"),
             "num_steps": config.get("trainer", {}).get("num_steps"),

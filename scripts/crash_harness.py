@@ -59,7 +59,7 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from benchmarks._util import table, write_results  # noqa: E402
-from rltrain.checkpoint import MANIFEST, Checkpointer, file_sha256  # noqa: E402
+from rltrain.checkpoint import MANIFEST, Checkpointer, file_sha256, read_checkpoint  # noqa: E402
 
 #: Env steps between checkpoints in the child run.
 CHECKPOINT_INTERVAL = 100
@@ -240,7 +240,7 @@ def verify(checkpoints: Path) -> dict[str, Any]:
         if path.stat().st_size != int(entry["bytes"]) or file_sha256(path) != entry["sha256"]:
             problems.append(f"{name} ({role}) does not match its manifest size/SHA-256")
         try:
-            state = Checkpointer.load(path)
+            state = read_checkpoint(path)
         except (ValueError, OSError) as error:
             problems.append(f"{name} ({role}) does not load: {error}")
             continue
@@ -253,7 +253,7 @@ def verify(checkpoints: Path) -> dict[str, Any]:
         link = checkpoints / alias
         if link.exists() and (entries or manifest.get("best")):
             try:
-                Checkpointer.load(link)
+                read_checkpoint(link)
             except (ValueError, OSError) as error:
                 problems.append(f"{alias} does not load: {error}")
 
@@ -277,7 +277,7 @@ def verify(checkpoints: Path) -> dict[str, Any]:
                 problems.append(f"resolve('last') gave {resolved.name}, not the manifest's "
                                 f"last, {manifest.get('last')}")
             try:
-                resume_from = int(Checkpointer.load(resolved)["progress"]["env_steps"])
+                resume_from = int(read_checkpoint(resolved)["progress"]["env_steps"])
             except (ValueError, OSError) as error:
                 problems.append(f"resolved {resolved.name} does not load: {error}")
                 resume_from = None

@@ -46,7 +46,7 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from rltrain.checkpoint import Checkpointer  # noqa: E402
+from rltrain.checkpoint import Checkpointer, read_checkpoint  # noqa: E402
 from rltrain.runtime.distributed import TORCHRUN_VARIABLES  # noqa: E402
 
 TORCHRUN = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node=2"]
@@ -147,7 +147,7 @@ def judge(run_dir: Path, cwd: Path) -> tuple[str, str]:
         except FileNotFoundError:
             last = None
     if last is not None:
-        steps = Checkpointer.load(last)["progress"]["env_steps"]
+        steps = read_checkpoint(last)["progress"]["env_steps"]
         done = run([*TORCHRUN, "-m", "rltrain.cli", "fit", "--resume", str(run_dir),
                     f"trainer.num_steps={steps + 256}"], cwd)
         warned = f", warned: {caught[0].message}" if caught else ""

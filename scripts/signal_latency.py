@@ -20,7 +20,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from rltrain.checkpoint import Checkpointer
+from rltrain.checkpoint import Checkpointer, read_checkpoint
 
 
 def one(sig: signal.Signals, run_dir: Path) -> dict[str, object]:
@@ -38,7 +38,7 @@ def one(sig: signal.Signals, run_dir: Path) -> dict[str, object]:
     seconds = time.time() - sent
     summary_file = run_dir / "summary.json"
     summary = json.loads(summary_file.read_text())
-    last = Checkpointer.load(Checkpointer(run_dir / "checkpoints").resolve("last"))
+    last = read_checkpoint(Checkpointer(run_dir / "checkpoints").resolve("last"))
     return {"signal": sig.name, "seconds": seconds,
             "seconds_to_end": summary_file.stat().st_mtime - sent, "exit_code": code,
             "stop_reason": summary["stop_reason"],

@@ -13,7 +13,7 @@ from rltrain.checkpoint.state import (
     load_agent,
     training_state,
 )
-from rltrain.checkpoint.store import Checkpointer, SavedCheckpoint
+from rltrain.checkpoint.store import Checkpointer, SavedCheckpoint, read_checkpoint
 
 __all__ = [
     "CHECKPOINT_FORMAT",
@@ -30,5 +30,6 @@ __all__ = [
     "atomic_write_text",
     "file_sha256",
     "load_agent",
+    "read_checkpoint",
     "training_state",
 ]

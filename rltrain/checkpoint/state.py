@@ -12,7 +12,7 @@ import torch
 
 from rltrain.checkpoint.manifest import CHECKPOINT_FORMAT
 from rltrain.checkpoint.spaces import spaces_state
-from rltrain.checkpoint.store import Checkpointer
+from rltrain.checkpoint.store import read_checkpoint
 from rltrain.envs.make import EnvInit, make_probe_env
 
 if TYPE_CHECKING:
@@ -62,7 +62,7 @@ class LoadedCheckpoint:
 
     Attributes:
         path: The file.
-        state: Its contents (``Checkpointer.load``).
+        state: Its contents (:func:`~rltrain.checkpoint.store.read_checkpoint`).
     """
 
     path: Path
@@ -70,7 +70,7 @@ class LoadedCheckpoint:
 
     @classmethod
     def read(cls, path: str | Path) -> LoadedCheckpoint:
-        return cls(Path(path), Checkpointer.load(path))
+        return cls(Path(path), read_checkpoint(path))
 
 
 def load_agent(agent: LearningAgent, path: str | Path, env: EnvInit) -> dict[str, Any]:
@@ -79,7 +79,7 @@ def load_agent(agent: LearningAgent, path: str | Path, env: EnvInit) -> dict[str
     Returns the whole checkpoint (counters and optimizer states included). Raises ``ValueError``
     when the checkpoint holds another agent type or networks of other shapes.
     """
-    state = Checkpointer.load(path)
+    state = read_checkpoint(path)
     saved_class = state.get("agent_class")
     if saved_class != type(agent).__name__:
         raise ValueError(

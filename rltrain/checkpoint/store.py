@@ -241,28 +241,6 @@ class Checkpointer:
                              f"{type(state).__name__}, not a training state.")
         return state
 
-    @staticmethod
-    def load(path: str | Path, checkpointer: Checkpointer | None = None) -> dict[str, Any]:
-        """Read checkpoint file ``path`` (:meth:`read`): from ``checkpointer``'s store when it
-        holds it, else from the local folder it lies in."""
-        path = Path(path)
-        if checkpointer is not None and checkpointer.store.holds(path):
-            return checkpointer.read(path.name)
-        return Checkpointer(path.parent).read(path.name)
-
-    @staticmethod
-    def with_shard(path: str | Path, state: dict[str, Any],
-                   distributed: DistributedContext = SINGLE,
-                   checkpointer: Checkpointer | None = None) -> dict[str, Any]:
-        """``state`` (read from checkpoint ``path``) with this rank's own parts from its shard
-        merged in (:func:`~rltrain.checkpoint.sharded.with_shard`); the shard is read from
-        ``checkpointer``'s store when it holds ``path``, else from the folder of the file
-        ``path`` is (a link, ``last.pt``, resolves to the file it names)."""
-        path = Path(path)
-        if checkpointer is not None and checkpointer.store.holds(path):
-            return with_shard(checkpointer.store, path.name, state, distributed)
-        return with_shard(LocalFiles(path.resolve().parent), path.name, state, distributed)
-
     def sweep(self) -> None:
         """Delete what a crash can leave behind: rltrain's temporary files, and checkpoint files
         the manifest does not list (written but never recorded). Called before a run's first
@@ -295,3 +273,23 @@ class Checkpointer:
     def _write_manifest(self, manifest: Manifest) -> None:
         self.store.write_bytes(MANIFEST, (json.dumps(manifest.as_json(), indent=2) + "\n"
                                           ).encode())
+
+
+def read_checkpoint(path: str | Path, checkpointer: Checkpointer | None = None,
+                    distributed: DistributedContext | None = None,
+                    state: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Checkpoint file ``path``, read as :meth:`Checkpointer.read` reads (checksums verified,
+    tensors and plain data only): from ``checkpointer``'s store when it holds ``path``, else
+    from the local folder it lies in; ``state``: what the file holds when it was read already
+    (the command line reads a checkpoint's config first). With ``distributed``, this rank's own
+    parts from its shard are merged in (:func:`~rltrain.checkpoint.sharded.with_shard`; refused
+    when another world size wrote it). The one way a checkpoint is read back: resuming,
+    loading an agent or a policy, reading a run's config."""
+    path = Path(path)
+    if checkpointer is not None and checkpointer.store.holds(path):
+        store: CheckpointIO = checkpointer.store
+        state = checkpointer.read(path.name) if state is None else state
+    else:  # a link (last.pt) names the file whose folder holds its shards
+        store = LocalFiles(path.resolve().parent)
+        state = Checkpointer(path.parent).read(path.name) if state is None else state
+    return state if distributed is None else with_shard(store, path.name, state, distributed)

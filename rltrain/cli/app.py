@@ -16,7 +16,7 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
-from rltrain.checkpoint import Checkpointer, LoadedCheckpoint
+from rltrain.checkpoint import Checkpointer, LoadedCheckpoint, read_checkpoint
 from rltrain.cli.analysis import ANALYSES
 from rltrain.cli.launchers import make_launcher
 from rltrain.cli.parser import parse_args
@@ -315,7 +315,7 @@ def checkpoint_folder(config: DictConfig) -> Path:
 def checkpoint_config(checkpoint: Path, state: dict[str, Any] | None = None) -> DictConfig:
     """The run config stored in ``checkpoint`` (or, for older files, in its run directory);
     ``state``: what the file holds, when it was read already."""
-    stored = (state if state is not None else Checkpointer.load(checkpoint)).get("config")
+    stored = (state if state is not None else read_checkpoint(checkpoint)).get("config")
     if isinstance(stored, dict) and stored:
         return literal_config(stored)
     return load_stored(checkpoint.parent.parent / "config.yaml")

@@ -27,7 +27,7 @@ from omegaconf import DictConfig, OmegaConf
 from rltrain.agents.base import LearningAgent, Policy
 from rltrain.agents.nn.masking import MASK_KEY, mask_space
 from rltrain.buffers.observations import layout
-from rltrain.checkpoint import Checkpointer
+from rltrain.checkpoint import Checkpointer, read_checkpoint
 from rltrain.checkpoint.spaces import space_from_state
 from rltrain.config.files import ConfigError, literal_config, load_stored
 from rltrain.config.instantiate import check_stored_targets, make_agent, make_env
@@ -206,7 +206,7 @@ def load_policy(path: str | Path, *, which: str = "last", device: str | torch.de
             or does not fit together (a :class:`~rltrain.config.files.ConfigError` for its config).
     """
     checkpoint, run_dir = resolve(Path(path), which)
-    state = Checkpointer.load(checkpoint)
+    state = read_checkpoint(checkpoint)
     config = stored_config(checkpoint, state)
     guard = Trust(stored_in=run_dir, modules=list(trust))
     check_stored_targets(config, guard)

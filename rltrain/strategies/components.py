@@ -8,7 +8,7 @@ from typing import Any
 
 import torch
 
-from rltrain.checkpoint.store import Checkpointer
+from rltrain.checkpoint.store import Checkpointer, read_checkpoint
 from rltrain.envs.evaluator import EvaluationSettings
 from rltrain.observe.processor import EventProcessor
 from rltrain.optim.settings import OptimizationSettings
@@ -98,15 +98,14 @@ class RLComponents(Settings):
     frame_stack: int = 1
 
     def saved_state(self) -> dict[str, Any]:
-        """What ``checkpoint`` holds: read on the first call (``Checkpointer.load``: checksum
-        verified, no code run), kept in ``resume_state`` for the next."""
+        """What ``checkpoint`` holds: read on the first call (checksums verified, no code run:
+        :func:`~rltrain.checkpoint.store.read_checkpoint`), kept in ``resume_state`` for the
+        next; this rank's shard merged in."""
         if self.checkpoint is None:
             raise ValueError("This run resumes from no checkpoint (components.checkpoint).")
-        if self.resume_state is None:
-            self.resume_state = Checkpointer.load(self.checkpoint, self.checkpointer)
         # This rank's own parts, from its shard (refused when another world size wrote it).
-        self.resume_state = Checkpointer.with_shard(self.checkpoint, self.resume_state,
-                                                    self.distributed, self.checkpointer)
+        self.resume_state = read_checkpoint(self.checkpoint, self.checkpointer, self.distributed,
+                                            state=self.resume_state)
         return self.resume_state
 
     @property

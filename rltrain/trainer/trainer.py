@@ -15,7 +15,7 @@ from rltrain.agents.base import LearningAgent
 from rltrain.agents.nn.encoders import ImageEncoder
 from rltrain.checkpoint import (
     LoadedCheckpoint,
-    atomic_save,
+    LocalFiles,
     load_agent,
     training_state,
 )
@@ -243,7 +243,8 @@ class Trainer(TrainerSettings):
         return evaluation_metrics(result)
 
     def save_checkpoint(self, path: str | Path) -> Path:
-        """Write the agent of the last :meth:`fit` to ``path`` (atomically): its networks,
+        """Write the agent of the last :meth:`fit` to ``path`` (atomically, through the
+        Trainer's ``checkpoint_io`` when it holds ``path``, else as a local file): its networks,
         counters, settings and the run's config. Load it with :meth:`load_checkpoint` or
         ``evaluate(ckpt_path=path)``. It holds no optimizer, replay or environment state: to
         continue training exactly, resume from the run's own checkpoints (``"last"``)."""
@@ -254,8 +255,10 @@ class Trainer(TrainerSettings):
         state = training_state(agent, {"agent": agent}, components.progress,
                                strategy.run_hparams(agent, components))
         path = Path(path)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        atomic_save({**state, "config": components.config, "weights_only": True}, path)
+        store = (self.checkpoint_io if self.checkpoint_io is not None
+                 and self.checkpoint_io.holds(path) else LocalFiles(path.parent))
+        store.prepare()
+        store.save({**state, "config": components.config, "weights_only": True}, path.name)
         return path
 
     def load_checkpoint(self, path: str | Path, agent: LearningAgent | None = None,

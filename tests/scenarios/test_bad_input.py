@@ -46,7 +46,7 @@ from rltrain import (
 )
 from rltrain.agents.base import SpaceError
 from rltrain.agents.dreamer import Dreamer, DreamerConfig
-from rltrain.checkpoint import Checkpointer, ManifestError, atomic_save, load_agent
+from rltrain.checkpoint import Checkpointer, ManifestError, atomic_save, load_agent, read_checkpoint
 from rltrain.cli.app import resumed_config
 from rltrain.cli.launchers import SlurmLauncher
 from rltrain.cli.plot import read_run
@@ -418,7 +418,7 @@ CASES = [
          r"environments need \(1,\)\. It was saved with another num_envs or environment",
          setup=lambda d: _other_num_envs(d), absent=("zip()",)),
     Case("corrupt checkpoint file",
-         lambda d: Checkpointer.load(d / "checkpoints" / "checkpoint-200.pt"), ValueError,
+         lambda d: read_checkpoint(d / "checkpoints" / "checkpoint-200.pt"), ValueError,
          r"checkpoint-200\.pt is corrupt: its SHA-256 checksum does not match",
          setup=lambda d: _corrupt(d)),
     Case("checkpoint file of zeros", lambda d: resumed(d, d / "zeros.pt"), ValueError,
@@ -430,7 +430,7 @@ CASES = [
          setup=lambda d: _planted(d, "random.pt", random.Random(0).randbytes(4096)),
          absent=("codec can't decode", "weights_only")),
     Case("checkpoint that is not a checkpoint",
-         lambda d: Checkpointer.load(d / "foreign.pt"), ValueError,
+         lambda d: read_checkpoint(d / "foreign.pt"), ValueError,
          r"foreign\.pt holds objects a checkpoint must not contain \(it names "
          r"gymnasium\.spaces\.discrete\.Discrete; only tensors and plain data are loaded",
          setup=lambda d: _foreign(d)),
@@ -945,7 +945,7 @@ def _broadcast_bounds(run_dir: Path) -> None:
     """A fitted run whose checkpoint's observation bounds are stride-0 views of one number."""
     fitted(run_dir)
     checkpoint = run_dir / "checkpoints" / "last.pt"
-    state = Checkpointer.load(checkpoint)
+    state = read_checkpoint(checkpoint)
     huge = [1 << 27]
     state["spaces"]["observation"].update(
         shape=huge, dtype="float64", low=torch.zeros(1, dtype=torch.float64).expand(*huge),
@@ -996,7 +996,7 @@ def _config_file(run_dir: Path, name: str, text: str) -> None:
 def _sac(run_dir: Path) -> None:
     """A real checkpoint relabelled as a SAC's, as ``sac.pt``."""
     fitted(run_dir)
-    state = Checkpointer.load(run_dir / "checkpoints" / "last.pt")
+    state = read_checkpoint(run_dir / "checkpoints" / "last.pt")
     state["agent_class"] = "SAC"
     atomic_save(state, run_dir / "sac.pt")
 
@@ -1005,7 +1005,7 @@ def _other_num_envs(run_dir: Path) -> None:
     """A real checkpoint whose runner state is for 3 envs, as ``tampered.pt`` (a file no
     manifest lists, so no checksum says it was altered)."""
     fitted(run_dir)
-    state = Checkpointer.load(run_dir / "checkpoints" / "last.pt")
+    state = read_checkpoint(run_dir / "checkpoints" / "last.pt")
     state["runner"]["episode_returns"] = torch.zeros(3, dtype=torch.float64)
     atomic_save(state, run_dir / "tampered.pt")
 
@@ -1143,7 +1143,7 @@ def test_nan_loss_stops_the_run_and_keeps_the_last_good_checkpoint(tmp_path: Pat
     result = run.fit("CartPole-v1", NanLossDQN(DQNConfig(hidden_sizes=[16])))
     assert result.summary.stop_reason is not None
     assert "non-finite loss: the 'q' loss is nan at gradient step 3" in result.summary.stop_reason
-    last = Checkpointer.load(Checkpointer(tmp_path / "checkpoints").resolve("last"))
+    last = read_checkpoint(Checkpointer(tmp_path / "checkpoints").resolve("last"))
     assert last["progress"]["gradient_steps"] <= 2
     assert all(torch.isfinite(t).all() for t in last["agent"].values())
 

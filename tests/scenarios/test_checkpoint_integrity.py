@@ -32,7 +32,7 @@ import torch
 from conftest import QUIET, ROOT, dqn, small
 
 from rltrain import Trainer
-from rltrain.checkpoint import Checkpointer, atomic_save
+from rltrain.checkpoint import Checkpointer, atomic_save, read_checkpoint
 from rltrain.checkpoint.io import LocalFiles
 from rltrain.checkpoint.manifest import read_manifest
 from rltrain.observe import EventRecorder, Start
@@ -136,14 +136,14 @@ RESAVE_AND_DIE = """
 import os, signal, sys
 from pathlib import Path
 import torch
-from rltrain.checkpoint import Checkpointer
+from rltrain.checkpoint import Checkpointer, read_checkpoint
 
 def die(*args, **kwargs):
     os.kill(os.getpid(), signal.SIGKILL)
 
 folder, which = Path(sys.argv[1]), sys.argv[2]
 checkpointer = Checkpointer(folder)
-state = Checkpointer.load(checkpointer.resolve(which))
+state = read_checkpoint(checkpointer.resolve(which))
 state["agent"] = {k: v + 0.5 if torch.is_floating_point(v) else v
                   for k, v in state["agent"].items()}
 steps = state["progress"]["env_steps"]
@@ -169,8 +169,8 @@ def test_sigkill_while_a_step_is_saved_again_leaves_last_and_best_intact(
         for w in ("last", "best"):
             path = Checkpointer(folder).resolve(w)
             assert path == before[w]
-            assert Checkpointer.load(folder / f"{w}.pt")["progress"] == \
-                Checkpointer.load(path)["progress"]
+            assert read_checkpoint(folder / f"{w}.pt")["progress"] == \
+                read_checkpoint(path)["progress"]
     recorder = EventRecorder()
     with no_checkpoint_warning():
         fit(tmp_path, 600, ckpt_path="last", callbacks=(recorder,))
@@ -180,7 +180,7 @@ def test_sigkill_while_a_step_is_saved_again_leaves_last_and_best_intact(
 def overwrite_in_place(path: Path) -> None:
     """What the old code's kill left: a listed file written over by a complete save of other
     contents, the manifest not yet switched."""
-    state = Checkpointer.load(path)
+    state = read_checkpoint(path)
     atomic_save({**state, "saved_again": True}, path)
 
 
@@ -203,7 +203,7 @@ def test_a_broken_last_or_best_falls_back_to_the_newest_intact_checkpoint_with_a
         assert Checkpointer(folder).resolve("best") == older
     for link in ("last.pt", "best.pt"):  # the links read what resolve picks
         with pytest.warns(UserWarning, match="Skipping checkpoint"):
-            assert Checkpointer.load(folder / link)["progress"]["env_steps"] == 400
+            assert read_checkpoint(folder / link)["progress"]["env_steps"] == 400
     # The command line: evaluate best, with the warning, from the intact checkpoint.
     done = run(sys.executable, "-m", "rltrain.cli", "evaluate", str(tmp_path), "--checkpoint",
                "best", "--episodes", "1", cwd=tmp_path)
@@ -217,7 +217,7 @@ def test_a_broken_last_or_best_falls_back_to_the_newest_intact_checkpoint_with_a
         fit(tmp_path, 800, ckpt_path="last", callbacks=(recorder,))
     assert recorder.of(Start)[0].start_env_steps == 400
     with no_warnings():
-        assert Checkpointer.load(Checkpointer(folder).resolve("last"))["progress"][
+        assert read_checkpoint(Checkpointer(folder).resolve("last"))["progress"][
             "env_steps"] == 800
 
 

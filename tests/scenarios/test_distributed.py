@@ -22,7 +22,7 @@ import torch
 from conftest import TESTS, assert_same_tensors, env_snapshot
 
 from rltrain import DQN, DQNConfig, Trainer, load_policy
-from rltrain.checkpoint import Checkpointer
+from rltrain.checkpoint import Checkpointer, read_checkpoint
 from rltrain.checkpoint.io import LocalFiles
 from rltrain.checkpoint.manifest import read_manifest
 from rltrain.runtime.distributed import TORCHRUN_VARIABLES, DistributedContext, connect
@@ -174,7 +174,7 @@ def test_only_rank_0_writes_the_run_and_rank_1_only_its_shards(
 def test_a_two_rank_run_stopped_and_resumed_equals_the_straight_run_bit_for_bit(
         cli_runs: tuple[Path, list[dict[str, Any]]], part: str) -> None:
     out, _ = cli_runs
-    straight, split = (Checkpointer.load(out / name / "checkpoints" / "last.pt")
+    straight, split = (read_checkpoint(out / name / "checkpoints" / "last.pt")
                        for name in ("straight", "split"))
     assert straight["progress"]["env_steps"] == split["progress"]["env_steps"] == 3000
     if part != "shards":
@@ -183,7 +183,7 @@ def test_a_two_rank_run_stopped_and_resumed_equals_the_straight_run_bit_for_bit(
     for rank in (0, 1):
         context = DistributedContext(rank=rank, world_size=2)
         a, b = (Checkpointer.with_shard(out / name / "checkpoints" / "last.pt",
-                                        Checkpointer.load(out / name / "checkpoints" /
+                                        read_checkpoint(out / name / "checkpoints" /
                                                           "last.pt"), context)
                 for name in ("straight", "split"))
         assert env_snapshot(a["runner"].pop("envs")) == env_snapshot(b["runner"].pop("envs"))
@@ -211,7 +211,7 @@ def prioritized_runs(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 def test_n_step_and_priorities_on_two_ranks_resume_bit_for_bit(prioritized_runs: Path) -> None:
     out = prioritized_runs
-    loaded = {name: Checkpointer.load(out / name / "checkpoints" / "last.pt")
+    loaded = {name: read_checkpoint(out / name / "checkpoints" / "last.pt")
               for name in ("straight", "split")}
     for part in ("agent", "optimization", "progress"):
         assert_same_tensors(loaded["straight"][part], loaded["split"][part], part)
@@ -282,7 +282,7 @@ def test_sigterm_to_the_launcher_stops_both_ranks_with_a_loadable_checkpoint(
     path = Checkpointer(run_dir / "checkpoints").resolve("last")
     assert path.name == f"checkpoint-{steps}.pt"
     for rank in (0, 1):  # each rank saved its own part of the stop's checkpoint
-        state = Checkpointer.with_shard(path, Checkpointer.load(path),
+        state = Checkpointer.with_shard(path, read_checkpoint(path),
                                         DistributedContext(rank=rank, world_size=2))
         assert {"agent", "optimization", "runner", "buffer", "random"} <= set(state)
 
@@ -339,8 +339,8 @@ def test_a_shard_that_was_altered_or_is_named_elsewhere_is_refused(
     shard.write_bytes(bytes(data))
     with pytest.raises(ValueError, match=r"rank 1's part of checkpoint-3000.pt\) is unusable: "
                                          r"its SHA-256"):
-        Checkpointer.with_shard(path, Checkpointer.load(path), rank1)
-    state = Checkpointer.load(path)
+        Checkpointer.with_shard(path, read_checkpoint(path), rank1)
+    state = read_checkpoint(path)
     for name in ("../checkpoint-3000.rank1.pt", "/etc/passwd", "checkpoint-3000.rank0.pt"):
         state["shards"][1]["file"] = name
         with pytest.raises(ValueError, match="is not a shard file of its folder"):

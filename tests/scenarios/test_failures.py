@@ -24,7 +24,7 @@ import torch
 from conftest import ROOT, NanLossDQN, assert_same_tensors, dqn, small, trainer
 
 from rltrain import DQN, DQNConfig, Subscriber
-from rltrain.checkpoint import Checkpointer
+from rltrain.checkpoint import Checkpointer, read_checkpoint
 from rltrain.envs.errors import SubEnvError
 from rltrain.errors import TrainingError
 from rltrain.observe import EnvStep, EpisodeEnd, EventRecorder, Metrics, Start, TrainStep
@@ -110,7 +110,7 @@ def assert_emergency_checkpoint(error: TrainingError, run_dir: Path, env_steps: 
                                "(rltrain fit --resume RUN_DIR).")
     assert checkpoints(run_dir).resolve("last") == expected
     assert listed(run_dir)[-1] == expected.name
-    state = Checkpointer.load(expected)
+    state = read_checkpoint(expected)
     assert state["progress"]["env_steps"] == env_steps
     return state
 
@@ -163,7 +163,7 @@ def test_a_sub_env_that_raises_is_named_and_the_run_resumes_from_its_emergency_c
     assert steps == list(range(90, 151, 3))
     assert result.summary.env_steps == 150
     assert result.summary.gradient_steps == 4 + 6  # rounds at 100, 125 and 150
-    last = Checkpointer.load(checkpoints(tmp_path).resolve("last"))
+    last = read_checkpoint(checkpoints(tmp_path).resolve("last"))
     assert last["progress"]["env_steps"] == 150
 
 
@@ -209,8 +209,8 @@ def test_a_run_resumed_from_a_train_phase_emergency_checkpoint_equals_a_straight
     failure(lambda: trainer(tmp_path / "split", 150).fit("CartPole-v1", FailingDQN(3)))
     resumed = FailingDQN(None)
     trainer(tmp_path / "split", 150).fit("CartPole-v1", resumed, ckpt_path="last")
-    a = Checkpointer.load(tmp_path / "straight" / "checkpoints" / "last.pt")
-    b = Checkpointer.load(tmp_path / "split" / "checkpoints" / "last.pt")
+    a = read_checkpoint(tmp_path / "straight" / "checkpoints" / "last.pt")
+    b = read_checkpoint(tmp_path / "split" / "checkpoints" / "last.pt")
     for part in ("buffer", "random"):
         assert_same_tensors(a[part], b[part], part)
     assert_same_tensors(straight.state_dict(), resumed.state_dict(), "agent")
@@ -227,7 +227,7 @@ def test_an_agent_failing_after_an_update_saves_nothing_and_keeps_the_last_check
     assert not (tmp_path / "checkpoints" / "checkpoint-75.pt").exists()
     assert listed(tmp_path) == ["checkpoint-50.pt"]
     assert checkpoints(tmp_path).resolve("last") == previous
-    assert Checkpointer.load(previous)["progress"]["env_steps"] == 50
+    assert read_checkpoint(previous)["progress"]["env_steps"] == 50
 
 
 # 3. A callback raising ---------------------------------------------------------------------
@@ -431,7 +431,7 @@ def test_a_full_disk_fails_the_save_and_keeps_the_previous_checkpoint(tmp_path: 
         assert hashlib.sha256(data).hexdigest() == entry["sha256"]
         assert len(data) == entry["bytes"]
         assert Checkpointer(saved).resolve("last") == saved / "checkpoint-50.pt"
-        assert Checkpointer.load(saved / "checkpoint-50.pt")["progress"]["env_steps"] == 50
+        assert read_checkpoint(saved / "checkpoint-50.pt")["progress"]["env_steps"] == 50
         assert not (saved / "checkpoint-100.pt").exists()
         left = [str(Path(top) / name) for top, _, names in os.walk(files) for name in names
                 if name.endswith(".tmp")]

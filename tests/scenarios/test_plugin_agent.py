@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 from conftest import assert_same_tensors, rltrain
 
-from rltrain.checkpoint import Checkpointer
+from rltrain.checkpoint import read_checkpoint
 
 #: Scenario tests of whole runs (subprocesses, real files): out of the fast inner loop,
 #: ``pytest -m "not slow"``; CI runs them.
@@ -109,7 +109,7 @@ def agent_file(tmp_path: Path) -> Path:
 
 
 def last_state(run_dir: Path) -> dict[str, Any]:
-    return Checkpointer.load(run_dir / "checkpoints" / "checkpoint-12288.pt")
+    return read_checkpoint(run_dir / "checkpoints" / "checkpoint-12288.pt")
 
 
 def test_an_agent_in_its_own_file_is_listed_trained_and_resumed_by_name(

@@ -12,7 +12,7 @@ import torch
 from conftest import QUIET, assert_same_tensors, env_snapshot, small, straight_and_resumed
 
 from rltrain import DQN, DQNConfig, OffPolicyStrategy, Trainer
-from rltrain.checkpoint import Checkpointer, atomic_save
+from rltrain.checkpoint import Checkpointer, atomic_save, read_checkpoint
 from rltrain.observe import Checkpoint, EvaluationEnd, EventRecorder
 
 ENV = "CartPole-v1"
@@ -55,8 +55,8 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
                                  "metrics", "progress"])
 def test_stop_and_resume_equals_straight_run_bit_for_bit(runs: dict[str, Path],
                                                          part: str) -> None:
-    straight = Checkpointer.load(runs["straight"] / "checkpoints" / "last.pt")
-    split = Checkpointer.load(runs["split"] / "checkpoints" / "last.pt")
+    straight = read_checkpoint(runs["straight"] / "checkpoints" / "last.pt")
+    split = read_checkpoint(runs["split"] / "checkpoints" / "last.pt")
     assert straight["progress"]["env_steps"] == split["progress"]["env_steps"] == N
     if part == "runner":
         assert env_snapshot(straight["runner"].pop("envs")) == env_snapshot(
@@ -81,14 +81,14 @@ def test_the_counters_are_saved_once_and_the_metrics_read_them(runs: dict[str, P
 
     counters = {f.name for f in dataclasses.fields(Progress)}
     for run in runs.values():
-        state = Checkpointer.load(run / "checkpoints" / "last.pt")
+        state = read_checkpoint(run / "checkpoints" / "last.pt")
         assert not counters & set(state["metrics"]), sorted(state["metrics"])
         summary = json.loads((run / "summary.json").read_text())
         final = summary["final_metrics"]
         for name in ("env_steps", "gradient_steps", "episodes"):
             assert final[f"time/{name}"] == summary[name] == state["progress"][name], name
-    assert (Checkpointer.load(runs["split"] / "checkpoints" / "last.pt")["progress"]
-            == Checkpointer.load(runs["straight"] / "checkpoints" / "last.pt")["progress"])
+    assert (read_checkpoint(runs["split"] / "checkpoints" / "last.pt")["progress"]
+            == read_checkpoint(runs["straight"] / "checkpoints" / "last.pt")["progress"])
 
 
 def test_stop_in_the_middle_of_a_training_round_resumes_exactly(tmp_path: Path) -> None:
@@ -103,7 +103,7 @@ def test_stop_in_the_middle_of_a_training_round_resumes_exactly(tmp_path: Path) 
                       run_dir=tmp_path / "split", callbacks=[StopMidRound()], **QUIET,
                       gradient_clip_val=10.0)
     trainer.fit(ENV, agent())
-    state = Checkpointer.load(tmp_path / "split" / "checkpoints" / "last.pt")
+    state = read_checkpoint(tmp_path / "split" / "checkpoints" / "last.pt")
     assert state["progress"]["pending_gradient_steps"] == 10
     resumed, _ = fit(tmp_path / "split", 900, ckpt_path="last")
     for name, tensor in straight.state_dict().items():
@@ -117,7 +117,7 @@ def test_resume_with_changed_evaluation_settings_is_allowed(tmp_path: Path) -> N
         warnings.simplefilter("error")  # allowed silently: no warning, no error
         fit(tmp_path, 800, ckpt_path="last", eval_interval=500, eval_episodes=2,
             callbacks=(recorder,))
-    assert Checkpointer.load(tmp_path / "checkpoints" / "last.pt")["progress"]["env_steps"] == 800
+    assert read_checkpoint(tmp_path / "checkpoints" / "last.pt")["progress"]["env_steps"] == 800
     # The resumed run evaluates with its own settings: at 500 env steps, and at the end.
     ends = recorder.of(EvaluationEnd)
     assert [e.env_steps for e in ends] == [500, 800]
@@ -142,7 +142,7 @@ def test_best_checkpoint_holds_the_best_evaluation(tmp_path: Path) -> None:
     trainer.fit(ENV, agent())
     evaluations = recorder.of(EvaluationEnd)
     best = max(evaluations, key=lambda e: e.return_mean)
-    state = Checkpointer.load(tmp_path / "checkpoints" / "best.pt")
+    state = read_checkpoint(tmp_path / "checkpoints" / "best.pt")
     assert state["metrics"]["best_eval_return"] == pytest.approx(best.return_mean)
     assert state["progress"]["env_steps"] == best.env_steps
 
@@ -159,16 +159,16 @@ def test_a_planted_pickle_never_runs_and_the_error_names_the_file(tmp_path: Path
     global MARKER
     fit(tmp_path, 400)
     last = tmp_path / "checkpoints" / "last.pt"
-    state = Checkpointer.load(last)
+    state = read_checkpoint(last)
     MARKER = str(tmp_path / "pwned")
     # 1. A pickled object in the checkpoint itself: torch.load(weights_only=True) refuses it.
     state["agent_class"] = Boom()
     evil = tmp_path / "evil.pt"
     torch.save(state, evil)
     with pytest.raises(ValueError, match=r"evil\.pt"):
-        Checkpointer.load(evil)
+        read_checkpoint(evil)
     # 2. A pickle in the environment state: the allow-listed unpickler refuses it.
-    state = Checkpointer.load(last)
+    state = read_checkpoint(last)
     state["runner"]["envs"] = torch.frombuffer(bytearray(pickle.dumps(Boom())), dtype=torch.uint8)
     planted = tmp_path / "planted.pt"
     atomic_save(state, planted)
@@ -190,13 +190,13 @@ def test_a_corrupt_last_checkpoint_is_reported_and_resume_falls_back(tmp_path: P
     newest.unlink()  # break the last.pt hard link, then truncate the newest file
     newest.write_bytes(data[: len(data) // 2])
     with pytest.raises(ValueError, match=r"checkpoint-600\.pt is corrupt: .*truncated"):
-        Checkpointer.load(newest)
+        read_checkpoint(newest)
     with pytest.warns(UserWarning, match=r"Skipping checkpoint .*checkpoint-600\.pt"):
         path = Checkpointer(folder).resolve("last")
     assert path.name == "checkpoint-400.pt"
     with pytest.warns(UserWarning, match="Skipping checkpoint"):
         fit(tmp_path, 800, ckpt_path="last")
-    assert Checkpointer.load(folder / "last.pt")["progress"]["env_steps"] == 800
+    assert read_checkpoint(folder / "last.pt")["progress"]["env_steps"] == 800
 
 
 def test_checkpoint_events_report_size_and_seconds(tmp_path: Path) -> None:
@@ -212,12 +212,12 @@ def test_checkpoint_events_report_size_and_seconds(tmp_path: Path) -> None:
 
 def test_async_envs_resume_with_a_warning_and_fresh_episodes(tmp_path: Path) -> None:
     fit(tmp_path, 400, vectorization="async", num_envs=2, eval_interval=None)
-    state = Checkpointer.load(tmp_path / "checkpoints" / "last.pt")
+    state = read_checkpoint(tmp_path / "checkpoints" / "last.pt")
     assert state["runner"]["envs"] is None  # async workers' envs cannot be saved
     with pytest.warns(UserWarning, match="environments' state is not in this checkpoint"):
         fit(tmp_path, 600, ckpt_path="last", vectorization="async", num_envs=2,
             eval_interval=None)
-    assert Checkpointer.load(tmp_path / "checkpoints" / "last.pt")["progress"]["env_steps"] == 600
+    assert read_checkpoint(tmp_path / "checkpoints" / "last.pt")["progress"]["env_steps"] == 600
 
 
 def test_resume_with_another_gradient_clip_is_refused(tmp_path: Path) -> None:
@@ -234,12 +234,12 @@ def test_a_run_resumed_from_best_starts_a_new_timeline_for_last(tmp_path: Path) 
                       **QUIET, checkpoint_interval=600, gradient_clip_val=10.0)
     trainer.fit(ENV, agent())
     folder = tmp_path / "checkpoints"
-    best_steps = Checkpointer.load(folder / "best.pt")["progress"]["env_steps"]
+    best_steps = read_checkpoint(folder / "best.pt")["progress"]["env_steps"]
     resumed = Trainer(num_steps=best_steps + 100, strategy=strategy(), **EVALUATION,
                       run_dir=tmp_path, **QUIET, gradient_clip_val=10.0)
     resumed.fit(ENV, agent(), ckpt_path="best")
     last = Checkpointer(folder).resolve("last")
-    assert Checkpointer.load(last)["progress"]["env_steps"] == best_steps + 100
+    assert read_checkpoint(last)["progress"]["env_steps"] == best_steps + 100
 
 
 @pytest.mark.parametrize("how", ["fit(ckpt_path='last')", "rltrain fit --resume RUN_DIR",

@@ -15,7 +15,7 @@ import torch
 from conftest import QUIET
 
 from rltrain import DQN, DQNConfig, OffPolicyConfig, OffPolicyStrategy, Trainer
-from rltrain.checkpoint import Checkpointer
+from rltrain.checkpoint import read_checkpoint
 from rltrain.runtime.interrupt import Interrupter, stop_on_signals
 
 #: Scenario tests of whole runs (subprocesses, real files): out of the fast inner loop,
@@ -57,7 +57,7 @@ def test_signal_stops_fit_cleanly_with_last_checkpoint_saved(tmp_path: Path,
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["stop_reason"] == f"{sig.name} received"
     assert 0 < summary["env_steps"] < 1_000_000
-    state = Checkpointer.load(run_dir / "checkpoints" / "last.pt")
+    state = read_checkpoint(run_dir / "checkpoints" / "last.pt")
     assert state["progress"]["env_steps"] == summary["env_steps"]
     rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
     assert rows[-1]["event"] == "end"

@@ -18,7 +18,7 @@ import torch
 from conftest import QUIET, ROOT, small
 
 from rltrain import DQN, DQNConfig, OffPolicyConfig, OffPolicyStrategy, Trainer
-from rltrain.checkpoint import MANIFEST, Checkpointer, ManifestError
+from rltrain.checkpoint import MANIFEST, Checkpointer, ManifestError, read_checkpoint
 from rltrain.config.files import load_stored
 from rltrain.envs.make import make_vector_env
 from rltrain.trainer import MARKER
@@ -90,7 +90,7 @@ def test_last_pt_never_reads_a_file_the_manifest_points_outside(tmp_path: Path) 
     checkpoints = run_dir / "checkpoints"
     edit_manifest(checkpoints, last="../../secret.pt")
     with pytest.raises(ManifestError, match=r"entry last names '\.\./\.\./secret\.pt'"):
-        Checkpointer.load(checkpoints / "last.pt")
+        read_checkpoint(checkpoints / "last.pt")
 
 
 def test_a_directory_that_is_not_a_run_is_refused_and_left_untouched(tmp_path: Path) -> None:
@@ -230,6 +230,6 @@ def test_two_straight_runs_with_one_seed_save_identical_environments(tmp_path: P
             num_envs=2, warmup_steps=50, train_interval=25, train_steps=2, batch_size=16,
             buffer_size=1000)), eval_interval=None, run_dir=tmp_path / name, **QUIET
         ).fit("CartPole-v1", DQN(DQNConfig(hidden_sizes=[16])))
-        state = Checkpointer.load(Checkpointer(tmp_path / name / "checkpoints").resolve("last"))
+        state = read_checkpoint(Checkpointer(tmp_path / name / "checkpoints").resolve("last"))
         saved.append(state["runner"]["envs"])
     assert torch.equal(saved[0], saved[1])

@@ -18,7 +18,7 @@ from rltrain.agents import C51, QRDQN, C51Config, QRDQNConfig
 from rltrain.agents.qrdqn import quantile_huber_loss
 from rltrain.buffers import ReplayBatch
 from rltrain.buffers.sampling import Prioritized, PriorityFeedback
-from rltrain.checkpoint import Checkpointer
+from rltrain.checkpoint import read_checkpoint
 from rltrain.optim import Optimization
 from rltrain.settings.replay import PriorityConfig
 from rltrain.types import Progress
@@ -162,8 +162,8 @@ def test_a_run_resumes_bit_for_bit(agent_name: str, noisy: bool, tmp_path: Path)
     fit(agent_name, straight, noisy=noisy)
     fit(agent_name, split, stop_at=50, noisy=noisy)  # mid-round: 3 gradient steps a round
     fit(agent_name, split, ckpt_path="last", noisy=noisy)
-    a = Checkpointer.load(straight / "checkpoints" / "last.pt")
-    b = Checkpointer.load(split / "checkpoints" / "last.pt")
+    a = read_checkpoint(straight / "checkpoints" / "last.pt")
+    b = read_checkpoint(split / "checkpoints" / "last.pt")
     assert a["progress"]["env_steps"] == 300
     assert noisy == any("weight_sigma" in key for key in a["agent"])
     for part in ("agent", "optimization", "buffer", "progress"):

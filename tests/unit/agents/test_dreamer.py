@@ -17,7 +17,7 @@ from rltrain.agents.dreamer.behavior import imagine
 from rltrain.agents.dreamer.world_model import State
 from rltrain.agents.returns import lambda_returns
 from rltrain.buffers import SequenceReplayBuffer
-from rltrain.checkpoint import Checkpointer
+from rltrain.checkpoint import Checkpointer, read_checkpoint
 from rltrain.envs.make import make_vector_env
 from rltrain.envs.runner import Runner
 from rltrain.optim import Optimization
@@ -205,7 +205,7 @@ def fit(run_dir: Path, num_steps: int, ckpt_path: str | None = None, *, env: str
 
 def test_fit_reports_every_loss_part_and_the_imagined_return(tmp_path: Path) -> None:
     fit(tmp_path, 600)
-    summary = Checkpointer.load(tmp_path / "checkpoints" / "last.pt")
+    summary = read_checkpoint(tmp_path / "checkpoints" / "last.pt")
     assert summary["progress"]["gradient_steps"] == 3 * 5  # rounds at 200, 300, ..., 600
     final = (tmp_path / "summary.json").read_text()
     for name in ("world_model/reconstruction", "world_model/reward", "world_model/continue",
@@ -234,8 +234,8 @@ def test_fit_save_load_evaluate_round_trip(tmp_path: Path) -> None:
 @pytest.fixture(scope="module")
 def resumed(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict[str, Any], dict[str, Any]]:
     straight, split = straight_and_resumed(fit, tmp_path_factory, 600)
-    return (Checkpointer.load(straight / "checkpoints" / "last.pt"),
-            Checkpointer.load(split / "checkpoints" / "last.pt"))
+    return (read_checkpoint(straight / "checkpoints" / "last.pt"),
+            read_checkpoint(split / "checkpoints" / "last.pt"))
 
 
 @pytest.mark.parametrize("part", ["agent", "optimization", "buffer", "runner", "random",
@@ -251,6 +251,6 @@ def test_dreamer_resumes_bit_for_bit(resumed: tuple[dict[str, Any], dict[str, An
 def test_discrete_actions_train_with_reinforce(tmp_path: Path) -> None:
     _, agent = fit(tmp_path, 400, env="CartPole-v1")
     assert agent.discrete and agent.action_size == 2
-    saved = Checkpointer.load(tmp_path / "checkpoints" / "last.pt")
+    saved = read_checkpoint(tmp_path / "checkpoints" / "last.pt")
     assert saved["progress"]["gradient_steps"] == 3 * 3
     assert all(torch.isfinite(p).all() for p in agent.parameters())

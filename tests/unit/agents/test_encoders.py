@@ -39,7 +39,7 @@ from rltrain.agents.nn.encoders import (
 )
 from rltrain.agents.nn.networks import QNetwork
 from rltrain.buffers import ReplayBuffer, RolloutBuffer
-from rltrain.checkpoint import Checkpointer
+from rltrain.checkpoint import read_checkpoint
 from rltrain.envs.make import EnvSpec
 from rltrain.types import Progress, Transitions
 
@@ -337,8 +337,8 @@ def test_a_run_with_image_or_dict_observations_resumes_bit_for_bit(
     straight, split = straight_and_resumed(
         lambda run_dir, n, ckpt_path=None: dqn_fit(env, run_dir, n, ckpt_path),
         tmp_path_factory, N)
-    a = Checkpointer.load(straight / "checkpoints" / "last.pt")
-    b = Checkpointer.load(split / "checkpoints" / "last.pt")
+    a = read_checkpoint(straight / "checkpoints" / "last.pt")
+    b = read_checkpoint(split / "checkpoints" / "last.pt")
     assert a["progress"]["env_steps"] == b["progress"]["env_steps"] == N
     assert env_snapshot(a["runner"].pop("envs")) == env_snapshot(b["runner"].pop("envs"))
     observations = a["buffer"]["observations"]
@@ -357,8 +357,8 @@ def test_ppo_trains_on_dict_observations_and_resumes_bit_for_bit(
                 **QUIET).fit(DICT, PPO(PPOConfig(hidden_sizes=[16])), ckpt_path=ckpt_path)
 
     straight, split = straight_and_resumed(fit, tmp_path_factory, 128)
-    a = Checkpointer.load(straight / "checkpoints" / "last.pt")
-    b = Checkpointer.load(split / "checkpoints" / "last.pt")
+    a = read_checkpoint(straight / "checkpoints" / "last.pt")
+    b = read_checkpoint(split / "checkpoints" / "last.pt")
     assert a["buffer"]["observations"]["pixels"].dtype == torch.uint8
     a["runner"].pop("envs"), b["runner"].pop("envs")
     for part in ("agent", "optimization", "buffer", "runner", "progress"):

@@ -42,7 +42,7 @@ from rltrain.agents.nn.encoders import (
     make_encoder,
 )
 from rltrain.buffers import ReplayBuffer
-from rltrain.checkpoint import Checkpointer
+from rltrain.checkpoint import Checkpointer, read_checkpoint
 from rltrain.cli import main
 from rltrain.envs.make import EnvSpec
 from rltrain.inference import load_policy
@@ -244,7 +244,7 @@ def test_agent_encoder_cnn_reads_the_2048_board_with_a_cnn_from_the_cli(tmp_path
     summary = (run_dir / "model_summary.txt").read_text()
     assert summary.startswith("encoder: image (4x4x16 uint8, channels last, agent.encoder=cnn) "
                               "-> SmallCNN (128 features) -> MLP\n")
-    state = Checkpointer.load(run_dir / "checkpoints" / "last.pt")
+    state = read_checkpoint(run_dir / "checkpoints" / "last.pt")
     assert state["agent"]["q_network.encoder.cnn.0.weight"].shape == (16, 16, 2, 2)
 
 
@@ -278,7 +278,7 @@ def test_dqn_and_ppo_train_on_discrete_observations_from_the_cli(
                           *schedule)) == 0
     summary = (run_dir / "model_summary.txt").read_text()
     assert summary.startswith(f"encoder: one-hot (Discrete({n}) -> {n} features) -> MLP\n")
-    state = Checkpointer.load(run_dir / "checkpoints" / "last.pt")
+    state = read_checkpoint(run_dir / "checkpoints" / "last.pt")
     assert state["progress"]["env_steps"] == 1024
     observations = state["buffer"]["observations"]
     assert observations.dtype == torch.int64  # indices, one per transition (and per env)
@@ -331,7 +331,7 @@ def test_a_taxi_replay_buffer_stores_indices_not_one_hots(tmp_path: Path) -> Non
                            action_space=gym.spaces.Discrete(6)).nbytes
     print(f"\n{TRANSITIONS:,} Taxi transitions: checkpoint {indices / 1e6:.2f} MB with indices; "
           f"the buffer alone {one_hot / 1e6:.1f} MB with float32 one-hots")
-    assert Checkpointer.load(checkpoint)["buffer"]["observations"].shape == (TRANSITIONS,)
+    assert read_checkpoint(checkpoint)["buffer"]["observations"].shape == (TRANSITIONS,)
     assert indices < 1e6 and one_hot > 40e6
 
 
@@ -351,8 +351,8 @@ def test_a_dqn_run_on_discrete_observations_resumes_bit_for_bit(
     straight, split = straight_and_resumed(
         lambda run_dir, n, ckpt_path=None: dqn_fit(env, run_dir, n, ckpt_path),
         tmp_path_factory, 400)
-    a = Checkpointer.load(straight / "checkpoints" / "last.pt")
-    b = Checkpointer.load(split / "checkpoints" / "last.pt")
+    a = read_checkpoint(straight / "checkpoints" / "last.pt")
+    b = read_checkpoint(split / "checkpoints" / "last.pt")
     assert a["progress"]["env_steps"] == b["progress"]["env_steps"] == 400
     assert a["buffer"]["observations"].dtype == torch.int64
     assert env_snapshot(a["runner"].pop("envs")) == env_snapshot(b["runner"].pop("envs"))

@@ -22,7 +22,7 @@ from rltrain import PPO, OnPolicyConfig, OnPolicyStrategy, PPOConfig, Trainer, b
 from rltrain.agents.nn.normalize import RunningMeanStd
 from rltrain.agents.ppo import explained_variance
 from rltrain.buffers import RolloutBatch, RolloutBuffer
-from rltrain.checkpoint import Checkpointer
+from rltrain.checkpoint import read_checkpoint
 from rltrain.envs.make import EnvSpec, make_vector_env
 from rltrain.envs.runner import Runner
 from rltrain.observe import EnvStep, EvaluationEnd, EventRecorder, TrainStep
@@ -307,7 +307,7 @@ def test_target_kl_ends_each_update_after_the_first_step_over_it(tmp_path: Path)
         kls = [metric(e, "approx_kl") for e in group]
         assert all(kl <= 1.5e-7 for kl in kls[:-1]) and kls[-1] > 1.5e-7, kls
     assert result.summary.gradient_steps == sum(len(group) for group in groups)
-    last = Checkpointer.load(tmp_path / "checkpoints" / "last.pt")
+    last = read_checkpoint(tmp_path / "checkpoints" / "last.pt")
     assert last["progress"]["pending_gradient_steps"] == 0
     assert not last["buffer"]["prepared"] and last["buffer"]["pos"] == 0
 
@@ -412,7 +412,7 @@ def test_every_action_space_trains_end_to_end(tmp_path: Path, name: str) -> None
     assert result.summary.env_steps == 256
     assert result.summary.gradient_steps == 4 * 4  # 4 rollouts x 2 epochs x 2 minibatches
     assert recorder.of(EvaluationEnd)  # the greedy actions went through the wrapper too
-    buffer = Checkpointer.load(tmp_path / "checkpoints" / "last.pt")["buffer"]
+    buffer = read_checkpoint(tmp_path / "checkpoints" / "last.pt")["buffer"]
     actions = buffer["actions"]
     # The rollout keeps the distribution's indices (from 0); the env got them shifted by start.
     sizes = {"MultiBinary": [2, 2], "MultiDiscrete": [2, 3], "Discrete": [2]}[
@@ -486,7 +486,7 @@ def test_observation_statistics_are_in_every_checkpoint_and_evaluation_uses_them
                                  eval_episodes=3)
     assert [e.env_steps for e in recorder.of(EvaluationEnd)] == [384, 768, 1024]
     folder = tmp_path / "checkpoints"
-    state = Checkpointer.load(folder / "last.pt")["agent"]
+    state = read_checkpoint(folder / "last.pt")["agent"]
     mean, var, count = (state[f"obs_rms.{name}"] for name in ("mean", "var", "count"))
     assert count.item() == pytest.approx(1024 + 1e-4)  # every collected observation, once
     assert mean.shape == var.shape == (4,) and mean.dtype == torch.float64
@@ -503,7 +503,7 @@ def test_observation_statistics_are_in_every_checkpoint_and_evaluation_uses_them
         assert torch.equal(agent.obs_rms.state_dict()[name], tensor), name
         assert torch.equal(fresh.obs_rms.state_dict()[name], tensor), name
     # best.pt reproduces the evaluation it was saved for, with its own (older) statistics.
-    best = Checkpointer.load(folder / "best.pt")
+    best = read_checkpoint(folder / "best.pt")
     best_eval = [e for e in recorder.of(EvaluationEnd)
                  if e.env_steps == best["progress"]["env_steps"]]
     assert len(best_eval) == 1
@@ -517,7 +517,7 @@ def test_observation_statistics_are_in_every_checkpoint_and_evaluation_uses_them
 def test_the_final_checkpoint_and_evaluation_include_the_last_update(tmp_path: Path) -> None:
     agent, trainer, result = fit(tmp_path, 256, checkpoint_interval=128, eval_interval=128,
                                  eval_episodes=2)
-    state = Checkpointer.load(tmp_path / "checkpoints" / "last.pt")
+    state = read_checkpoint(tmp_path / "checkpoints" / "last.pt")
     assert state["progress"]["gradient_steps"] == result.summary.gradient_steps == 16
     for name, tensor in agent.state_dict().items():
         assert torch.equal(tensor, state["agent"][name]), name
@@ -543,8 +543,8 @@ def resume_fit(run_dir: Path, num_steps: int, ckpt_path: str | None = None, *,
 
 
 def assert_same_run(straight: Path, split: Path) -> None:
-    a = Checkpointer.load(straight / "checkpoints" / "last.pt")
-    b = Checkpointer.load(split / "checkpoints" / "last.pt")
+    a = read_checkpoint(straight / "checkpoints" / "last.pt")
+    b = read_checkpoint(split / "checkpoints" / "last.pt")
     assert a["progress"]["env_steps"] == b["progress"]["env_steps"] == N
     assert env_snapshot(a["runner"].pop("envs")) == env_snapshot(b["runner"].pop("envs"))
     for part in PARTS:
@@ -595,7 +595,7 @@ def test_a_stopped_run_resumes_bit_for_bit(straight_annealed: Path, tmp_path: Pa
         stopped_fit(tmp_path, lambda e: isinstance(e, EnvStep) and e.env_steps == 296)
     else:  # the 6th update (after 384 env steps) stopped after its 2nd of 4 gradient steps
         stopped_fit(tmp_path, lambda e: isinstance(e, TrainStep) and e.gradient_steps == 22)
-    saved = Checkpointer.load(tmp_path / "checkpoints" / "last.pt")
+    saved = read_checkpoint(tmp_path / "checkpoints" / "last.pt")
     if where == "mid-rollout":
         assert saved["progress"]["env_steps"] == 296
         assert saved["buffer"]["pos"] == 10 and not saved["buffer"]["prepared"]
@@ -614,7 +614,7 @@ def test_fit_then_resume_equals_the_straight_run_bit_for_bit(
         resume_fit(run_dir, num_steps, ckpt_path, anneal=False)
 
     straight, split = straight_and_resumed(run, tmp_path_factory, N)  # N/2: mid-rollout
-    half = Checkpointer.load(split / "checkpoints" / "checkpoint-400.pt")
+    half = read_checkpoint(split / "checkpoints" / "checkpoint-400.pt")
     assert half["buffer"]["pos"] == 4  # 400 = 6 rollouts + 4 vector steps, kept for the resume
     assert_same_run(straight, split)
     summaries = [json.loads((d / "summary.json").read_text()) for d in (straight, split)]

@@ -16,7 +16,7 @@ from conftest import StopAtEnvStep, StopAtGradientStep, assert_same_tensors, fit
 from rltrain import OnPolicyConfig, OnPolicyStrategy
 from rltrain.agents import PQN, PQNConfig
 from rltrain.buffers import RolloutBuffer
-from rltrain.checkpoint import Checkpointer
+from rltrain.checkpoint import read_checkpoint
 from rltrain.types import Progress, Transitions
 
 SPACE = gym.spaces.Box(-1.0, 1.0, (2,), np.float32)
@@ -99,12 +99,12 @@ def test_a_stopped_run_resumes_bit_for_bit(straight: Path, tmp_path: Path, where
     # rollouts of 128 transitions, 8 gradient steps each (2 epochs x 4 minibatches)
     stop = StopAtEnvStep(200) if where == "mid-rollout" else StopAtGradientStep(19)
     fit(tmp_path, stop=stop)
-    stopped = Checkpointer.load(tmp_path / "checkpoints" / "last.pt")["progress"]
+    stopped = read_checkpoint(tmp_path / "checkpoints" / "last.pt")["progress"]
     assert (stopped["env_steps"], stopped["gradient_steps"]) == (
         (200, 8) if where == "mid-rollout" else (384, 19))
     fit(tmp_path, ckpt_path="last")
-    a = Checkpointer.load(straight / "checkpoints" / "last.pt")
-    b = Checkpointer.load(tmp_path / "checkpoints" / "last.pt")
+    a = read_checkpoint(straight / "checkpoints" / "last.pt")
+    b = read_checkpoint(tmp_path / "checkpoints" / "last.pt")
     assert a["progress"]["env_steps"] == N
     for part in ("agent", "optimization", "buffer", "progress"):
         assert_same_tensors(a[part], b[part], part)

@@ -16,7 +16,7 @@ from conftest import QUIET, StopAtEnvStep, StopAtGradientStep, assert_same_tenso
 
 from rltrain import PPO, OnPolicyConfig, OnPolicyStrategy, PPOConfig, Trainer, load_policy
 from rltrain.buffers.recurrent import RecurrentRollout
-from rltrain.checkpoint import Checkpointer
+from rltrain.checkpoint import read_checkpoint
 from rltrain.envs.make import make_vector_env
 from rltrain.envs.partial import MaskVelocity
 from rltrain.envs.runner import Runner
@@ -135,12 +135,12 @@ def test_a_stopped_run_resumes_bit_for_bit(tmp_path: Path, where: str) -> None:
     fit(tmp_path / "straight", "lstm", 640)
     stop = StopAtEnvStep(200) if where == "mid-rollout" else StopAtGradientStep(19)
     fit(tmp_path / "split", "lstm", 640, stop=stop)
-    stopped = Checkpointer.load(tmp_path / "split" / "checkpoints" / "last.pt")["progress"]
+    stopped = read_checkpoint(tmp_path / "split" / "checkpoints" / "last.pt")["progress"]
     assert (stopped["env_steps"], stopped["gradient_steps"]) == (
         (200, 8) if where == "mid-rollout" else (384, 19))
     fit(tmp_path / "split", "lstm", 640, ckpt_path="last")
-    a = Checkpointer.load(tmp_path / "straight" / "checkpoints" / "last.pt")
-    b = Checkpointer.load(tmp_path / "split" / "checkpoints" / "last.pt")
+    a = read_checkpoint(tmp_path / "straight" / "checkpoints" / "last.pt")
+    b = read_checkpoint(tmp_path / "split" / "checkpoints" / "last.pt")
     assert a["progress"]["env_steps"] == 640
     for part in ("agent", "optimization", "buffer", "progress", "runner"):
         assert_same_tensors(a[part], b[part], part, skip=("envs",))

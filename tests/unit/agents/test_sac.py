@@ -26,7 +26,7 @@ from rltrain import SAC, OffPolicyConfig, OffPolicyStrategy, OnPolicyStrategy, S
 from rltrain.agents.base import SpaceError
 from rltrain.agents.nn.networks import SquashedGaussianActor, TwinQ
 from rltrain.buffers import ReplayBatch
-from rltrain.checkpoint import Checkpointer
+from rltrain.checkpoint import read_checkpoint
 from rltrain.envs.make import EnvSpec
 from rltrain.observe import EventRecorder, TrainStep
 from rltrain.optim import Optimization
@@ -273,8 +273,8 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
                                   "metrics", "progress"])
 def test_stop_and_resume_equals_straight_run_bit_for_bit(runs: dict[str, Path],
                                                          part: str) -> None:
-    straight = Checkpointer.load(runs["straight"] / "checkpoints" / "last.pt")
-    split = Checkpointer.load(runs["split"] / "checkpoints" / "last.pt")
+    straight = read_checkpoint(runs["straight"] / "checkpoints" / "last.pt")
+    split = read_checkpoint(runs["split"] / "checkpoints" / "last.pt")
     assert straight["progress"]["env_steps"] == split["progress"]["env_steps"] == 800
     if part == "runner":
         assert env_snapshot(straight["runner"].pop("envs")) == env_snapshot(
@@ -314,5 +314,5 @@ def test_rltrain_fit_sac_pendulum_from_the_command_line(tmp_path: Path) -> None:
          "trainer.enable_progress_bar=false", f"trainer.run_dir={tmp_path / 'run'}"],
         capture_output=True, text=True, timeout=120, check=False)
     assert done.returncode == 0, done.stderr
-    state = Checkpointer.load(tmp_path / "run" / "checkpoints" / "last.pt")
+    state = read_checkpoint(tmp_path / "run" / "checkpoints" / "last.pt")
     assert state["agent_class"] == "SAC" and state["progress"]["gradient_steps"] == 201

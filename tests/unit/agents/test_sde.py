@@ -34,7 +34,7 @@ from rltrain import (
 from rltrain.agents.base import SpaceError
 from rltrain.agents.nn.sde import VARIANCE_FLOOR, StateDependentNoise, StateDependentSquashedActor
 from rltrain.buffers import ReplayBatch
-from rltrain.checkpoint import Checkpointer
+from rltrain.checkpoint import read_checkpoint
 from rltrain.optim import Optimization
 from rltrain.types import Progress
 
@@ -141,9 +141,9 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
 def test_a_gsde_run_stopped_mid_rollout_resumes_bit_for_bit(runs: tuple[Path, Path],
                                                             part: str) -> None:
     straight, split = runs
-    a = Checkpointer.load(straight / "checkpoints" / "last.pt")
-    b = Checkpointer.load(split / "checkpoints" / "last.pt")
-    half = Checkpointer.load(split / "checkpoints" / "checkpoint-210.pt")
+    a = read_checkpoint(straight / "checkpoints" / "last.pt")
+    b = read_checkpoint(split / "checkpoints" / "last.pt")
+    half = read_checkpoint(split / "checkpoints" / "checkpoint-210.pt")
     assert half["agent"]["net.sde.matrices"].shape == (2, 16, 1)  # saved mid-rollout
     if part == "runner":
         assert env_snapshot(a["runner"].pop("envs")) == env_snapshot(b["runner"].pop("envs"))
@@ -272,8 +272,8 @@ def sac_runs(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
 def test_a_sac_gsde_run_stopped_and_resumed_equals_the_straight_run_bit_for_bit(
         sac_runs: tuple[Path, Path], part: str) -> None:
     straight, split = sac_runs
-    a = Checkpointer.load(straight / "checkpoints" / "last.pt")
-    b = Checkpointer.load(split / "checkpoints" / "last.pt")
+    a = read_checkpoint(straight / "checkpoints" / "last.pt")
+    b = read_checkpoint(split / "checkpoints" / "last.pt")
     assert a["agent"]["actor.sde.matrices"].shape == (1, 16, 1)
     if part == "runner":
         assert env_snapshot(a["runner"].pop("envs")) == env_snapshot(b["runner"].pop("envs"))

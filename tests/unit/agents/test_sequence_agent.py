@@ -16,7 +16,7 @@ from torch import nn
 from rltrain import LearningAgent, OffPolicyConfig, OffPolicyStrategy, Trainer
 from rltrain.agents.base import Policy
 from rltrain.buffers import Buffer, SequenceBatch, SequenceReplayBuffer
-from rltrain.checkpoint import Checkpointer
+from rltrain.checkpoint import read_checkpoint
 from rltrain.optim import Optimization, adam
 from rltrain.types import PolicyState, PolicyStep
 
@@ -102,7 +102,7 @@ def test_the_agent_trains_on_sequence_batches_and_its_loss_falls(tmp_path: Path)
     assert len(agent.batches) == 5 * (1_200 // 50 - 1)  # rounds from 100 on, 5 steps each
     # Pendulum episodes last 200 steps: some 16-row windows hold an episode start
     assert sum(firsts for _, firsts in agent.batches) > 0
-    saved = Checkpointer.load(tmp_path / "checkpoints" / "last.pt")
+    saved = read_checkpoint(tmp_path / "checkpoints" / "last.pt")
     assert saved["buffer"]["observations"].shape == (2, 1_000, 3)
     # 600 arrival rows per env, plus a first row for each of its 3 episodes (200 steps each)
     assert saved["buffer"]["filled"].tolist() == [603, 603]
@@ -112,15 +112,15 @@ def test_the_agent_trains_on_sequence_batches_and_its_loss_falls(tmp_path: Path)
 
 def test_the_recurrent_policy_state_resets_where_episodes_start(tmp_path: Path) -> None:
     fit(tmp_path, 450)  # Pendulum truncates at 200 steps per env: 225 vector steps = 2 x 200 + 25
-    runner = Checkpointer.load(tmp_path / "checkpoints" / "last.pt")["runner"]
+    runner = read_checkpoint(tmp_path / "checkpoints" / "last.pt")["runner"]
     assert runner["policy_state"].tolist() == [25.0, 25.0]
 
 
 @pytest.fixture(scope="module")
 def resumed(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict[str, Any], dict[str, Any]]:
     straight, split = straight_and_resumed(fit, tmp_path_factory, 800)
-    return (Checkpointer.load(straight / "checkpoints" / "last.pt"),
-            Checkpointer.load(split / "checkpoints" / "last.pt"))
+    return (read_checkpoint(straight / "checkpoints" / "last.pt"),
+            read_checkpoint(split / "checkpoints" / "last.pt"))
 
 
 @pytest.mark.parametrize("part", ["agent", "optimization", "buffer", "progress"])

@@ -21,7 +21,7 @@ from rltrain.agents.base import SpaceError
 from rltrain.agents.nn.networks import DeterministicActor, TwinQ
 from rltrain.buffers import ReplayBatch
 from rltrain.buffers.sampling import Prioritized, PriorityFeedback
-from rltrain.checkpoint import Checkpointer
+from rltrain.checkpoint import read_checkpoint
 from rltrain.config.schema import compose
 from rltrain.optim import Optimization
 from rltrain.settings.replay import PriorityConfig
@@ -235,8 +235,8 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
                                   "metrics", "progress"])
 def test_stop_and_resume_equals_straight_run_bit_for_bit(runs: dict[str, Path],
                                                          part: str) -> None:
-    straight = Checkpointer.load(runs["straight"] / "checkpoints" / "last.pt")
-    split = Checkpointer.load(runs["split"] / "checkpoints" / "last.pt")
+    straight = read_checkpoint(runs["straight"] / "checkpoints" / "last.pt")
+    split = read_checkpoint(runs["split"] / "checkpoints" / "last.pt")
     assert straight["progress"]["env_steps"] == split["progress"]["env_steps"] == 700
     if part == "runner":
         assert env_snapshot(straight["runner"].pop("envs")) == env_snapshot(
@@ -264,5 +264,5 @@ def test_rltrain_fit_td3_pendulum_from_the_command_line(tmp_path: Path) -> None:
         capture_output=True, text=True, timeout=120, check=False)
     assert done.returncode == 0, done.stderr
     assert "starting from the preset td3_pendulum" in done.stderr + done.stdout
-    state = Checkpointer.load(tmp_path / "run" / "checkpoints" / "last.pt")
+    state = read_checkpoint(tmp_path / "run" / "checkpoints" / "last.pt")
     assert state["agent_class"] == "TD3" and state["progress"]["gradient_steps"] == 201

@@ -18,7 +18,7 @@ from rltrain import DQN, DQNConfig, OffPolicyConfig, OffPolicyStrategy, Trainer
 from rltrain.buffers import FrameStackReplay, ReplayBuffer
 from rltrain.buffers.frames import EXTRA_FRAMES
 from rltrain.buffers.sampled import STORED_FIELDS
-from rltrain.checkpoint import Checkpointer
+from rltrain.checkpoint import read_checkpoint
 from rltrain.envs.make import make_vector_env
 from rltrain.envs.runner import Runner
 from rltrain.types import Progress, Transitions
@@ -212,8 +212,8 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
 
 
 def test_a_dqn_run_stores_frames_once_and_resumes_bit_for_bit(runs: dict[str, Path]) -> None:
-    straight = Checkpointer.load(runs["straight"] / "checkpoints" / "last.pt")
-    split = Checkpointer.load(runs["split"] / "checkpoints" / "last.pt")
+    straight = read_checkpoint(runs["straight"] / "checkpoints" / "last.pt")
+    split = read_checkpoint(runs["split"] / "checkpoints" / "last.pt")
     assert "frames" in straight["buffer"] and straight["buffer"]["frame_stack"] == K
     for part in ("agent", "optimization", "buffer", "progress"):
         assert_same_tensors(straight[part], split[part], part)

@@ -21,7 +21,7 @@ from rltrain.agents.dreamer import Dreamer, DreamerConfig
 from rltrain.buffers import FrameStackReplay, PriorityConfig, ReplayBuffer
 from rltrain.buffers.sampled import STORED_FIELDS
 from rltrain.buffers.sampling import Prioritized, SumTree, beta_at
-from rltrain.checkpoint import Checkpointer
+from rltrain.checkpoint import read_checkpoint
 from rltrain.envs.make import make_vector_env
 from rltrain.envs.runner import Runner
 from rltrain.types import Progress
@@ -231,11 +231,11 @@ def test_a_dqn_run_with_n_step_and_priorities_resumes_bit_for_bit(tmp_path: Path
     straight, split = tmp_path / "straight", tmp_path / "split"
     fit(straight)
     fit(split, stop_at=90)  # a round of 4 stopped after its 2nd gradient step
-    stopped = Checkpointer.load(split / "checkpoints" / "last.pt")
+    stopped = read_checkpoint(split / "checkpoints" / "last.pt")
     assert stopped["progress"]["gradient_steps"] == 90
     fit(split, ckpt_path="last")
-    a = Checkpointer.load(straight / "checkpoints" / "last.pt")
-    b = Checkpointer.load(split / "checkpoints" / "last.pt")
+    a = read_checkpoint(straight / "checkpoints" / "last.pt")
+    b = read_checkpoint(split / "checkpoints" / "last.pt")
     priorities = a["buffer"]["priorities"]["values"]
     assert len(torch.unique(priorities[:300])) > 50  # set from TD errors, not all the max
     for part in ("agent", "optimization", "buffer", "progress"):

@@ -15,7 +15,7 @@ import torch
 from conftest import QUIET, assert_same_tensors, dqn, env_snapshot, small
 
 from rltrain import Trainer
-from rltrain.checkpoint import Checkpointer, CheckpointIO, LocalFiles
+from rltrain.checkpoint import Checkpointer, CheckpointIO, LocalFiles, read_checkpoint
 
 
 class MemoryStore(CheckpointIO):
@@ -102,7 +102,7 @@ def test_the_local_store_is_the_default(tmp_path: Path) -> None:
     assert isinstance(checkpointer.store, LocalFiles)
     saved = checkpointer.save({"x": torch.ones(2)}, env_steps=5)
     assert saved.path == tmp_path / "checkpoints" / "checkpoint-5.pt" and saved.path.is_file()
-    assert torch.equal(Checkpointer.load(tmp_path / "checkpoints" / "last.pt")["x"],
+    assert torch.equal(read_checkpoint(tmp_path / "checkpoints" / "last.pt")["x"],
                        torch.ones(2))
 
 

@@ -15,7 +15,7 @@ import pytest
 import torch
 
 from rltrain import load_policy
-from rltrain.checkpoint import Checkpointer
+from rltrain.checkpoint import read_checkpoint
 from rltrain.config.files import ConfigError
 from rltrain.config.presets import choose_preset
 from rltrain.config.schema import compose
@@ -169,7 +169,7 @@ def test_dqn_atari_replays_frames_stored_once_and_resumes(tmp_path: Path, backen
          "trainer.num_steps=400", f"trainer.run_dir={run}", *common],
         capture_output=True, text=True, timeout=300)
     assert first.returncode == 0, first.stderr
-    state = Checkpointer.load(run / "checkpoints" / "last.pt")
+    state = read_checkpoint(run / "checkpoints" / "last.pt")
     buffer = state["buffer"]
     assert buffer["frame_stack"] == 4 and buffer["steps"] == 400
     assert tuple(buffer["frames"].shape[1:]) == (1, 84, 84)  # frames, not stacks
@@ -179,5 +179,5 @@ def test_dqn_atari_replays_frames_stored_once_and_resumes(tmp_path: Path, backen
     assert again.returncode == 0, again.stderr
     # the ALE's envs (EzPickle) and envpool's cannot be saved: the episodes restart, with a word
     assert "not in this checkpoint" in again.stderr
-    resumed = Checkpointer.load(run / "checkpoints" / "last.pt")
+    resumed = read_checkpoint(run / "checkpoints" / "last.pt")
     assert resumed["buffer"]["steps"] == 600 and resumed["progress"]["gradient_steps"] == 101

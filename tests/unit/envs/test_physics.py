@@ -16,7 +16,7 @@ import torch
 from conftest import QUIET, assert_same_tensors, rltrain, straight_and_resumed
 
 from rltrain import TD3, OffPolicyConfig, OffPolicyStrategy, TD3Config, Trainer
-from rltrain.checkpoint import Checkpointer
+from rltrain.checkpoint import read_checkpoint
 from rltrain.envs import physics
 from rltrain.envs.make import EnvSpec
 
@@ -154,8 +154,8 @@ def runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
                                   "metrics", "progress"])
 def test_a_halfcheetah_run_stopped_and_resumed_equals_the_straight_run_bit_for_bit(
         runs: dict[str, Path], part: str) -> None:
-    straight = Checkpointer.load(runs["straight"] / "checkpoints" / "last.pt")
-    split = Checkpointer.load(runs["split"] / "checkpoints" / "last.pt")
+    straight = read_checkpoint(runs["straight"] / "checkpoints" / "last.pt")
+    split = read_checkpoint(runs["split"] / "checkpoints" / "last.pt")
     assert straight["progress"]["env_steps"] == split["progress"]["env_steps"] == 500
     assert straight["progress"]["episodes"] == 0  # one episode of 1,000 steps, still running
     if part == "runner":
@@ -165,11 +165,11 @@ def test_a_halfcheetah_run_stopped_and_resumed_equals_the_straight_run_bit_for_b
 
 def test_the_next_actions_after_the_resume_are_the_straight_runs(
         runs: dict[str, Path]) -> None:
-    straight = Checkpointer.load(runs["straight"] / "checkpoints" / "checkpoint-500.pt")
-    half = Checkpointer.load(runs["split"] / "checkpoints" / "checkpoint-250.pt")
+    straight = read_checkpoint(runs["straight"] / "checkpoints" / "checkpoint-500.pt")
+    half = read_checkpoint(runs["split"] / "checkpoints" / "checkpoint-250.pt")
     # the buffer holds every action; the 250 taken after the resume are the straight run's
     stored = straight["buffer"]
-    resumed = Checkpointer.load(runs["split"] / "checkpoints" / "last.pt")["buffer"]
+    resumed = read_checkpoint(runs["split"] / "checkpoints" / "last.pt")["buffer"]
     assert_same_tensors(stored, resumed, "buffer")
     assert half["progress"]["env_steps"] == 250
 

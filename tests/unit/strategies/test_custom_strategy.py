@@ -15,7 +15,7 @@ from conftest import QUIET, ROOT, assert_same_tensors, env_snapshot, straight_an
 from typing_extensions import override
 
 from rltrain import DQN, DQNConfig, Subscriber, Trainer
-from rltrain.checkpoint import Checkpointer
+from rltrain.checkpoint import Checkpointer, read_checkpoint
 from rltrain.observe import (
     Checkpoint,
     End,
@@ -176,8 +176,8 @@ def episodic_resume(example: ModuleType, tmp_path_factory: pytest.TempPathFactor
                                               ckpt_path=ckpt_path)
 
     straight, split = straight_and_resumed(fit, tmp_path_factory, 1_200)
-    return (Checkpointer.load(straight / "checkpoints" / "last.pt"),
-            Checkpointer.load(split / "checkpoints" / "last.pt"))
+    return (read_checkpoint(straight / "checkpoints" / "last.pt"),
+            read_checkpoint(split / "checkpoints" / "last.pt"))
 
 
 @pytest.mark.parametrize("part", ["agent", "optimization", "buffer", "runner", "random",

@@ -34,7 +34,7 @@ from rltrain import (
     Trainer,
 )
 from rltrain.agents.dreamer import Dreamer, DreamerConfig
-from rltrain.checkpoint import Checkpointer, atomic_save
+from rltrain.checkpoint import Checkpointer, atomic_save, read_checkpoint
 from rltrain.checkpoint.spaces import space_from_state, space_state
 from rltrain.envs.make import EnvSpec
 from rltrain.inference import policy as inference_policy
@@ -181,7 +181,7 @@ def test_an_older_checkpoint_without_spaces_makes_the_env_from_its_config(
         runs: dict[str, tuple[Path, Any]], tmp_path: Path,
         monkeypatch: pytest.MonkeyPatch) -> None:
     run_dir, _ = runs["ppo"]
-    state = Checkpointer.load(run_dir / "checkpoints" / "last.pt")
+    state = read_checkpoint(run_dir / "checkpoints" / "last.pt")
     old = {k: v for k, v in state.items() if k != "spaces"}
     atomic_save(old, tmp_path / "old.pt")
     made: list[Any] = []
@@ -218,7 +218,7 @@ def test_an_older_checkpoint_without_spaces_makes_the_env_from_its_config(
 ])
 def test_altered_stored_spaces_are_refused(runs: dict[str, tuple[Path, Any]], tmp_path: Path,
                                            spaces: dict[str, Any], message: str) -> None:
-    state = Checkpointer.load(runs["dqn"][0] / "checkpoints" / "last.pt")
+    state = read_checkpoint(runs["dqn"][0] / "checkpoints" / "last.pt")
     atomic_save({**state, "spaces": spaces}, tmp_path / "altered.pt")
     with pytest.raises(ValueError, match=message):
         rltrain.load_policy(tmp_path / "altered.pt")
@@ -352,7 +352,7 @@ def test_dreamer_predict_carries_its_recurrent_state(runs: dict[str, tuple[Path,
 
 def test_a_stored_config_naming_what_is_not_an_agent_is_refused(
         runs: dict[str, tuple[Path, Any]], tmp_path: Path) -> None:
-    state = Checkpointer.load(runs["dqn"][0] / "checkpoints" / "last.pt")
+    state = read_checkpoint(runs["dqn"][0] / "checkpoints" / "last.pt")
     config = {**state["config"], "agent": {"_target_": "os.system", "command": "touch pwned"}}
     atomic_save({**state, "config": config}, tmp_path / "altered.pt")
     with pytest.raises(ValueError, match=r"os\.system"):

@@ -15,7 +15,7 @@ from conftest import QUIET, small_strategy
 
 from rltrain import DQN, DQNConfig, OffPolicyConfig, OffPolicyStrategy, Trainer
 from rltrain.agents import DQNPolicy
-from rltrain.checkpoint import Checkpointer, load_agent
+from rltrain.checkpoint import load_agent, read_checkpoint
 from rltrain.observe import (
     EnvStep,
     EvaluationEnd,
@@ -87,7 +87,7 @@ def test_stop_from_another_thread_ends_the_run_within_one_vector_step(tmp_path: 
 
     last = tmp_path / "checkpoints" / "last.pt"
     assert last.is_file()
-    state = Checkpointer.load(last)
+    state = read_checkpoint(last)
     assert state["progress"]["env_steps"] == summary.env_steps
     assert state["progress"]["gradient_steps"] == summary.gradient_steps
     assert json.loads((tmp_path / "summary.json").read_text())["stop_reason"] == "test"
@@ -233,7 +233,7 @@ def test_a_stop_requested_as_fit_starts_in_another_thread_ends_the_run_at_once(
         assert summary.env_steps == 0
     assert summary.env_steps < 1_000
     assert json.loads((tmp_path / "summary.json").read_text())["stop_reason"] == "stopped at once"
-    last = Checkpointer.load(tmp_path / "checkpoints" / "last.pt")
+    last = read_checkpoint(tmp_path / "checkpoints" / "last.pt")
     assert last["progress"]["env_steps"] == summary.env_steps
     # The request that ended that run does not end the next.
     trainer.run_dir = tmp_path / "next"
@@ -290,7 +290,7 @@ def test_fit_leaves_summary_metrics_tensorboard_and_checkpoints(trained: dict[st
     assert (checkpoints / "last.pt").is_file()
     assert (checkpoints / "checkpoint-500.pt").is_file()
     assert (checkpoints / "checkpoint-1000.pt").is_file()
-    assert Checkpointer.load(checkpoints / "checkpoint-500.pt")["progress"]["env_steps"] == 500
+    assert read_checkpoint(checkpoints / "checkpoint-500.pt")["progress"]["env_steps"] == 500
 
 
 def test_a_loaded_checkpoint_evaluates_to_the_trained_agents_return(

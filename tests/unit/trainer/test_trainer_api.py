@@ -22,7 +22,7 @@ from torch.utils.tensorboard import SummaryWriter
 from rltrain import DQN, DQNConfig, OffPolicyConfig, OffPolicyStrategy, Subscriber, Trainer
 from rltrain.agents.protocols import RolloutLearner
 from rltrain.buffers.replay import ReplayBatch
-from rltrain.checkpoint import Checkpointer
+from rltrain.checkpoint import Checkpointer, read_checkpoint
 from rltrain.config.schema import TrainerConfig
 from rltrain.observe import EnvStep, Metrics
 from rltrain.observe.renderers import TqdmRenderer
@@ -143,7 +143,7 @@ def test_the_run_config_is_saved_in_the_run_dir_every_checkpoint_and_tensorboard
     assert saved["agent"] == {"_target_": f"{WatchfulDQN.__module__}.WatchfulDQN"}
     checkpoints = Checkpointer(run_dir / "checkpoints")
     for which in ("last", "best"):
-        assert Checkpointer.load(checkpoints.resolve(which))["config"] == saved
+        assert read_checkpoint(checkpoints.resolve(which))["config"] == saved
     hparams = tensorboard_hparams(run_dir)
     assert hparams["trainer.num_steps"].number_value == STEPS
     assert hparams["strategy.train_steps"].number_value == 8
@@ -247,7 +247,7 @@ def test_a_callback_can_stop_the_run_and_the_stop_is_saved(tmp_path: Path) -> No
                       eval_interval=None, callbacks=[StopAt()], **QUIET)
     summary = trainer.fit(ENV, DQN(DQNConfig(hidden_sizes=[16]))).summary
     assert summary.env_steps == 500 and summary.stop_reason == "enough at 500"
-    last = Checkpointer.load(Checkpointer(tmp_path / "checkpoints").resolve("last"))
+    last = read_checkpoint(Checkpointer(tmp_path / "checkpoints").resolve("last"))
     assert last["progress"]["env_steps"] == 500
 
 
@@ -268,7 +268,7 @@ def test_evaluate_best_reproduces_the_best_evaluation_and_save_load_round_trip(
     assert metrics["eval/return_mean"] == pytest.approx(best.eval_return)
 
     path = trainer.save_checkpoint(tmp_path / "weights.pt")
-    saved = Checkpointer.load(path)
+    saved = read_checkpoint(path)
     assert saved["progress"]["env_steps"] == STEPS and "optimization" not in saved
     assert saved["config"]["trainer"]["num_steps"] == STEPS
     loaded = WatchfulDQN()
@@ -322,7 +322,7 @@ def test_mixed_precision_dqn_trains_and_its_checkpoint_records_the_dtype(
     assert summary.gradient_steps == 40  # rounds of 8 at 200, 300, ..., 600
     assert all(p.dtype == torch.float32 and torch.isfinite(p).all() for p in agent.parameters())
     assert summary.final_metrics["train/loss"] > 0
-    saved = Checkpointer.load(tmp_path / "checkpoints" / "last.pt")
+    saved = read_checkpoint(tmp_path / "checkpoints" / "last.pt")
     assert saved["hparams"]["optim/dtype"] == dtype
     # a float32 run cannot continue it: the precision changes what each step computes
     with pytest.raises(ValueError, match=f"optim/dtype: '{dtype}' in the checkpoint"):
