@@ -61,6 +61,10 @@ class EpisodicStrategy(RLStrategy):
     def __init__(self, config: EpisodicConfig | None = None) -> None:
         self.config = config if config is not None else EpisodicConfig()
 
+    @property
+    def seed(self) -> int:  # the run's seed: the probe env and evaluate use it too
+        return self.config.seed
+
     def train_loop(self, agent: LearningAgent, components: RLComponents,
                    env_init: EnvInit) -> Policy:
         cfg = self.config

@@ -17,7 +17,7 @@ import pytest
 import torch
 
 from rltrain import DQN, DQNConfig, OffPolicyConfig, OffPolicyStrategy, Trainer
-from rltrain.observe import EnvStep, EventRecorder, TrainStep
+from rltrain.observe import EnvStep, EpisodeEnd, EventRecorder, TrainStep
 
 torch.set_num_threads(1)
 
@@ -201,3 +201,9 @@ def fit_stopped(env: Any, agent: Any, strategy: Any, run_dir: Path, num_steps: i
     if stop is not None:
         stop.trainer = trainer
     return trainer.fit(env, agent, ckpt_path=ckpt_path)
+
+
+def episode(env_steps: int, ret: float, length: int) -> EpisodeEnd:
+    """A training episode of sub-env 0 that ended at ``env_steps`` (terminated)."""
+    return EpisodeEnd(env_steps=env_steps, env_index=0, episode_return=ret,
+                      episode_length=length, terminated=True)

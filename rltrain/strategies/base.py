@@ -42,11 +42,10 @@ class RLStrategy(ABC):
     @property
     def seed(self) -> int:
         """The run's seed, from which every other derives
-        (:func:`~rltrain.runtime.seeding.derive_seeds`): the ``seed`` field of
-        ``self.config``; 0 for a strategy whose config has none."""
-        config = getattr(self, "config", None)
-        fields = dataclasses.fields(config) if dataclasses.is_dataclass(config) else ()
-        return int(config.seed) if any(f.name == "seed" for f in fields) else 0  # type: ignore[union-attr]
+        (:func:`~rltrain.runtime.seeding.derive_seeds`), what the Trainer's probe environment
+        and ``evaluate`` use too. Default 0; a strategy whose settings hold a seed returns it
+        (the shipped loops: ``self.config.seed``)."""
+        return 0
 
     #: What kind of loop this is, in messages and hparams; ``"custom"`` for your own loops.
     kind: str = "custom"

@@ -57,6 +57,11 @@ class OffPolicyStrategy(RLStrategy):
     def __init__(self, config: OffPolicyConfig | None = None) -> None:
         self.config = config if config is not None else OffPolicyConfig()
 
+    @property
+    @override
+    def seed(self) -> int:
+        return self.config.seed
+
     @override
     def check(self, agent: LearningAgent, components: RLComponents,
               observation_space: gym.Space[Any], action_space: gym.Space[Any]) -> None:

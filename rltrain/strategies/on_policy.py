@@ -46,6 +46,11 @@ class OnPolicyStrategy(RLStrategy):
     def __init__(self, config: OnPolicyConfig | None = None) -> None:
         self.config = config if config is not None else OnPolicyConfig()
 
+    @property
+    @override
+    def seed(self) -> int:
+        return self.config.seed
+
     @override
     def check(self, agent: LearningAgent, components: RLComponents,
               observation_space: gym.Space[Any], action_space: gym.Space[Any]) -> None:

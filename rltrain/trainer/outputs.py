@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import warnings
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -30,14 +31,13 @@ from rltrain.trainer.settings import TrainerSettings
 from rltrain.types import Summary
 
 
-def write_model_summary(trainer: TrainerSettings, agent: LearningAgent, run_dir: Path) -> None:
-    """``model_summary.txt`` in ``run_dir`` (and on the console when it is on): which encoder
-    each part of the observation got (:func:`~rltrain.agents.nn.encoders.encoder_lines`), then
-    the table of the agent's networks."""
+def write_model_summary(agent: LearningAgent, run_dir: Path) -> str:
+    """``model_summary.txt`` in ``run_dir``: which encoder each part of the observation got
+    (:func:`~rltrain.agents.nn.encoders.encoder_lines`), then the table of the agent's
+    networks; returned for the console."""
     table = "\n".join([*encoder_lines(agent), format_summary(summarize(agent))])
     atomic_write_text(run_dir / "model_summary.txt", table + "\n")
-    if trainer.enable_console:
-        print(f"{type(agent).__name__}\n{table}", flush=True)
+    return f"{type(agent).__name__}\n{table}"
 
 
 def logger_renderers(trainer: TrainerSettings, run_dir: Path) -> list[Subscriber]:
@@ -71,14 +71,17 @@ def agent_logger(renderer: Subscriber) -> Any:
     return renderer.logger
 
 
-def subscribers(trainer: TrainerSettings, run_dir: Path, agent: LearningAgent) -> list[Subscriber]:
-    """The run's subscribers: the built-in renderers that are on, then the callbacks and
-    early stopping, each attached to the trainer's interrupter; the agent gets its logger."""
+def subscribers(trainer: TrainerSettings, run_dir: Path, agent: LearningAgent,
+                preamble: Sequence[str] = ()) -> list[Subscriber]:
+    """The run's subscribers: the built-in renderers that are on (the console writes
+    ``preamble`` when training starts), then the callbacks and early stopping, each attached to
+    the trainer's interrupter; the agent gets its logger."""
     subscribers: list[Subscriber] = []
     if trainer.enable_progress_bar:
         subscribers.append(TqdmRenderer())
     if trainer.enable_console:
-        subscribers.append(ConsoleRenderer(interval_seconds=trainer.console_interval))
+        subscribers.append(ConsoleRenderer(interval_seconds=trainer.console_interval,
+                                           preamble=preamble))
     loggers = logger_renderers(trainer, run_dir)
     subscribers += loggers
     if loggers:  # the first one, as Lightning's ``self.logger``

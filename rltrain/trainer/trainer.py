@@ -181,17 +181,14 @@ class Trainer(TrainerSettings):
             save_config(components.config, run_dir / "config.yaml")
         agent.trainer = self
         self._fitted, self.last_run_dir = (agent, env, strategy, components), run_dir
+        threads, why = self.torch_threads(*network_size(agent))
+        heap = keep_freed_memory() if self.keep_freed_memory else "keep_freed_memory=False"
+        count = torch.get_num_threads() if threads is None else threads
+        preamble = ([write_model_summary(agent, run_dir), f"torch threads: {count} ({why})",
+                     f"heap: {heap}"] if main else [])
         components.event_processor = events = EventProcessor(
-            subscribers(self, run_dir, agent) if main else ())
+            subscribers(self, run_dir, agent, preamble) if main else ())
         try:
-            if main:
-                write_model_summary(self, agent, run_dir)
-            threads, why = self.torch_threads(*network_size(agent))
-            heap = keep_freed_memory() if self.keep_freed_memory else "keep_freed_memory=False"
-            if self.enable_console and main:
-                count = torch.get_num_threads() if threads is None else threads
-                print(f"torch threads: {count} ({why})", flush=True)
-                print(f"heap: {heap}", flush=True)
             with stop_on_signals(self.interrupter), self._threads(threads):
                 result = strategy.train(agent, components, env)
         except KeyboardInterrupt as abort:  # a second Ctrl-C: its message says what is left

@@ -6,6 +6,7 @@ from __future__ import annotations
 import sys
 import textwrap
 import time
+from collections.abc import Sequence
 from typing import TextIO
 
 from typing_extensions import override
@@ -42,17 +43,24 @@ class ConsoleRenderer(Subscriber):
     Args:
         file: Where lines are written. Default ``sys.stdout``.
         interval_seconds: Seconds between status lines. Default 10.
+        preamble: What the run says of itself, written as it is when training starts (the
+            Trainer's: the agent's networks, the torch threads, the heap settings). Default
+            none.
     """
 
-    def __init__(self, *, file: TextIO | None = None, interval_seconds: float = 10.0) -> None:
+    def __init__(self, *, file: TextIO | None = None, interval_seconds: float = 10.0,
+                 preamble: Sequence[str] = ()) -> None:
         self.file = file
         self.interval_seconds = interval_seconds
+        self.preamble = tuple(preamble)
         self._next_line = 0.0
         self._evaluation_cap: int | None = None
 
     @override
     def on_start(self, event: Start, metrics: Metrics) -> None:
         self._next_line = time.monotonic() + self.interval_seconds
+        for text in self.preamble:
+            write_line(text, self.file if self.file is not None else sys.stdout)
         self._print(
             f"training for {event.total_env_steps:,} env steps"
             + (f", resuming at {event.start_env_steps:,}" if event.start_env_steps else "")
