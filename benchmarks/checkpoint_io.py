@@ -9,7 +9,7 @@ random actions, ``GlobalRandomState`` and the run's ``Metrics``. Each repeat tim
 * ``state``: ``training_state(...)`` (copying every part's state into tensors);
 * ``save``: ``Checkpointer.save`` (serialise, hash, fsync, rename, manifest, ``last.pt`` link,
   retention), the time the run's Checkpoint event reports;
-* ``load``: ``Checkpointer.load`` (SHA-256 check, then ``torch.load(weights_only=True)``);
+* ``load``: ``read_checkpoint`` (SHA-256 check, then ``torch.load(weights_only=True)``);
 * ``restore``: every part's ``load_state_dict`` from the loaded state.
 
 The file is read back from the page cache (it was just written), as on a resume shortly after a

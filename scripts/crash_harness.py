@@ -20,7 +20,7 @@ renaming it). A kill that lands just after the rename hits the steps that follow
 manifest rewrite, the ``last.pt`` link, retention). After every kill the harness checks:
 
 * every checkpoint listed in ``manifest.json`` (and its ``best`` entry) loads with
-  ``Checkpointer.load``, has the listed size and SHA-256 and holds the listed env steps; no
+  ``read_checkpoint``, has the listed size and SHA-256 and holds the listed env steps; no
   listed file is a temporary file; ``last`` is one of the listed checkpoints; the ``last.pt``
   and ``best.pt`` links, when present, load;
 * ``Checkpointer(run_dir / "checkpoints").resolve("last")`` returns the manifest's ``last``

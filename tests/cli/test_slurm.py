@@ -11,11 +11,13 @@ import os
 import subprocess
 import sys
 import time
+from collections import Counter
 from pathlib import Path
 
 import pytest
 
 from benchmarks.servers import postgres, postgres_missing, slurm, slurm_missing
+from rltrain.cli.study_storage import run_number
 
 pytest.importorskip("submitit")
 pytestmark = [pytest.mark.slow,
@@ -124,7 +126,11 @@ def test_a_study_s_workers_run_as_slurm_jobs_on_a_shared_database(tmp_path: Path
         assert "2 workers of" in done.stdout
         name = json.loads((study / "tune.json").read_text())["name"]
         trials = optuna.load_study(study_name=name, storage=url).trials
-    assert sorted(t.state.name for t in trials) == ["COMPLETE"] * 4
+    # each trial completed once (one whose worker's heartbeats came late under load is failed,
+    # taken over and completed as the same trial)
+    complete = Counter(run_number(t) for t in trials if t.state.name == "COMPLETE")
+    assert complete == Counter(range(4)), [(t.number, t.state.name) for t in trials]
+    assert all(t.state.name in ("COMPLETE", "FAIL") for t in trials)
     logs = [(study / f"worker-{k}.log").read_text() for k in range(2)]
     assert all("rltrain: slurm job" in log for log in logs)
     assert sum(log.count(": started (") for log in logs) == 4  # the trials split between them

@@ -182,9 +182,7 @@ def test_a_two_rank_run_stopped_and_resumed_equals_the_straight_run_bit_for_bit(
         return
     for rank in (0, 1):
         context = DistributedContext(rank=rank, world_size=2)
-        a, b = (Checkpointer.with_shard(out / name / "checkpoints" / "last.pt",
-                                        read_checkpoint(out / name / "checkpoints" /
-                                                          "last.pt"), context)
+        a, b = (read_checkpoint(out / name / "checkpoints" / "last.pt", distributed=context)
                 for name in ("straight", "split"))
         assert env_snapshot(a["runner"].pop("envs")) == env_snapshot(b["runner"].pop("envs"))
         for name in ("runner", "buffer", "random"):
@@ -218,8 +216,8 @@ def test_n_step_and_priorities_on_two_ranks_resume_bit_for_bit(prioritized_runs:
     priorities = []
     for rank in (0, 1):
         context = DistributedContext(rank=rank, world_size=2)
-        a, b = (Checkpointer.with_shard(out / name / "checkpoints" / "last.pt", loaded[name],
-                                        context) for name in ("straight", "split"))
+        a, b = (read_checkpoint(out / name / "checkpoints" / "last.pt", distributed=context,
+                                state=loaded[name]) for name in ("straight", "split"))
         assert_same_tensors(a["buffer"], b["buffer"], f"rank {rank} buffer")
         priorities.append(a["buffer"]["priorities"]["values"][:1000])
     # each rank set its own transitions' priorities from its own TD errors
@@ -282,8 +280,7 @@ def test_sigterm_to_the_launcher_stops_both_ranks_with_a_loadable_checkpoint(
     path = Checkpointer(run_dir / "checkpoints").resolve("last")
     assert path.name == f"checkpoint-{steps}.pt"
     for rank in (0, 1):  # each rank saved its own part of the stop's checkpoint
-        state = Checkpointer.with_shard(path, read_checkpoint(path),
-                                        DistributedContext(rank=rank, world_size=2))
+        state = read_checkpoint(path, distributed=DistributedContext(rank=rank, world_size=2))
         assert {"agent", "optimization", "runner", "buffer", "random"} <= set(state)
 
 
@@ -339,15 +336,15 @@ def test_a_shard_that_was_altered_or_is_named_elsewhere_is_refused(
     shard.write_bytes(bytes(data))
     with pytest.raises(ValueError, match=r"rank 1's part of checkpoint-3000.pt\) is unusable: "
                                          r"its SHA-256"):
-        Checkpointer.with_shard(path, read_checkpoint(path), rank1)
+        read_checkpoint(path, distributed=rank1)
     state = read_checkpoint(path)
     for name in ("../checkpoint-3000.rank1.pt", "/etc/passwd", "checkpoint-3000.rank0.pt"):
         state["shards"][1]["file"] = name
         with pytest.raises(ValueError, match="is not a shard file of its folder"):
-            Checkpointer.with_shard(path, state, rank1)
+            read_checkpoint(path, distributed=rank1, state=state)
     state["world_size"] = 3
     with pytest.raises(ValueError, match="no valid world size and shards"):
-        Checkpointer.with_shard(path, state, rank1)
+        read_checkpoint(path, distributed=rank1, state=state)
 
 
 def test_a_manifest_s_shard_count_is_checked_and_unlisted_shards_are_swept(
