@@ -23,11 +23,12 @@ from rltrain import DQN, LearningAgent, RLComponents, RLStrategy, Run, Trainer
 from rltrain.agents import Policy
 from rltrain.envs import EnvInit
 from rltrain.observe import EpisodeEnd
+from rltrain.settings import Settings, setting
 from rltrain.strategies import replay
 
 
 @dataclass
-class EpisodicConfig:
+class EpisodicConfig(Settings):
     """Settings of :class:`EpisodicStrategy`.
 
     Attributes:
@@ -41,18 +42,11 @@ class EpisodicConfig:
     (``Trainer(eval_interval=..., checkpoint_interval=...)``): the run applies them.
     """
 
-    updates_per_step: float = 0.5
-    warmup_steps: int = 1_000
-    buffer_size: int = 50_000
-    batch_size: int = 64
+    updates_per_step: float = setting(0.5, ge=0)  # bounds checked when made, named in errors
+    warmup_steps: int = setting(1_000, ge=0, unit="env steps")
+    buffer_size: int = setting(50_000, ge=1)
+    batch_size: int = setting(64, ge=1)
     seed: int = 0
-
-    def __post_init__(self) -> None:
-        if self.updates_per_step < 0 or self.batch_size < 1:
-            raise ValueError(
-                "EpisodicConfig needs updates_per_step >= 0 and batch_size >= 1; got "
-                f"{self.updates_per_step}, {self.batch_size}."
-            )
 
 
 class EpisodicStrategy(RLStrategy):
