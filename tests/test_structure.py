@@ -21,7 +21,8 @@ COVERED_BY: dict[str, tuple[str, ...]] = {
     "rltrain.agents.nn.recurrent": ("unit/agents/test_recurrent_ppo.py",),
     "rltrain.buffers.observations": ("unit/buffers/test_replay_buffer.py",),
     "rltrain.checkpoint.intact": ("scenarios/test_checkpoint_integrity.py",),
-    "rltrain.checkpoint.sharded": ("scenarios/test_distributed.py::read_checkpoint(path, distributed=",),
+    "rltrain.checkpoint.sharded": (
+        "scenarios/test_distributed.py::read_checkpoint(path, distributed=",),
     "rltrain.cli.analysis": ("cli/test_compare.py", "cli/test_plot.py", "cli/test_tune.py"),
     "rltrain.cli.compare_figure": ("cli/test_compare.py::the_figure",),
     "rltrain.cli.processes": ("cli/test_seeds.py", "cli/test_tune.py"),
