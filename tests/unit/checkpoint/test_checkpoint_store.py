@@ -18,12 +18,34 @@ from rltrain import Trainer
 from rltrain.checkpoint import Checkpointer, CheckpointIO, LocalFiles, read_checkpoint
 
 
-class MemoryStore(CheckpointIO):
-    """Checkpoint files as bytes in a dict (what an object store's client would hold)."""
+class FourMethodStore(CheckpointIO):
+    """The least a store implements: the four abstract methods (the rest is CheckpointIO's)."""
+
+    def __init__(self) -> None:
+        self.files: dict[str, bytes] = {}
+
+    def write_bytes(self, name: str, data: bytes) -> None:
+        self.files[name] = bytes(data)
+
+    def read_bytes(self, name: str) -> bytes:
+        if name not in self.files:
+            raise FileNotFoundError(self.where(name))
+        return self.files[name]
+
+    def names(self) -> list[str]:
+        return list(self.files)
+
+    def remove(self, name: str) -> None:
+        self.files.pop(name, None)
+
+
+class MemoryStore(FourMethodStore):
+    """Checkpoint files as bytes in a dict (what an object store's client would hold), with
+    the optional methods of its own."""
 
     def __init__(self, bucket: str) -> None:
+        super().__init__()
         self.bucket = bucket
-        self.files: dict[str, bytes] = {}
 
     @property
     def location(self) -> str:
@@ -38,25 +60,11 @@ class MemoryStore(CheckpointIO):
     def load(self, name: str) -> Any:
         return torch.load(io.BytesIO(self.files[name]), weights_only=True)
 
-    def write_bytes(self, name: str, data: bytes) -> None:
-        self.files[name] = bytes(data)
-
-    def read_bytes(self, name: str) -> bytes:
-        if name not in self.files:
-            raise FileNotFoundError(self.where(name))
-        return self.files[name]
-
-    def names(self) -> list[str]:
-        return list(self.files)
-
     def size(self, name: str) -> int | None:
         return len(self.files[name]) if name in self.files else None
 
     def sha256(self, name: str) -> str:
         return hashlib.sha256(self.files[name]).hexdigest()
-
-    def remove(self, name: str) -> None:
-        self.files.pop(name, None)
 
 
 def fit(run_dir: Path, store: CheckpointIO, num_steps: int, **kwargs: Any) -> Trainer:
@@ -104,27 +112,6 @@ def test_the_local_store_is_the_default(tmp_path: Path) -> None:
     assert saved.path == tmp_path / "checkpoints" / "checkpoint-5.pt" and saved.path.is_file()
     assert torch.equal(read_checkpoint(tmp_path / "checkpoints" / "last.pt")["x"],
                        torch.ones(2))
-
-
-class FourMethodStore(CheckpointIO):
-    """The least a store implements: the four abstract methods (the rest is CheckpointIO's)."""
-
-    def __init__(self) -> None:
-        self.files: dict[str, bytes] = {}
-
-    def write_bytes(self, name: str, data: bytes) -> None:
-        self.files[name] = bytes(data)
-
-    def read_bytes(self, name: str) -> bytes:
-        if name not in self.files:
-            raise FileNotFoundError(self.where(name))
-        return self.files[name]
-
-    def names(self) -> list[str]:
-        return list(self.files)
-
-    def remove(self, name: str) -> None:
-        self.files.pop(name, None)
 
 
 def test_a_store_of_four_methods_resumes_a_run_bit_for_bit(tmp_path: Path) -> None:
