@@ -7,7 +7,7 @@ from rltrain.strategies.base import RLResult, RLStrategy
 from rltrain.strategies.off_policy import OffPolicyStrategy
 from rltrain.strategies.on_policy import OnPolicyStrategy
 from rltrain.strategies.run.engine import Run
-from rltrain.strategies.run.storage import replay, rollout
+from rltrain.strategies.run.storage import Sampled, Storage, StorageFactory, replay, rollout
 from rltrain.types import Summary
 
 __all__ = [
@@ -19,6 +19,9 @@ __all__ = [
     "RLResult",
     "RLStrategy",
     "Run",
+    "Sampled",
+    "Storage",
+    "StorageFactory",
     "Summary",
     "register_strategy",
     "replay",

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import InitVar, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -45,9 +45,11 @@ ENV_STEP_TIMEOUT = Bounds(gt=0, finite=True, none="for no limit",
                           says="a finite number of seconds > 0 (or None for no limit)")
 
 
-@dataclass
+@dataclass(frozen=True)
 class RLComponents(Settings):
-    """Everything a strategy's ``train_loop`` uses besides the agent and the environment.
+    """Everything a strategy's ``train_loop`` uses besides the agent and the environment: built
+    once, before the run starts, and never reassigned (its parts, such as the progress counters
+    and the event processor's subscribers, change as the run goes).
 
     Attributes:
         num_steps: Total env steps to train for (transitions summed over sub-envs).
@@ -64,8 +66,10 @@ class RLComponents(Settings):
         progress: The run's counters (fresh for a new run).
         config: The run's whole configuration as plain nested dicts (shown in the Start
             event's ``config``); empty when the run has none. Default empty.
-        resume_state: What ``checkpoint`` holds, read once (:meth:`saved_state`) for every
-            check and part of a resume, and dropped once the parts are loaded. Default None.
+        resume_state: What ``checkpoint`` holds when it was read already (a
+            :class:`~rltrain.checkpoint.state.LoadedCheckpoint`'s state); None reads it on the
+            first :meth:`saved_state`. Kept for every check and part of a resume, and dropped
+            once the parts are loaded (:meth:`release_saved_state`). Default None.
         distributed: The run's processes (:mod:`rltrain.runtime.distributed`): this rank and the
             collectives. Default: one process.
         sync_interval: Vector steps between the ranks' agreements in a run of several
@@ -91,29 +95,42 @@ class RLComponents(Settings):
     inference_device: torch.device = field(default_factory=lambda: torch.device("cpu"))
     progress: Progress = field(default_factory=Progress)
     config: dict[str, Any] = field(default_factory=dict)
-    resume_state: dict[str, Any] | None = None
+    resume_state: InitVar[dict[str, Any] | None] = None
     distributed: DistributedContext = SINGLE
     sync_interval: int = setting(16, bounds=SYNC_INTERVAL)
     env_step_timeout: float | None = setting(None, bounds=ENV_STEP_TIMEOUT)
     frame_stack: int = 1
+    #: What ``checkpoint`` holds, once read: the ``"given"`` state (``resume_state``) and the
+    #: ``"read"`` one, this rank's shard merged in.
+    _saved: dict[str, dict[str, Any]] = field(default_factory=dict, init=False, repr=False,
+                                              compare=False)
 
     def saved_state(self) -> dict[str, Any]:
         """What ``checkpoint`` holds: read on the first call (checksums verified, no code run:
-        :func:`~rltrain.checkpoint.store.read_checkpoint`), kept in ``resume_state`` for the
-        next; this rank's shard merged in."""
+        :func:`~rltrain.checkpoint.store.read_checkpoint`) and kept for the next, until
+        :meth:`release_saved_state`; this rank's shard merged in."""
         if self.checkpoint is None:
             raise ValueError("This run resumes from no checkpoint (components.checkpoint).")
-        # This rank's own parts, from its shard (refused when another world size wrote it).
-        self.resume_state = read_checkpoint(self.checkpoint, self.checkpointer, self.distributed,
-                                            state=self.resume_state)
-        return self.resume_state
+        if "read" not in self._saved:
+            # This rank's own parts, from its shard (refused when another world size wrote it).
+            self._saved["read"] = read_checkpoint(self.checkpoint, self.checkpointer,
+                                                  self.distributed,
+                                                  state=self._saved.pop("given", None))
+        return self._saved["read"]
+
+    def release_saved_state(self) -> None:
+        """Drop what :meth:`saved_state` read (the replay buffer in it can be large); a later
+        call reads the file again."""
+        self._saved.clear()
 
     @property
     def dtype(self) -> torch.dtype:
         """The precision of training forward passes (``optimization.dtype``)."""
         return self.optimization.dtype
 
-    def __post_init__(self) -> None:
+    def __post_init__(self, resume_state: dict[str, Any] | None) -> None:
         super().__post_init__()
-        self.device = torch.device(self.device)
-        self.inference_device = torch.device(self.inference_device)
+        object.__setattr__(self, "device", torch.device(self.device))
+        object.__setattr__(self, "inference_device", torch.device(self.inference_device))
+        if resume_state is not None:
+            self._saved["given"] = resume_state

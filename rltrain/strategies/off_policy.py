@@ -12,6 +12,7 @@ from typing_extensions import override
 from rltrain.agents.base import LearningAgent, Policy
 from rltrain.agents.kinds import ReplayAgent
 from rltrain.agents.protocols import ReplayLearner, RolloutLearner
+from rltrain.buffers import Buffer
 from rltrain.buffers.sampling import beta_at
 from rltrain.envs.make import EnvInit, Vectorization
 from rltrain.observe.events import EpisodeEnd
@@ -107,7 +108,7 @@ class OffPolicyStrategy(RLStrategy):
                 run.after_step(before)
             return run.finish()
 
-    def owed(self, run: Run, before: int, episodes: list[EpisodeEnd]) -> int:
+    def owed(self, run: Run[Buffer], before: int, episodes: list[EpisodeEnd]) -> int:
         """The gradient steps a vector step from ``before`` env steps earned: one round of
         ``train_steps`` per ``train_interval`` boundary crossed (several when ``num_envs >
         train_interval``), once the replay holds ``warmup_steps`` transitions (after a resume,

@@ -77,7 +77,7 @@ class OnPolicyStrategy(RLStrategy):
         with Run(self, agent, components, env_init, seed=cfg.seed, storage=rollout(cfg.n_steps),
                  num_envs=cfg.num_envs,
                  vectorization=cast(Vectorization, cfg.vectorization)) as run:
-            storage, progress = cast(RolloutBuffer, run.storage), run.progress
+            storage, progress = run.storage, run.progress
             while not run.stop_requested():
                 if storage.full:  # resumed in the middle of an update
                     self.update(run, agent, storage)
@@ -91,7 +91,7 @@ class OnPolicyStrategy(RLStrategy):
                 run.after_step(before)
             return run.finish()
 
-    def update(self, run: Run, agent: LearningAgent, storage: RolloutBuffer) -> None:
+    def update(self, run: Run[RolloutBuffer], agent: LearningAgent, storage: RolloutBuffer) -> None:
         """Learn from the full rollout: prepare it and owe its minibatches on first entry,
         train what is owed, and empty it once nothing is."""
         cfg, progress = self.config, run.progress

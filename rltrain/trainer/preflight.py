@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -68,28 +69,47 @@ def check_resume_settings(checkpoint: Path, state: dict[str, Any],
             "logging and checkpoint settings, the run directory, the devices and on_nan_loss.")
 
 
-def setup_agent(env: EnvInit, agent: LearningAgent, components: RLComponents,
-                seed: int) -> tuple[gym.Space[Any], gym.Space[Any]]:
-    """Make one environment, check it (:func:`~rltrain.envs.checks.check_env`) and build
-    ``agent`` for its spaces on the run's device and dtype, with the run's counters, before
-    any training starts. The networks are initialised from the global generators seeded with
-    ``seed`` (the strategy's) once the probe is checked, so a seed gives the same initial
-    weights whatever ran before."""
-    if components.evaluation.video_interval is not None:
+@dataclass(frozen=True)
+class Probe:
+    """What one environment, made and checked before a run, says of the run's envs.
+
+    Attributes:
+        observation_space, action_space: Its spaces, which the agent is built for.
+        frame_stack: Frames per observation when it stacks them (its
+            ``metadata["frame_stack"]``); 1 when it does not.
+    """
+
+    observation_space: gym.Space[Any]
+    action_space: gym.Space[Any]
+    frame_stack: int
+
+
+def probe_env(env: EnvInit, trainer: TrainerSettings, seed: int) -> Probe:
+    """Make one environment and check it (:func:`~rltrain.envs.checks.check_env`, and its
+    rendering when the run records videos) before anything of the run is built."""
+    evaluation = trainer.evaluation
+    if evaluation.video_interval is not None:
         check_rendering(env)
     probe = make_probe_env(env)
     try:
         check_env(probe, env_name(env), seed=seed,
-                  eval_max_episode_steps=components.evaluation.max_episode_steps,
-                  step_timeout=components.env_step_timeout)
-        components.frame_stack = frame_stack_of(probe)
-        seed_everything(seed)
-        agent.setup(observation_space=probe.observation_space, action_space=probe.action_space,
-                    device=components.device, progress=components.progress,
-                    dtype=components.dtype, num_steps=components.num_steps)
-        return probe.observation_space, probe.action_space
+                  eval_max_episode_steps=evaluation.max_episode_steps,
+                  step_timeout=trainer.env_step_timeout)
+        return Probe(probe.observation_space, probe.action_space, frame_stack_of(probe))
     finally:
         probe.close()
+
+
+def setup_agent(agent: LearningAgent, probe: Probe, components: RLComponents,
+                seed: int) -> None:
+    """Build ``agent`` for the ``probe``'s spaces on the run's device and dtype, with the run's
+    counters, before any training starts. The networks are initialised from the global
+    generators seeded with ``seed`` (the strategy's), so a seed gives the same initial weights
+    whatever ran before."""
+    seed_everything(seed)
+    agent.setup(observation_space=probe.observation_space, action_space=probe.action_space,
+                device=components.device, progress=components.progress,
+                dtype=components.dtype, num_steps=components.num_steps)
 
 
 def check_spaces(env: EnvInit, agent: LearningAgent) -> None:
@@ -120,9 +140,12 @@ def evaluation_metrics(result: EvaluationEnd) -> dict[str, float]:
 
 
 def make_components(trainer: TrainerSettings, run_dir: Path,
-                    distributed: DistributedContext = SINGLE) -> RLComponents:
+                    distributed: DistributedContext = SINGLE, *, checkpoint: Path | None = None,
+                    resume_state: dict[str, Any] | None = None,
+                    config: dict[str, Any] | None = None, frame_stack: int = 1) -> RLComponents:
     """The components of a run of ``trainer`` in ``run_dir``, from its settings, for this
-    rank of the run's processes (a CUDA device is the rank's own GPU)."""
+    rank of the run's processes (a CUDA device is the rank's own GPU); the rest is what was
+    found before (:class:`~rltrain.strategies.components.RLComponents`)."""
     device = rank_device(torch.device(trainer.device), distributed)
     return RLComponents(
         num_steps=trainer.num_steps,
@@ -137,6 +160,10 @@ def make_components(trainer: TrainerSettings, run_dir: Path,
         distributed=distributed,
         sync_interval=trainer.sync_interval,
         env_step_timeout=trainer.env_step_timeout,
+        checkpoint=checkpoint,
+        resume_state=resume_state,
+        config=config or {},
+        frame_stack=frame_stack,
     )
 
 

@@ -47,6 +47,7 @@ from rltrain.trainer.preflight import (
     evaluation_metrics,
     evaluation_seed,
     make_components,
+    probe_env,
     resolve_checkpoint,
     setup_agent,
     strategy_for,
@@ -153,18 +154,21 @@ class Trainer(TrainerSettings):
                                              num_nodes=self.num_nodes)
         # Rank 0's choice (a default name holds the time), and its resolution of a checkpoint.
         run_dir = context.on_main(lambda: self.resolve_run_dir(env, agent))
-        components = make_components(self, run_dir, context)
-        spaces = setup_agent(env, agent, components, seed=strategy.seed)
+        probe = probe_env(env, self, seed=strategy.seed)
+        checkpoint, saved = None, None
         if isinstance(ckpt_path, LoadedCheckpoint):
-            components.checkpoint, components.resume_state = ckpt_path.path, ckpt_path.state
+            checkpoint, saved = ckpt_path.path, ckpt_path.state
         elif ckpt_path is not None:
             path = ckpt_path
-            components.checkpoint = context.on_main(lambda: self.checkpoint_path(path, run_dir))
+            checkpoint = context.on_main(lambda: self.checkpoint_path(path, run_dir))
+        components = make_components(
+            self, run_dir, context, checkpoint=checkpoint, resume_state=saved,
+            config=self.run_config(env, agent, run_dir), frame_stack=probe.frame_stack)
+        setup_agent(agent, probe, components, seed=strategy.seed)
         if components.checkpoint is not None:
             check_resume_settings(components.checkpoint, components.saved_state(),
                                   strategy.run_hparams(agent, components))
-        strategy.check(agent, components, *spaces)
-        components.config = self.run_config(env, agent, run_dir)
+        strategy.check(agent, components, probe.observation_space, probe.action_space)
         assert components.checkpointer is not None
         components.checkpointer.config = components.config
         directory = components.checkpointer.directory or run_dir / "checkpoints"
@@ -186,8 +190,9 @@ class Trainer(TrainerSettings):
         count = torch.get_num_threads() if threads is None else threads
         preamble = ([write_model_summary(agent, run_dir), f"torch threads: {count} ({why})",
                      f"heap: {heap}"] if main else [])
-        components.event_processor = events = EventProcessor(
-            subscribers(self, run_dir, agent, preamble) if main else ())
+        events = components.event_processor
+        for subscriber in subscribers(self, run_dir, agent, preamble) if main else ():
+            events.add(subscriber)
         try:
             with stop_on_signals(self.interrupter), self._threads(threads):
                 result = strategy.train(agent, components, env)

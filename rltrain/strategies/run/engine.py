@@ -30,7 +30,7 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Callable, Iterator, Mapping
 from types import TracebackType
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Generic, Self
 
 from rltrain.agents.base import LearningAgent, Policy
 from rltrain.checkpoint import SavedCheckpoint, Stateful, training_state
@@ -49,7 +49,7 @@ from rltrain.strategies.components import RLComponents
 from rltrain.strategies.run.agreement import Agreement
 from rltrain.strategies.run.failure import StepStart, failed
 from rltrain.strategies.run.resume import resume
-from rltrain.strategies.run.storage import StorageFactory
+from rltrain.strategies.run.storage import Sampled, StorageFactory, StorageT
 from rltrain.types import MetricValue
 
 if TYPE_CHECKING:
@@ -60,7 +60,7 @@ RESERVED = frozenset({"runner", "agent", "optimization", "buffer", "random", "me
                       "progress", "hparams", "config", "format", "agent_class", "versions",
                       "spaces"})
 
-class Run:
+class Run(Generic[StorageT]):
     """One training run: envs, evaluator, runner, storage, optimization, policy and their state.
 
     Made inside a strategy's ``train_loop``; entering it (``with Run(...) as run``) restores a
@@ -77,14 +77,16 @@ class Run:
         seed: The run's seed: the global generators', the envs' (and their spaces'), the
             storage sampler's and the evaluation's derive from it
             (:func:`~rltrain.runtime.seeding.derive_seeds`).
-        storage: Makes the experience storage (e.g. :func:`replay`); None keeps none.
+        storage: Makes the experience storage (e.g. :func:`replay`), ``run.storage``, typed
+            as the factory returns it; None keeps none.
         num_envs: Sub-environments stepped together. Default 1.
         vectorization: ``"sync"`` or ``"async"``. Default ``"sync"``.
         parts: More stateful parts of the strategy's own, saved and restored with the rest.
     """
 
     def __init__(self, strategy: RLStrategy, agent: LearningAgent, components: RLComponents,
-                 env_init: EnvInit, *, seed: int, storage: StorageFactory | None = None,
+                 env_init: EnvInit, *, seed: int,
+                 storage: StorageFactory[StorageT] | None = None,
                  num_envs: int = 1, vectorization: Vectorization = "sync",
                  parts: Mapping[str, Stateful] | None = None) -> None:
         taken = RESERVED & set(parts or {})
@@ -111,7 +113,8 @@ class Run:
             raise
 
     def _assemble(self, strategy: RLStrategy, env_init: EnvInit,
-                  storage: StorageFactory | None, extra: dict[str, Stateful]) -> None:
+                  storage: StorageFactory[StorageT] | None,
+                  extra: dict[str, Stateful]) -> None:
         components, agent, envs = self.components, self.agent, self.envs
         if components.evaluation.interval is not None and self.distributed.is_main:
             self.evaluator = Evaluator(
@@ -130,9 +133,11 @@ class Run:
             compile_networks(agent, components.optimization.compile)
             self.events.metrics.compiling = lambda: compile_seconds() - compiled_before
         stack = frame_stack_of(envs)
-        self.storage: Any = None if storage is None else storage(
+        self.storage: StorageT = None if storage is None else storage(  # type: ignore[assignment]
             agent, *spaces, envs.num_envs, self.seeds.storage, components.device,
             **({"frame_stack": stack} if stack > 1 else {}))
+        #: The storage when a failed gradient step puts its draws back (:class:`Sampled`).
+        self.sampled: Sampled | None = self.storage if isinstance(self.storage, Sampled) else None
         self.optim = Optimization(agent.configure_optimizers(), progress=self.progress,
                                   settings=components.optimization,
                                   interrupter=self.interrupter, sync=self.distributed)
@@ -158,7 +163,7 @@ class Run:
         self.phase, self.evaluated_at, self.saved_at = "collect", -1, -1
         self.step_start = StepStart()
 
-    def __enter__(self) -> Run:
+    def __enter__(self) -> Self:
         try:
             if self.components.checkpoint is not None:
                 resume(self.components, self.agent, self.parts)
@@ -243,7 +248,7 @@ class Run:
         """One gradient step on the batch ``batch()`` returns (``agent.training_step`` through
         :class:`~rltrain.optim.Optimization`), then its TrainStep event; returns its metrics.
         ``owed``: it is one of the owed steps (:meth:`owe`), counted off before the event."""
-        with self.step_start.watch(self, self.optim, self.storage):
+        with self.step_start.watch(self, self.optim, self.sampled):
             metrics = self.optim.training_step(self.agent, batch())
             if owed:
                 self.progress.pending_gradient_steps -= 1

@@ -16,16 +16,13 @@ from typing import Any, Protocol
 
 import torch
 
-from rltrain.buffers import Buffer, RolloutBuffer
 from rltrain.checkpoint import Checkpointer, SavedCheckpoint
 from rltrain.envs.errors import SubEnvError
 from rltrain.envs.runner import Runner
 from rltrain.errors import TrainingError
 from rltrain.optim import Optimization
+from rltrain.strategies.run.storage import Sampled
 from rltrain.types import Progress
-
-#: A run's experience storage.
-Storage = Buffer | RolloutBuffer
 
 #: What each phase is doing, for the message.
 PHASES = {"collect": "collecting experience", "train": "training", "evaluate": "evaluating",
@@ -45,7 +42,7 @@ class StepStart:
         self._torch: torch.Tensor | None = None
         self._optim: Optimization | None = None
 
-    def watch(self, run: FailingRun, optim: Optimization, buffer: Storage | None
+    def watch(self, run: FailingRun, optim: Optimization, buffer: Sampled | None
               ) -> StepStart:
         """Around one gradient step (``with``): the run's phase set to ``train`` and what the
         step may change taken; once it is done, nothing to put back."""
@@ -69,7 +66,7 @@ class StepStart:
         """True when the current step already ran a backward pass (it changed gradients)."""
         return optim.backward_calls != self.backward_calls
 
-    def rewind(self, buffer: Storage | None) -> None:
+    def rewind(self, buffer: Sampled | None) -> None:
         """Put back what the failed step drew from the generators."""
         if self._sampler is not None and buffer is not None:
             buffer.sampler_state = self._sampler
@@ -83,7 +80,7 @@ class FailingRun(Protocol):
     phase: str
     saved_at: int
     step_start: StepStart
-    storage: Any
+    sampled: Sampled | None
     progress: Progress
     runner: Runner
     optim: Optimization
@@ -131,7 +128,7 @@ def _emergency_save(run: FailingRun) -> tuple[Path | None, str]:
         why_not = "the checkpoint of this env step was already written"
     if why_not is None:
         if run.phase == "train":
-            run.step_start.rewind(run.storage)
+            run.step_start.rewind(run.sampled)
         try:
             saved = checkpointer.save(run.state(), env_steps=run.progress.env_steps)
         except Exception as error:  # a full disk fails the emergency save too

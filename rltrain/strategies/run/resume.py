@@ -31,12 +31,13 @@ def resume(components: RLComponents, agent: LearningAgent,
            parts: Mapping[str, Stateful]) -> None:
     """Load every part saved in ``components.checkpoint`` (the counters were restored by the
     strategy template, :func:`restore_progress`, before the Start event), then drop what was
-    read (``components.resume_state``): the replay buffer in it can be large."""
+    read (:meth:`~rltrain.strategies.components.RLComponents.release_saved_state`): the replay
+    buffer in it can be large."""
     path = components.checkpoint
     if path is None:
         raise ValueError("resume needs components.checkpoint (a file to resume from).")
     state = components.saved_state()
-    components.resume_state = None
+    components.release_saved_state()
     if state.get("agent_class") != type(agent).__name__:
         raise ValueError(
             f"{path} holds a {state.get('agent_class')} checkpoint, not a {type(agent).__name__}."

@@ -5,9 +5,10 @@ that a resumed run's environments fit the checkpoint's."""
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 import gymnasium as gym
+from typing_extensions import TypeVar
 
 from rltrain.agents.base import LearningAgent
 from rltrain.agents.protocols import MakesReplay, MakesRollout
@@ -17,10 +18,46 @@ from rltrain.envs.persistence import check_saved_runner
 from rltrain.settings.replay import ReplaySampling
 from rltrain.strategies.components import RLComponents
 
+if TYPE_CHECKING:
+    from rltrain.types import Transitions
+
+
+class Storage(Protocol):
+    """What a :class:`~rltrain.strategies.run.engine.Run` needs of its experience storage:
+    each vector step added, and its state for checkpoints (the ``buffer`` part). A
+    :class:`Sampled` storage's draws are also put back after a failed gradient step."""
+
+    def add(self, transitions: Transitions) -> None:
+        """Store one vector step."""
+
+    def state_dict(self) -> dict[str, Any]:
+        """Its state, for checkpoints (tensors and plain data only)."""
+
+    def load_state_dict(self, state: dict[str, Any], /) -> None:
+        """Restore :meth:`state_dict`'s output."""
+
+
+@runtime_checkable
+class Sampled(Protocol):
+    """A storage whose sampling state a failed gradient step puts back (``ReplayBuffer``,
+    ``RolloutBuffer``; :class:`~rltrain.buffers.observations.GeneratorSampler` gives it from an
+    ``rng``)."""
+
+    @property
+    def sampler_state(self) -> Any:
+        """What its sampling has drawn so far."""
+
+    @sampler_state.setter
+    def sampler_state(self, state: Any) -> None: ...
+
+
+#: The type of a run's storage (None: the run keeps none).
+StorageT = TypeVar("StorageT", bound="Storage | None", default=None)
+
 #: Makes a run's experience storage: ``(agent, observation_space, action_space, num_envs, seed,
 #: device, frame_stack=1) -> storage`` (the spaces are a sub-env's; ``frame_stack``: frames per
 #: observation when the env stacks them).
-StorageFactory = Callable[..., "Buffer | RolloutBuffer"]
+StorageFactory = Callable[..., StorageT]
 
 
 def check_resumed_envs(components: RLComponents, observation_space: gym.Space[Any],
@@ -37,7 +74,7 @@ def check_resumed_envs(components: RLComponents, observation_space: gym.Space[An
 
 
 def replay(capacity: int, frame_stack_replay: bool = True,
-           sampling: ReplaySampling | None = None) -> StorageFactory:
+           sampling: ReplaySampling | None = None) -> StorageFactory[Buffer]:
     """The agent's own replay (``make_buffer``: :class:`~rltrain.agents.protocols.MakesReplay`),
     else a uniform replay of transitions, of ``capacity`` transitions, as a :class:`Run`'s
     ``storage``; with ``frame_stack_replay``, told the env's frame stack (so the default replay
@@ -64,7 +101,7 @@ def replay(capacity: int, frame_stack_replay: bool = True,
     return make
 
 
-def rollout(n_steps: int) -> StorageFactory:
+def rollout(n_steps: int) -> StorageFactory[RolloutBuffer]:
     """The agent's rollout storage (``make_rollout``:
     :class:`~rltrain.agents.protocols.MakesRollout`), else a
     :class:`~rltrain.buffers.RolloutBuffer`, of ``n_steps`` vector steps, as a :class:`Run`'s

@@ -8,10 +8,12 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import torch
 from conftest import QUIET
 
 from rltrain import DQN, DQNConfig, LearningAgent, RLComponents, RLStrategy, Run, Trainer
 from rltrain.agents import Policy
+from rltrain.buffers import ReplayBatch
 from rltrain.envs import EnvInit
 from rltrain.observe import (
     Checkpoint,
@@ -63,3 +65,55 @@ def test_the_engine_keeps_the_cadence_a_loop_asks_for(tmp_path: Path) -> None:
     assert len(recorder.of(TrainStep)) == 3 * 8 == result.summary.gradient_steps
     assert isinstance(recorder.events[0], Start) and isinstance(recorder.events[-1], End)
     assert result.summary.env_steps == 102
+
+
+class LastSteps:
+    """A storage of the three methods a run needs (no ``sampler_state``): the last vector
+    step's transitions, which the loop trains on."""
+
+    def __init__(self, *_: Any) -> None:
+        self.latest: Any = None
+        self.added = 0
+
+    def add(self, transitions: Any) -> None:
+        self.latest, self.added = transitions, self.added + 1
+
+    def state_dict(self) -> dict[str, Any]:
+        return {"added": self.added}
+
+    def load_state_dict(self, state: dict[str, Any], /) -> None:
+        self.added = state["added"]
+
+
+class OnLatest(RLStrategy):
+    def train_loop(self, agent: LearningAgent, components: RLComponents,
+                   env_init: EnvInit) -> Policy:
+        with Run(self, agent, components, env_init, seed=0, storage=LastSteps) as run:
+            while not run.done():
+                before = run.progress.env_steps
+                run.step(random=True, owe=lambda *_: 1)
+                run.train_owed(lambda: replay_batch(run.storage.latest))
+                run.after_step(before)
+            assert run.storage.added == run.progress.vector_steps  # typed: a LastSteps
+            return run.finish()
+
+
+def replay_batch(transitions: Any) -> ReplayBatch:
+    """The last vector step as a DQN batch."""
+    def float_tensor(array: Any) -> torch.Tensor:
+        return torch.as_tensor(array, dtype=torch.float32)
+    return ReplayBatch(float_tensor(transitions.observations), torch.as_tensor(
+        transitions.actions), float_tensor(transitions.rewards),
+        float_tensor(transitions.next_observations), float_tensor(transitions.terminated),
+        float_tensor(transitions.truncated))
+
+
+def test_a_storage_of_its_own_needs_only_add_and_its_state(tmp_path: Path) -> None:
+    trainer = Trainer(num_steps=40, strategy=OnLatest(), run_dir=tmp_path, eval_interval=None,
+                      checkpoint_interval=20, **QUIET)
+    result = trainer.fit("CartPole-v1", DQN(DQNConfig(hidden_sizes=[8])))
+    assert result.summary.gradient_steps == 40  # one per vector step, none refused
+    resumed = Trainer(num_steps=60, strategy=OnLatest(), run_dir=tmp_path, eval_interval=None,
+                      **QUIET).fit("CartPole-v1", DQN(DQNConfig(hidden_sizes=[8])),
+                                   ckpt_path="last")
+    assert resumed.summary.gradient_steps == 60  # the storage's state came back with the rest
