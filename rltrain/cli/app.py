@@ -37,7 +37,6 @@ from rltrain.envs.errors import SubEnvError
 from rltrain.errors import TrainingError
 from rltrain.inference import export_policy
 from rltrain.inference.policy import resolve as resolve_checkpoint
-from rltrain.observe.loggers import LOGGER_PACKAGES
 from rltrain.optim import ended_on_refused_loss
 from rltrain.runtime.distributed import DistributedError, launched
 from rltrain.runtime.seeding import derive_seeds
@@ -285,17 +284,16 @@ def stored_config_errors(source: Path) -> Iterator[None]:
 
 
 #: The settings that name folders outside the run directory only on the command line's word.
-STORED_FOLDERS = ("trainer.checkpoint_dir", "trainer.logger")
+STORED_FOLDERS = ("trainer.checkpoint_dir",)
 
 
 def check_stored_paths(saved: DictConfig, given: DictConfig, run_dir: Path) -> None:
-    """Refuse a stored config whose checkpoint or log folder lies outside its run directory
+    """Refuse a stored config whose checkpoint folder lies outside its run directory
     unless the command line names that folder too: what a run directory says is untrusted, and
     must not make rltrain write elsewhere."""
     for key in STORED_FOLDERS:
         stored = OmegaConf.select(saved, key)
-        if not isinstance(stored, str) or OmegaConf.select(given, key) is not None \
-                or stored in LOGGER_PACKAGES:  # a logger's name, not a folder
+        if not isinstance(stored, str) or OmegaConf.select(given, key) is not None:
             continue
         folder = Path(stored) if Path(stored).is_absolute() else Path.cwd() / stored
         if not within(folder, run_dir):

@@ -115,15 +115,15 @@ class TrainerConfig(Settings):
             default mode), ``"reduce-overhead"`` (CUDA graphs on CUDA) or ``"max-autotune"``.
             Its seconds are the metric ``time/compile``.
         run_dir: The run's folder. Default: ``runs/<date>-<time>-<agent>-<env>``.
-        logger: The experiment loggers (:mod:`rltrain.observe.loggers`), every one written at once:
-            a list of names, ``[tensorboard, csv]`` (``tensorboard``, ``csv``, ``wandb``,
-            ``mlflow``), or one name. True (default): ``[tensorboard]``, event files in
-            ``run_dir``; False (or ``[]``): none; a directory: TensorBoard files there. The
-            Trainer also takes objects, alone or in the list: a ``SummaryWriter`` (yours:
-            flushed, not closed) or any object with ``log_metrics(metrics, step)``
-            (Lightning's loggers); one object alone keeps TensorBoard beside it, a list holds
-            exactly the loggers it names. A saved config names each logger, an object as
-            ``{unrecorded: why}`` (not made again when the run is resumed from the config).
+        logger: The experiment loggers (:mod:`rltrain.observe.loggers`), every one written at once,
+            as Lightning's ``logger`` reads them: a list, ``[tensorboard, csv]``, of names
+            (``tensorboard``: event files in ``run_dir``; ``csv``, ``wandb``, ``mlflow``), or
+            one name; True (default) is ``[tensorboard]`` and False (or ``[]``) none. The
+            Trainer also takes objects, in the list or alone: a ``SummaryWriter`` (yours:
+            flushed, not closed; the way to write TensorBoard files elsewhere) or any object
+            with ``log_metrics(metrics, step)`` (Lightning's loggers). A saved config names each
+            logger, an object as ``{unrecorded: why}`` (not made again when the run is resumed
+            from the config).
         enable_progress_bar: A tqdm bar on stderr. Default True.
         enable_console: Console lines on stdout (and the model summary). Default True.
         enable_metrics_file: ``metrics.jsonl`` in ``run_dir``. Default True.
@@ -180,7 +180,7 @@ class TrainerConfig(Settings):
 
     def __post_init__(self) -> None:
         self.check_logger()
-        for name in ("run_dir", "checkpoint_dir", "logger"):
+        for name in ("run_dir", "checkpoint_dir"):
             _check_folder(name, getattr(self, name))
         super().__post_init__()
         _ = self.optimization, self.evaluation, self.summary  # each checks its own fields
@@ -209,14 +209,14 @@ class TrainerConfig(Settings):
         ]
 
     def check_logger(self) -> None:
-        """Refuse a ``logger`` a config cannot name: true, false, a log directory, a logger
-        name or a list of names (:func:`~rltrain.observe.loggers.logger_items` checks each, and that
-        the package of ``wandb`` or ``mlflow`` is installed)."""
-        if not isinstance(self.logger, (bool, str, Path, list, tuple)):
-            raise ValueError(f"logger must be true, false, a log directory or a list of logger "
-                             f"names ({', '.join(LOGGER_PACKAGES)}); got {self.logger!r}.")
+        """Refuse a ``logger`` a config cannot name: a list of logger names, one name, true or
+        false (:func:`~rltrain.observe.loggers.logger_items` checks each name, and that the
+        package of ``wandb`` or ``mlflow`` is installed)."""
+        if not isinstance(self.logger, (bool, str, list, tuple)):
+            raise ValueError(f"logger must be a list of logger names ({', '.join(LOGGER_PACKAGES)}"
+                             f"), one name, true or false; got {self.logger!r}.")
         for item in logger_items(self.logger):
-            if not isinstance(item, (str, Path)) and not is_unrecorded(item):
+            if not isinstance(item, str) and not is_unrecorded(item):
                 raise ValueError(f"logger list item {item!r}: a config names loggers "
                                  f"({', '.join(LOGGER_PACKAGES)}); pass logger objects to "
                                  "Trainer(logger=[...]) in Python.")
@@ -274,7 +274,7 @@ def _count(value: object) -> bool:
 
 
 def _check_folder(name: str, folder: object) -> None:
-    """Refuse an empty folder setting (``run_dir``, ``checkpoint_dir``, a log directory): an
+    """Refuse an empty folder setting (``run_dir``, ``checkpoint_dir``): an
     empty path would silently mean the current directory."""
     if isinstance(folder, (str, Path)) and not str(folder).strip():
         raise ValueError(f"{name} is empty; give a directory, or None for the default (the "

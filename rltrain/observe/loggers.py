@@ -19,7 +19,7 @@ import csv
 import importlib
 import os
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from importlib.util import find_spec
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -55,31 +55,18 @@ def is_unrecorded(value: object) -> bool:
 
 
 def logger_items(logger: Any) -> list[Any]:
-    """The ``logger`` setting as the list of loggers a run writes to.
+    """The ``logger`` setting as the list of loggers a run writes to, as Lightning's
+    ``Trainer(logger=...)`` reads it: a list of loggers, one logger, or a bool.
 
-    ``True``: ``["tensorboard"]``; ``False`` or ``[]``: none; a name: that logger alone; any
-    other string or a ``Path``: TensorBoard files in that folder (``[Path(folder)]``); a list:
-    its items (names, ``SummaryWriter`` or ``log_metrics`` objects, ``{"unrecorded": ...}``)
-    in order; a ``SummaryWriter`` alone is TensorBoard; any other object alone keeps
-    TensorBoard beside it (``[obj, "tensorboard"]``).
-    Raises ``ValueError`` naming what is wrong (an unknown name, a name twice, a folder in a
-    list, a logger whose package is not installed). Objects are checked by the Trainer."""
-    if logger is True:
-        return ["tensorboard"]
-    if logger is False:
-        return []
-    if isinstance(logger, str) and not is_logger_name(logger):
-        return [Path(logger)]
-    if isinstance(logger, Path):
-        return [logger]
-    if isinstance(logger, str):
-        items: list[Any] = [logger]
-    elif isinstance(logger, Sequence):
-        items = list(logger)
-    elif is_summary_writer(logger):
-        return [logger]
-    else:
-        return [logger, "tensorboard"]  # an object alone: TensorBoard stays on
+    A logger is a name (:data:`LOGGER_PACKAGES`), a ``SummaryWriter`` or an object with
+    ``log_metrics(metrics, step)``; a saved config's ``{"unrecorded": why}`` stands for an object
+    given in Python. A list: exactly those loggers, in order; one logger: ``[it]``; ``True``:
+    ``["tensorboard"]``; ``False``: none.
+    Raises ``ValueError`` naming what is wrong (an unknown name or a folder, a name twice, a
+    logger whose package is not installed). Objects are checked by the Trainer."""
+    if isinstance(logger, bool):
+        return ["tensorboard"] if logger else []
+    items = list(logger) if isinstance(logger, (list, tuple)) else [logger]
     for item in items:
         _check_item(item)
     names = [item for item in items if isinstance(item, str)]
@@ -91,19 +78,18 @@ def logger_items(logger: Any) -> list[Any]:
 
 
 def _check_item(item: object) -> None:
-    if isinstance(item, bool) or isinstance(item, Path):
-        raise ValueError(
-            f"logger list item {item!r}: a list holds logger names ({_NAMES}) or logger "
-            "objects; write logger=true or logger=false alone, and a TensorBoard folder alone "
-            "(logger=DIR), or as SummaryWriter(log_dir=DIR) in a list.")
-    if isinstance(item, str):
+    if isinstance(item, bool):
+        raise ValueError(f"logger list item {item!r}: a list holds logger names ({_NAMES}) or "
+                         "logger objects; write logger=true or logger=false alone.")
+    if isinstance(item, (str, Path)):
         if not is_logger_name(item):
             hint = (" metrics.jsonl is written by every run (enable_metrics_file)."
                     if item == "jsonl" else
-                    " A TensorBoard folder is given alone (logger=DIR), not in a list.")
-            raise ValueError(f"logger {item!r} is not a logger name; the names are {_NAMES}."
-                             + hint)
-        require_package(item)
+                    " TensorBoard writes its files in the run directory; for another folder, "
+                    "pass SummaryWriter(log_dir=...) as the logger in Python.")
+            raise ValueError(f"logger {str(item)!r} is not a logger name; the names are "
+                             f"{_NAMES}." + hint)
+        require_package(str(item))
     elif isinstance(item, Mapping) and not is_unrecorded(item):
         raise ValueError(f"logger list item {dict(item)!r}: only a saved config's "
                          "{unrecorded: why} entry is a mapping; name loggers as "
@@ -118,17 +104,11 @@ def require_package(name: str) -> None:
                          f"installed: pip install {package} (or remove {name} from logger).")
 
 
-def describe_logger(logger: Any) -> Any:
-    """The ``logger`` setting as a saved config writes it: ``False``, a TensorBoard folder (as
-    a string), or the list of names, each object logger as ``{"unrecorded": why}`` (its class
-    named; a config cannot make it again)."""
-    items = logger_items(logger)
-    if not items:
-        return False
-    if len(items) == 1 and isinstance(items[0], Path):
-        return str(items[0])
+def describe_logger(logger: Any) -> list[Any]:
+    """The ``logger`` setting as a saved config writes it: the list of names, each object
+    logger as ``{"unrecorded": why}`` (its class named; a config cannot make it again)."""
     return [item if isinstance(item, str) or is_unrecorded(item) else _unrecorded(item)
-            for item in items]
+            for item in logger_items(logger)]
 
 
 def _unrecorded(item: object) -> dict[str, str]:

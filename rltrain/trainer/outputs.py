@@ -50,8 +50,6 @@ def logger_renderers(trainer: TrainerSettings, run_dir: Path) -> list[Subscriber
             renderers.append(TensorBoardRenderer(run_dir, log_interval=interval))
         elif isinstance(item, str):
             renderers.append(LoggerRenderer(named_logger(item, run_dir), log_interval=interval))
-        elif isinstance(item, Path):
-            renderers.append(TensorBoardRenderer(item, log_interval=interval))
         elif is_summary_writer(item):
             renderers.append(TensorBoardRenderer(writer=item, log_interval=interval))
         elif is_unrecorded(item):

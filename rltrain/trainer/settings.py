@@ -6,7 +6,6 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import TYPE_CHECKING, Any, Union
 
 import torch
@@ -25,10 +24,10 @@ from rltrain.strategies.base import RLStrategy
 if TYPE_CHECKING:
     from torch.utils.tensorboard import SummaryWriter
 
-#: One logger ``Trainer(logger=...)`` accepts: True (TensorBoard in the run directory),
-#: False, a logger name (``"csv"``), a TensorBoard log directory, your ``SummaryWriter``, or a
-#: Lightning-style logger object; or a list of names and objects (all written at once).
-Logger = Union[bool, str, Path, "SummaryWriter", MetricsLogger,
+#: What ``Trainer(logger=...)`` accepts, as Lightning's does: a list of loggers (all written
+#: at once), one logger, or True (``["tensorboard"]``) / False (none). A logger is a name
+#: (``"tensorboard"``, ``"csv"``, ...), your ``SummaryWriter`` or a Lightning-style object.
+Logger = Union[bool, str, "SummaryWriter", MetricsLogger,
                Sequence[Union[str, "SummaryWriter", MetricsLogger]]]
 
 
@@ -84,17 +83,13 @@ class TrainerSettings(TrainerConfig):
     def check_logger(self) -> None:
         """Refuse a ``logger`` that is none of :data:`Logger`'s forms (names and the packages
         they need are checked by :func:`~rltrain.observe.loggers.logger_items`)."""
-        if not (isinstance(self.logger, (bool, str, Path, list, tuple, MetricsLogger))
-                or is_summary_writer(self.logger)):
-            raise TypeError(
-                "logger must be True, False, a log directory, a SummaryWriter or an object with "
-                f"log_metrics(metrics, step); got {type(self.logger).__name__}.")
         for item in logger_items(self.logger):
-            if not (isinstance(item, (str, Path, MetricsLogger)) or is_unrecorded(item)
+            if not (isinstance(item, (str, MetricsLogger)) or is_unrecorded(item)
                     or is_summary_writer(item)):
                 raise TypeError(
-                    "each logger in the list must be a logger name, a SummaryWriter or an "
-                    f"object with log_metrics(metrics, step); got {type(item).__name__}.")
+                    "logger must be a list of loggers, one logger, True or False; a logger is a "
+                    "name, a SummaryWriter or an object with log_metrics(metrics, step); got "
+                    f"{type(item).__name__}.")
 
 
 def require_device(device: str, name: str) -> None:

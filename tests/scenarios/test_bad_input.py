@@ -290,8 +290,12 @@ CASES = [
          r" got inf"),
     Case("logger of an unknown type", lambda d: Trainer(logger=42),  # type: ignore[arg-type]
          TypeError,
-         r"logger must be True, False, a log directory, a SummaryWriter or an object with "
-         r"log_metrics\(metrics, step\); got int"),
+         r"logger must be a list of loggers, one logger, True or False; a logger is a name, a "
+         r"SummaryWriter or an object with log_metrics\(metrics, step\); got int"),
+    Case("a folder as the logger", lambda d: Trainer(logger=str(d / "tb")),
+         ValueError, r"is not a logger name; the names are tensorboard, csv, wandb, mlflow\. "
+         r"TensorBoard writes its files in the run directory; for another folder, pass "
+         r"SummaryWriter\(log_dir=\.\.\.\) as the logger in Python"),
     # Environments
     Case("unknown env.kwargs key",
          lambda d: build(configured(d, "env.kwargs={bogus: 1}")).fit(), EnvError,

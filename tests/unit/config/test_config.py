@@ -59,8 +59,8 @@ def test_values_are_converted_to_the_declared_types() -> None:
     (["trainer.accumulate_grad_batches=0"], "accumulate_grad_batches must be >= 1"),
     (["strategy.batch_size=0"], "batch_size must be >= 1"),
     (["env.id=CartPole-v9"], "env.id: Unknown Gymnasium environment id 'CartPole-v9'"),
-    (["trainer.logger=3"], "logger must be true, false, a log directory or a list of logger "
-                            "names (tensorboard, csv, wandb, mlflow); got 3"),
+    (["trainer.logger=3"], "logger must be a list of logger names (tensorboard, csv, wandb, "
+                            "mlflow), one name, true or false; got 3"),
 ])
 def test_a_wrong_key_or_value_is_a_config_error_naming_it(overrides: list[str],
                                                            message: str) -> None:

@@ -92,17 +92,23 @@ def test_the_command_line_chooses_loggers(tmp_path: Path,
     assert not list(tmp_path.glob("events.out.*"))  # a list (or one name) is exactly that
 
 
-def test_false_means_none_and_old_forms_still_work(tmp_path: Path) -> None:
+def test_the_setting_is_a_list_one_logger_or_a_bool(tmp_path: Path) -> None:
     assert logger_items(False) == [] and logger_items([]) == []
-    assert logger_items(True) == ["tensorboard"]
-    assert logger_items("tb") == [Path("tb")] and logger_items(Path("csv")) == [Path("csv")]
-    assert describe_logger(True) == ["tensorboard"] and describe_logger(False) is False
-    assert describe_logger("tb") == "tb"  # a TensorBoard folder stays a string
+    assert logger_items(True) == ["tensorboard"] and logger_items("csv") == ["csv"]
+    assert logger_items(("csv", "tensorboard")) == ["csv", "tensorboard"]
+    assert describe_logger(True) == ["tensorboard"] and describe_logger(False) == []
     fit(tmp_path / "none", False)
     assert sorted(p.name for p in (tmp_path / "none").glob("events.*")) == []
     assert not (tmp_path / "none" / "metrics.csv").exists()
-    fit(tmp_path / "run", str(tmp_path / "tb"))
-    assert list((tmp_path / "tb").glob("events.out.*"))
+
+
+@pytest.mark.parametrize("folder", ["tb", Path("tb"), "runs/tb"])
+def test_a_folder_is_no_logger_and_the_error_names_summary_writer(folder: Any) -> None:
+    with pytest.raises(ValueError, match=r"not a logger name; the names are tensorboard, csv, "
+                                         r"wandb, mlflow\. .*SummaryWriter\(log_dir=\.\.\.\)"):
+        Trainer(logger=folder)
+    with pytest.raises(ConfigError, match="not a logger name"):
+        compose([], [f"trainer.logger={folder}"])
 
 
 @pytest.mark.parametrize(("logger", "message"), [
@@ -110,7 +116,7 @@ def test_false_means_none_and_old_forms_still_work(tmp_path: Path) -> None:
                               "tensorboard, csv, wandb, mlflow"),
     (["jsonl"], "metrics.jsonl is written by every run"),
     (["csv", "csv"], "logger names csv more than once"),
-    (["tensorboard", "runs/tb"], "A TensorBoard folder is given alone"),
+    (["tensorboard", "runs/tb"], "for another folder, pass SummaryWriter(log_dir=...)"),
 ])
 def test_a_wrong_logger_list_is_refused_naming_it(logger: list[str], message: str) -> None:
     with pytest.raises(ValueError, match=re.escape(message)):
@@ -197,10 +203,10 @@ def test_an_object_logger_is_saved_by_class_and_not_made_again(tmp_path: Path) -
     assert list((tmp_path / "again").glob("events.out.*"))
 
 
-def test_one_object_logger_keeps_tensorboard_beside_it(tmp_path: Path) -> None:
+def test_one_object_logger_is_that_logger_alone(tmp_path: Path) -> None:
     logger = rltrain.observe.loggers.CSVLogger(tmp_path / "mine.csv")
-    fit(tmp_path / "run", logger)
-    assert csv_rows(tmp_path / "mine.csv") and list((tmp_path / "run").glob("events.out.*"))
+    fit(tmp_path / "run", logger)  # as Lightning's logger=obj: no TensorBoard beside it
+    assert csv_rows(tmp_path / "mine.csv") and not list((tmp_path / "run").glob("events.out.*"))
 
 
 def hparams_keys(folder: Path) -> list[str]:
