@@ -233,7 +233,8 @@ def test_a_lightning_style_logger_object_receives_metrics_and_hyperparameters(
 
 
 def test_a_bad_logger_is_refused_before_anything_runs(tmp_path: Path) -> None:
-    with pytest.raises(TypeError, match="logger must be a list of loggers, one logger, True or False"):
+    with pytest.raises(TypeError,
+                       match="logger must be a list of loggers, one logger, True or False"):
         Trainer(logger=42, run_dir=tmp_path)  # type: ignore[arg-type]
 
 
