@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from typing import Any, ClassVar, cast
 
 from rltrain.errors import require
-from rltrain.settings.checks import check_typed_fields, config_name, field_kind
+from rltrain.settings.checks import check_typed_fields, field_kind
 
 #: The key of a field's :class:`Bounds` in its metadata.
 BOUNDS = "rltrain.bounds"
@@ -166,13 +166,14 @@ def widths(*default: int) -> Any:
 class Settings:
     """The base of every settings dataclass: its ``__post_init__`` checks each field's declared
     :class:`Bounds` in order, then :meth:`rules`, then each field's declared type; the errors
-    start with the dataclass's own name (:func:`~rltrain.settings.checks.config_name`)."""
+    start with :attr:`owner`."""
 
-    #: What the errors start with (default: the dataclass's own name).
+    #: What the errors start with (default: the dataclass's own name; a registry's section
+    #: says its config's, :func:`~rltrain.settings.registry.registered`).
     owner: ClassVar[str | None] = None
 
     def __post_init__(self) -> None:
-        owner = self.owner or config_name(self)
+        owner = self.owner or type(self).__name__
         require(owner, self._declared())
         require(owner, self.rules())
         check_typed_fields(owner, self)

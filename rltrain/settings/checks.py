@@ -15,16 +15,6 @@ from typing import Any
 import numpy as np
 
 
-def config_name(config: object) -> str:
-    """The name of ``config``'s own dataclass, what its errors start with: a subclass's name
-    (``C51Config`` of a ``DQNConfig``), never that of the section the registry derives from it
-    to add ``name``."""
-    for cls in type(config).__mro__:
-        if cls.__module__ != "rltrain.settings.registry":
-            return cls.__name__
-    return type(config).__name__
-
-
 def check_typed_fields(owner: str, config: Any) -> None:
     """Raise ``ValueError("<owner>: <field> must be ...")`` for the first field of the
     dataclass ``config`` whose value does not fit its declared ``float`` or ``bool`` type."""

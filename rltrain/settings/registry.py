@@ -51,7 +51,8 @@ def registered(name: str, cls: type, config: type, summary: str) -> Registered:
     schema made from ``config`` plus ``name``."""
     section = dataclasses.make_dataclass(
         f"{config.__name__}Section", [("name", str, field(default=name))], bases=(config,),
-        namespace={"__module__": __name__,
+        namespace={"__module__": __name__, "owner": getattr(config, "owner", None)
+                   or config.__name__,  # its errors name the config, not the section
                    "__doc__": f"{config.__name__} with the ``name`` that selects it."})
     return Registered(name, cls, config, section, summary)
 
