@@ -62,6 +62,34 @@ class RecurrentCore(nn.Module):
         out, h = self.rnn(x[None], state[None].contiguous())
         return out[0], h[0]
 
+    def outputs(self, x: torch.Tensor, state: torch.Tensor, starts: torch.Tensor
+                ) -> torch.Tensor:
+        """The outputs ``[T, B, hidden]`` of :meth:`sequence`, from one call of the layer: each
+        sub-env's steps are cut where an episode starts into segments, which run side by side
+        as one batch (a segment that begins an episode from zeros, each sub-env's first from
+        its row of ``state``), padded after their ends to the longest (padding no output
+        reads), as sb3-contrib's RecurrentPPO runs them. Equal to :meth:`sequence`'s outputs
+        up to float rounding, without a layer call per step."""
+        steps, batch = starts.shape
+        time = torch.arange(steps, device=x.device)[:, None].expand(steps, batch)
+        cuts = starts.clone()
+        cuts[0] = True  # each sub-env's first step begins its first segment
+        begun = torch.where(cuts, time, 0).cummax(dim=0).values  # its segment's first step
+        position = time - begun
+        per_env = cuts.sum(dim=0)
+        first = per_env.cumsum(0) - per_env  # each sub-env's first segment
+        segment = first[None, :] + cuts.cumsum(dim=0) - 1
+        padded = x.new_zeros(int(position.max()) + 1, int(per_env.sum()), x.shape[-1])
+        padded[position, segment] = x
+        initial = state.new_zeros(padded.shape[1], state.shape[-1])
+        initial[first] = state * (~starts[0]).to(state.dtype)[:, None]
+        if isinstance(self.rnn, nn.LSTM):
+            h, c = initial[None, :, :self.hidden], initial[None, :, self.hidden:]
+            out, _ = self.rnn(padded, (h.contiguous(), c.contiguous()))
+        else:
+            out, _ = self.rnn(padded, initial[None].contiguous())
+        return out[position, segment]  # type: ignore[no-any-return]
+
     def sequence(self, x: torch.Tensor, state: torch.Tensor, starts: torch.Tensor
                  ) -> tuple[torch.Tensor, torch.Tensor]:
         """Steps over ``T``: features ``[T, B, F]`` from ``state`` ``[B, S]``, the state reset
@@ -111,7 +139,7 @@ class RecurrentActorCritic(ActorCritic):
         and values of every row, in the same order."""
         steps, batch = starts.shape
         features = self.obs_encoder(obs).reshape(steps, batch, -1)
-        out, _ = self.core.sequence(features, state, starts)
+        out = self.core.outputs(features, state, starts)
         return self.from_features(out.reshape(steps * batch, -1), action_mask(obs))
 
     def states_after(self, obs: ObsTensors, starts: torch.Tensor, state: torch.Tensor

@@ -160,3 +160,25 @@ def test_the_refusals_name_the_setting(tmp_path: Path) -> None:
     Trainer(num_steps=64, strategy=strategy, run_dir=tmp_path / "b", **QUIET).fit(
         Cue, PPO(PPOConfig(recurrent="lstm")))  # 16 = one sequence a minibatch: fine
     assert not (tmp_path / "a").exists() or not any((tmp_path / "a").iterdir())
+
+
+@pytest.mark.parametrize("kind", ["lstm", "gru"])
+@pytest.mark.parametrize("start_rate", [0.0, 0.15, 1.0])
+def test_one_call_over_segments_equals_the_step_by_step_loop(kind: str,
+                                                             start_rate: float) -> None:
+    from rltrain.agents.nn.recurrent import RecurrentCore
+
+    generator = torch.Generator().manual_seed(3)
+    core = RecurrentCore(kind, 5, 12)
+    x = torch.randn(40, 4, 5, generator=generator, requires_grad=True)
+    state = torch.randn(4, core.state_size, generator=generator)
+    starts = torch.rand(40, 4, generator=generator) < start_rate
+    starts[0, 0] = True  # a sub-env whose first step begins an episode: its state is not used
+    looped, _ = core.sequence(x, state, starts)
+    once = core.outputs(x, state, starts)
+    torch.testing.assert_close(once, looped)
+    weights = torch.randn(looped.shape, generator=generator)
+    grads = [torch.autograd.grad((out * weights).sum(), [x, *core.parameters()])
+             for out in (looped, once)]
+    for a, b in zip(*grads, strict=True):
+        torch.testing.assert_close(a, b)
