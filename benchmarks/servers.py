@@ -8,7 +8,8 @@
   root.
 
 ``python -m benchmarks.servers postgres|slurm`` starts one and prints how to reach it until
-Ctrl-C, for trying ``rltrain tune --storage URL`` or ``--launcher slurm`` by hand.
+Ctrl-C or SIGTERM (either stops its daemons and removes its folder), for trying ``rltrain tune
+--storage URL`` or ``--launcher slurm`` by hand.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import contextlib
 import os
 import pwd
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -26,7 +28,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 
-def _postgres_bin(name: str) -> str | None:
+def _find_postgres_bin(name: str) -> str | None:
     """A PostgreSQL program: on ``PATH`` or in Debian's ``/usr/lib/postgresql/*/bin``."""
     found = shutil.which(name)
     if found:
@@ -35,9 +37,14 @@ def _postgres_bin(name: str) -> str | None:
     return str(versions[-1]) if versions else None
 
 
+def _postgres_bin(name: str) -> str:
+    """A PostgreSQL program's path (:func:`postgres_missing` says why there is none)."""
+    return _find_postgres_bin(name) or name
+
+
 def postgres_missing() -> str | None:
     """Why a PostgreSQL server cannot be started here, or ``None`` when it can."""
-    if _postgres_bin("initdb") is None or _postgres_bin("pg_ctl") is None:
+    if _find_postgres_bin("initdb") is None or _find_postgres_bin("pg_ctl") is None:
         return "PostgreSQL's initdb and pg_ctl are not installed (apt install postgresql)"
     if os.geteuid() == 0:
         try:
@@ -76,7 +83,7 @@ def postgres() -> Iterator[str]:
                     f"-p {port} -k {folder} -c listen_addresses=127.0.0.1 -c fsync=off "
                     "-c max_connections=200", "start"], check=True, capture_output=True)
     try:
-        subprocess.run([*run, _postgres_bin("createdb") or "createdb", "-h", "127.0.0.1",
+        subprocess.run([*run, _postgres_bin("createdb"), "-h", "127.0.0.1",
                         "-p", str(port), "-U", "postgres", "rltrain"], check=True,
                        capture_output=True)
         yield f"postgresql://postgres@127.0.0.1:{port}/rltrain"
@@ -170,6 +177,9 @@ def main() -> None:
     with (postgres() if kind == "postgres" else slurm()) as reach:
         print(reach if isinstance(reach, str) else f"export SLURM_CONF={reach['SLURM_CONF']}",
               flush=True)
+        # SIGTERM (kill, or a shell that started it in the background, where SIGINT is
+        # ignored) stops it as Ctrl-C does: the daemons are stopped on the way out.
+        signal.signal(signal.SIGTERM, signal.default_int_handler)
         with contextlib.suppress(KeyboardInterrupt):
             while True:
                 time.sleep(3600)

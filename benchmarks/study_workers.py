@@ -138,21 +138,24 @@ def first_attempt(trial: Any) -> int:
 
 
 def report(outcome: Outcome) -> list[str]:
-    """One line per trial: attempts, segments, recorded and recomputed objective."""
+    """One line per run (a trial and its attempts): the attempts' states; for a completed run,
+    its segments and its recorded and recomputed objective."""
     lines = []
-    attempts: dict[int, list[str]] = {}
-    for t in outcome.trials:
-        attempts.setdefault(first_attempt(t), []).append(f"{t.number} {t.state.name}")
-    for t in outcome.trials:
-        if t.state.name != "COMPLETE":
-            continue
-        run = outcome.study / f"trial-{first_attempt(t):04d}"
-        rows = [json.loads(r) for r in (run / "metrics.jsonl").read_text().splitlines()]
-        starts = [r["env_steps"] for r in rows if r["event"] == "start"]
-        found = evaluations(run)
-        lines.append(f"{run.name}: attempts {', '.join(attempts[first_attempt(t)])}; segments "
-                     f"from env steps {starts}; objective {t.value:.4f} recorded, "
-                     f"{sum(found.values()) / len(found):.4f} recomputed")
+    attempts: dict[int, list[Any]] = {}
+    for t in sorted(outcome.trials, key=lambda t: t.number):
+        attempts.setdefault(first_attempt(t), []).append(t)
+    for number, tried in sorted(attempts.items()):
+        line = (f"trial-{number:04d}: attempts "
+                + ", ".join(f"{t.number} {t.state.name}" for t in tried))
+        done = [t for t in tried if t.state.name == "COMPLETE"]
+        if done:
+            run = outcome.study / f"trial-{number:04d}"
+            rows = [json.loads(r) for r in (run / "metrics.jsonl").read_text().splitlines()]
+            starts = [r["env_steps"] for r in rows if r["event"] == "start"]
+            found = evaluations(run)
+            line += (f"; segments from env steps {starts}; objective {done[-1].value:.4f} "
+                     f"recorded, {sum(found.values()) / len(found):.4f} recomputed")
+        lines.append(line)
     return lines
 
 
@@ -164,15 +167,20 @@ def main() -> None:
     parser.add_argument("--workers", type=int, default=3)
     parser.add_argument("--steps", type=int, default=4096)
     parser.add_argument("--interval", type=int, default=512)
+    parser.add_argument("--keep", type=Path, default=None,
+                        help="keep the study folder there (default: a temporary one)")
     args = parser.parse_args()
-    with tempfile.TemporaryDirectory() as folder:
-        outcome = run_study(Path(folder), args.trials, args.workers, args.steps, args.interval)
+    with tempfile.TemporaryDirectory() as temporary:
+        folder = args.keep or Path(temporary)
+        folder.mkdir(parents=True, exist_ok=True)
+        outcome = run_study(folder, args.trials, args.workers, args.steps, args.interval)
         print(f"{args.trials} trials, {args.workers} workers, on PostgreSQL; worker SIGKILLed "
               f"twice, mid-trial in runs {outcome.killed}")
         print("\n".join(report(outcome)))
         complete = Counter(first_attempt(t) for t in outcome.trials
                            if t.state.name == "COMPLETE")
-        print(f"runs completed: {len(complete)}, each once: {set(complete.values()) == {1}}")
+        once = set(complete.values()) == {1}
+        print(f"runs completed: {len(complete)} of {args.trials}, each once: {once}")
         best = max((t for t in outcome.trials if t.state.name == "COMPLETE"),
                    key=lambda t: t.value)
         written = (outcome.study / "best.yaml").read_text()
@@ -181,6 +189,11 @@ def main() -> None:
                    in written for key in best.params)
         print(f"best: trial-{first_attempt(best):04d}, {best.value:.4f}; best.yaml holds its "
               f"settings: {same}")
+        if len(complete) != args.trials or not once or not same:
+            print("FAILED: every run must complete once and best.yaml be the best's settings; "
+                  "the workers' output follows", file=sys.stderr)
+            print("\n\n".join(outcome.outputs), file=sys.stderr)
+            raise SystemExit(1)
 
 
 if __name__ == "__main__":

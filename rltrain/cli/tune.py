@@ -35,7 +35,6 @@
 from __future__ import annotations
 
 import argparse
-import os
 import warnings
 from pathlib import Path
 from typing import Any
@@ -149,8 +148,9 @@ def _study(optuna: Any, url: str, setup: Setup, continuing: bool) -> Any:
         known = len(optuna.load_study(study_name=setup.name, storage=storage).trials) \
             if continuing else 0
         # One worker on one machine samples reproducibly; workers sharing a database each
-        # their own sequence (the same seed would sample the same settings in each).
-        seed = known if setup.storage is None else known + os.getpid()
+        # their own sequence, seeded by the OS (a seed made from what the workers know, such
+        # as their process ids, can coincide: two workers would sample the same settings).
+        seed = known if setup.storage is None else None
         return optuna.create_study(
             study_name=setup.name, storage=storage, load_if_exists=True,
             direction="maximize", sampler=optuna.samplers.TPESampler(seed=seed),

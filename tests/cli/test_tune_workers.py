@@ -90,3 +90,23 @@ def test_a_trial_another_worker_failed_is_not_recorded_twice(tmp_path: Path,
     assert states == ["FAIL", "WAITING"]  # failed once, queued again; never COMPLETE here
     beats.close()
     their_beats.close()
+
+
+def test_workers_sharing_a_study_sample_their_own_settings(tmp_path: Path) -> None:
+    """Two workers started on a shared study sample apart: their samplers' seeds come from the
+    OS, not from what the workers know (a study's trial count plus the process id coincided
+    for two workers started back to back, and they ran the same settings)."""
+    from rltrain.cli.tune import _study
+    from rltrain.cli.tune_record import Setup
+
+    url = f"sqlite:///{tmp_path / 'shared.db'}"
+    setup = Setup(config={}, space={}, storage=url, name="shared")
+    first = _study(optuna, url, setup, continuing=False)
+    second = _study(optuna, url, setup, continuing=True)  # the same process: the same pid
+    drawn = [[study.ask().suggest_float("lr", 1e-5, 1e-2, log=True) for _ in range(3)]
+             for study in (first, second)]
+    assert drawn[0] != drawn[1]
+    alone = Setup(config={}, space={}, name="alone")  # one worker on its own file: reproducible
+    again = [_study(optuna, f"sqlite:///{tmp_path / f'{i}.db'}", alone, continuing=False).ask()
+             .suggest_float("lr", 1e-5, 1e-2, log=True) for i in range(2)]
+    assert again[0] == again[1]
