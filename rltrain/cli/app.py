@@ -189,11 +189,12 @@ def fit(args: argparse.Namespace) -> int:
                   "stored config")
             ckpt_path = None
     else:
-        if not files:
-            choice = choose_preset(overrides, use_presets=not args.no_preset)
+        choice = None if files else choose_preset(overrides, use_presets=not args.no_preset)
+        if choice is not None:
             files = choice.files
-            print(f"# {choice.note}" if args.print_config else f"rltrain: {choice.note}")
         config, trust = compose(files, overrides), TRUSTED
+        if choice is not None:  # said once the config is known to be valid
+            print(f"# {choice.note}" if args.print_config else f"rltrain: {choice.note}")
     if args.overwrite:
         config.trainer.overwrite = True
     if args.print_config:
@@ -205,9 +206,12 @@ def fit(args: argparse.Namespace) -> int:
     if not run.trainer.distributed.is_main:  # under torchrun, rank 0 reports the run
         return EXIT_TRAINING_FAILED if refused else 0
     print(f"run directory: {run.trainer.last_run_dir}")
-    final = summary.final_metrics.get("eval/return_mean")
-    if final is not None:
-        print(f"final evaluation return: {final:.2f}")
+    last = summary.final_metrics.get("eval/return_mean")
+    signalled = (summary.stop_reason or "").endswith("received")  # Ctrl-C, SIGTERM
+    if last is not None:  # no evaluation runs at such a stop: the return is an earlier one's
+        print(f"last evaluation return: {last:.2f} (from before the stop: a run stopped by "
+              "a signal is not evaluated)" if signalled else
+              f"final evaluation return: {last:.2f}")
     if refused:
         say(f"rltrain: training stopped: {summary.stop_reason}")
         return EXIT_TRAINING_FAILED

@@ -17,6 +17,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import signal
 import subprocess
 import time
 from dataclasses import dataclass
@@ -336,12 +337,24 @@ def _report(seed: Seed) -> int:
     seed.log.close()
     code = seed.process.returncode
     seconds = time.monotonic() - seed.started
-    if code == 0:
+    if code == 0 or seed.finished:  # a process stopped after its run wrote its end
         best = summary(seed.run_dir).get("best_eval_return")
         print(f"seed {seed.seed}: done in {seconds:.0f} s"
-              + (f", best evaluation {best:.2f}" if isinstance(best, float | int) else ""),
+              + (f", best evaluation {best:.2f}" if isinstance(best, float | int) else "")
+              + ("" if code == 0 else f" (its process then ended: {exit_words(code)})"),
               flush=True)
         return 0
     last = last_line(seed.run_dir.parent / f"seed-{seed.seed}.log")
-    print(f"seed {seed.seed}: failed (exit {code}) after {seconds:.0f} s: {last}", flush=True)
+    print(f"seed {seed.seed}: failed ({exit_words(code)}) after {seconds:.0f} s: {last}",
+          flush=True)
     return code if code > 0 else 1
+
+
+def exit_words(code: int) -> str:
+    """A process's exit status in words: ``exit 3``, or ``killed by SIGTERM`` for ``-15``."""
+    if code >= 0:
+        return f"exit {code}"
+    try:
+        return f"killed by {signal.Signals(-code).name}"
+    except ValueError:
+        return f"killed by signal {-code}"

@@ -208,11 +208,12 @@ def _setup(args: argparse.Namespace, study_dir: Path) -> tuple[Setup, list[str],
                                  "name another --study.")
         _check_storage(setup, args.storage, study_dir)
     else:
-        if not files:
-            choice = choose_preset(overrides)
+        choice = None if files else choose_preset(overrides)
+        if choice is not None:
             files = choice.files
+        config = compose(files, overrides)  # said once the config is known to be valid
+        if choice is not None:
             print(f"rltrain: {choice.note}")
-        config = compose(files, overrides)
         path = space_path(files, str(config.agent.name), args.space)
         print(f"rltrain: search space {path}")
         if config.trainer.eval_interval is None:

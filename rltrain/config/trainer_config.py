@@ -228,14 +228,14 @@ class TrainerConfig(Settings):
         in words (for the run's console)."""
         if self.num_threads != "auto":
             assert self.num_threads is None or isinstance(self.num_threads, int)
-            return self.num_threads, f"num_threads={self.num_threads}"
+            return self.num_threads, ("trainer.num_threads=None: torch's own count"
+                                      if self.num_threads is None else
+                                      f"trainer.num_threads={self.num_threads}")
         if image_cnn:
-            return None, "num_threads=auto: the Nature CNN's convolutions share between cores"
+            return None, "auto: torch's own count for a CNN over images"
         if trainable_parameters < AUTO_ONE_THREAD_BELOW:
-            return 1, (f"num_threads=auto: {trainable_parameters:,} trainable parameters "
-                       f"< {AUTO_ONE_THREAD_BELOW:,}")
-        return None, (f"num_threads=auto: {trainable_parameters:,} trainable parameters "
-                      f">= {AUTO_ONE_THREAD_BELOW:,}")
+            return 1, f"auto: {trainable_parameters:,} parameters run fastest on one thread"
+        return None, f"auto: torch's own count for {trainable_parameters:,} parameters"
 
     @property
     def evaluation(self) -> EvaluationSettings:

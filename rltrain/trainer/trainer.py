@@ -186,10 +186,11 @@ class Trainer(TrainerSettings):
         agent.trainer = self
         self._fitted, self.last_run_dir = (agent, env, strategy, components), run_dir
         threads, why = self.torch_threads(*network_size(agent))
-        heap = keep_freed_memory() if self.keep_freed_memory else "keep_freed_memory=False"
+        if self.keep_freed_memory:
+            keep_freed_memory()
         count = torch.get_num_threads() if threads is None else threads
-        preamble = ([write_model_summary(agent, run_dir), f"torch threads: {count} ({why})",
-                     f"heap: {heap}"] if main else [])
+        preamble = ([write_model_summary(agent, run_dir), f"torch threads: {count} ({why})"]
+                    if main else [])
         events = components.event_processor
         for subscriber in subscribers(self, run_dir, agent, preamble) if main else ():
             events.add(subscriber)

@@ -177,3 +177,13 @@ while time.monotonic() < end:
     assert [writer.wait(timeout=120) for writer in writers] == [0, 0]
     line = re.compile(r"rltrain: error: rank-[01] x{200} \d+")
     assert len(lines) > 1000 and [text for text in lines if not line.fullmatch(text)] == []
+
+
+@pytest.mark.parametrize("override", ["agent.name=dqnn", "agent.lrr=1"])
+def test_a_refused_override_prints_no_preset_line_first(tmp_path: Path, override: str) -> None:
+    """The preset line ("starting from ...") is said only of a config that is valid: an
+    unknown agent or key is refused with nothing before the error."""
+    result = rltrain("fit", override, cwd=tmp_path)
+    assert result.returncode != 0
+    assert result.stdout == "", result.stdout
+    assert "starting from" not in result.stderr and "preset" not in result.stderr.split(":")[0]

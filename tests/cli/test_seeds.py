@@ -97,3 +97,30 @@ def test_a_group_from_a_cluster_resumes_on_a_machine_without_slurm(tmp_path: Pat
     on_slurm = rltrain("fit", "--resume", parent, "--launcher", "slurm", cwd=tmp_path,
                        env={"PATH": str(bare)})
     assert on_slurm.returncode == 2 and "squeue is not installed here" in on_slurm.stderr
+
+
+def test_a_seed_whose_process_dies_after_its_run_ended_is_reported_done(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A SIGTERM to a group as a seed finishes: the seed's run wrote its end (``summary.json``,
+    no stop reason) and its process was then killed. It is reported done, as the group's
+    count says, never as failed."""
+    from rltrain.cli.seeds import Seed, _report
+
+    run_dir = tmp_path / "seed-3"
+    run_dir.mkdir()
+    (run_dir / "summary.json").write_text(json.dumps(
+        {"env_steps": 400, "best_eval_return": 21.5, "stop_reason": None}))
+    log = (tmp_path / "seed-3.log").open("wb")
+    process = subprocess.Popen([sys.executable, "-c", "import os, signal; "
+                                "os.kill(os.getpid(), signal.SIGTERM)"])
+    process.wait()
+    seed = Seed(3, run_dir, process, log, time.monotonic())
+    assert seed.finished and _report(seed) == 0
+    out = capsys.readouterr().out
+    assert "seed 3: done in" in out and "best evaluation 21.50" in out
+    assert "its process then ended: killed by SIGTERM" in out and "failed" not in out
+    (run_dir / "summary.json").write_text(json.dumps({"env_steps": 100,
+                                                      "stop_reason": "SIGTERM received"}))
+    seed.log = (tmp_path / "seed-3.log").open("ab")
+    assert _report(seed) == 1  # stopped part-way: failed, in words
+    assert "seed 3: failed (killed by SIGTERM)" in capsys.readouterr().out

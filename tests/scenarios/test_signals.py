@@ -62,6 +62,10 @@ def test_signal_stops_fit_cleanly_with_last_checkpoint_saved(tmp_path: Path,
     rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
     assert rows[-1]["event"] == "end"
     assert any(row["event"] == "interrupted" for row in rows)
+    # no evaluation ran at the stop: an earlier one's return is never called final
+    assert "final evaluation return" not in output
+    if any(row["event"] == "evaluation" for row in rows):
+        assert "last evaluation return: " in output and "(from before the stop" in output
 
 
 def test_second_sigint_aborts_at_once(tmp_path: Path) -> None:

@@ -88,11 +88,8 @@ def test_fit_keeps_freed_memory_unless_told_not_to(keep: bool, tmp_path: Path) -
                 keep_freed_memory={keep}).fit("CartPole-v1", DQN(DQNConfig(hidden_sizes=[8])))
         print(faults())
     """, cwd=tmp_path)
-    heap = [line for line in lines if line.startswith("heap: ")]
+    assert not [line for line in lines if "heap" in line or "glibc" in line]  # no jargon
     if keep:
-        assert heap == ["heap: glibc keeps freed memory (trim 256 MiB, top pad 64 MiB, "
-                        "mmap 32 MiB)"]
         assert int(lines[-1]) < PAGES * 0.1
     else:
-        assert heap == ["heap: keep_freed_memory=False"]
         assert int(lines[-1]) > PAGES * 0.5

@@ -60,17 +60,20 @@ def test_auto_gives_a_small_network_one_thread_and_says_so(
         assert torch.get_num_threads() == 2  # restored after the run
     assert probe.threads == {1}
     parameters = 4 * 16 + 16 + 16 * 2 + 2  # CartPole: 4 inputs, 2 actions; the target not counted
-    assert (f"torch threads: 1 (num_threads=auto: {parameters:,} trainable parameters < "
-            f"{AUTO_ONE_THREAD_BELOW:,})") in capsys.readouterr().out
+    assert parameters < AUTO_ONE_THREAD_BELOW
+    assert (f"torch threads: 1 (auto: {parameters:,} parameters run fastest on one thread)"
+            in capsys.readouterr().out)
 
 
 def test_auto_leaves_torch_its_threads_for_a_large_network() -> None:
     assert TrainerConfig().torch_threads(AUTO_ONE_THREAD_BELOW) == (
-        None, f"num_threads=auto: {AUTO_ONE_THREAD_BELOW:,} trainable parameters >= "
-              f"{AUTO_ONE_THREAD_BELOW:,}")
+        None, f"auto: torch's own count for {AUTO_ONE_THREAD_BELOW:,} parameters")
     assert TrainerConfig().torch_threads(AUTO_ONE_THREAD_BELOW - 1)[0] == 1
-    assert TrainerConfig(num_threads=2).torch_threads(10) == (2, "num_threads=2")
-    assert TrainerConfig(num_threads=None).torch_threads(10) == (None, "num_threads=None")
+    assert TrainerConfig(num_threads=2).torch_threads(10) == (2, "trainer.num_threads=2")
+    assert TrainerConfig(num_threads=None).torch_threads(10) == (
+        None, "trainer.num_threads=None: torch's own count")
+    _, why = TrainerConfig().torch_threads(10, image_cnn=True)
+    assert why == "auto: torch's own count for a CNN over images"
 
 
 def test_an_explicit_count_and_none_are_kept(tmp_path: Path) -> None:
@@ -103,4 +106,4 @@ def test_the_console_line_comes_with_the_model_summary(
                 enable_metrics_file=False).fit("CartPole-v1", DQN(DQNConfig(hidden_sizes=[8])))
     lines = out.getvalue().splitlines()
     total = next(i for i, line in enumerate(lines) if line.startswith("Total: "))
-    assert lines[total + 1] == "torch threads: 1 (num_threads=1)"
+    assert lines[total + 1] == "torch threads: 1 (trainer.num_threads=1)"
