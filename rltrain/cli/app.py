@@ -32,7 +32,7 @@ from rltrain.config.files import (
 )
 from rltrain.config.instantiate import named_modules
 from rltrain.config.presets import choose_preset
-from rltrain.config.schema import compose, validate
+from rltrain.config.schema import compose, validate, zoo_note
 from rltrain.envs.errors import SubEnvError
 from rltrain.errors import TrainingError
 from rltrain.inference import export_policy
@@ -177,6 +177,10 @@ def fit(args: argparse.Namespace) -> int:
     if args.launcher != "local" or args.slurm or args.wait:
         raise ValueError("--launcher, --slurm and --wait run a group of seeds: give --seeds, "
                          "or --resume PARENT of a group.")
+    if args.jobs != 1:
+        raise ValueError(f"--jobs {args.jobs} runs that many seeds of a group at once: give "
+                         "--seeds (e.g. --seeds 0-4). One run's cores are "
+                         "trainer.num_threads=N.")
     if args.resume is not None:
         if files:
             raise ValueError("--resume continues a run with its own saved config; pass only "
@@ -193,8 +197,10 @@ def fit(args: argparse.Namespace) -> int:
         if choice is not None:
             files = choice.files
         config, trust = compose(files, overrides), TRUSTED
-        if choice is not None:  # said once the config is known to be valid
-            print(f"# {choice.note}" if args.print_config else f"rltrain: {choice.note}")
+        notes = [choice.note] if choice is not None else []  # said once the config is valid
+        notes += [zoo_note(name) for name in files if name.startswith("zoo:")]
+        for note in notes:
+            print(f"# {note}" if args.print_config else f"rltrain: {note}")
     if args.overwrite:
         config.trainer.overwrite = True
     if args.print_config:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import math
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -147,7 +148,7 @@ def add_compare_parser(commands: Any) -> None:
     compare.add_argument("--metric", choices=("final", "best"), default="final",
                          help="the return the improvement probabilities and profiles use: "
                               "each run's last or best evaluation (default: final)")
-    compare.add_argument("--threshold", type=float, default=None, metavar="R",
+    compare.add_argument("--threshold", type=finite_float, default=None, metavar="R",
                          help="the return of 'steps to threshold' (default: the runs' shared "
                               "trainer.return_threshold)")
     compare.add_argument("--out", type=Path, action="append", default=[], metavar="FILE",
@@ -278,3 +279,15 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
                 " Settings are key=value overrides (rltrain fit --print-config shows them).")
         parser.error(f"unrecognized arguments: {' '.join(unknown)}.{hint}")
     return args
+
+
+def finite_float(text: str) -> float:
+    """A command-line number that is finite (a return threshold of nan or inf compares with
+    nothing)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not math.isfinite(value):
+        raise argparse.ArgumentTypeError(f"must be a finite number; got {text}")
+    return value

@@ -4,6 +4,7 @@ rltrain ships (:data:`SHIPPED_CONFIGS`), and the configs a run stores, read as u
 
 from __future__ import annotations
 
+import difflib
 import re
 from collections.abc import Iterable, Mapping
 from pathlib import Path
@@ -59,17 +60,23 @@ def parse_overrides(overrides: Iterable[str]) -> DictConfig:
 def load_yaml(path: str | Path) -> DictConfig:
     """A YAML config file as an (unvalidated) config; a bare name finds a shipped config."""
     path = Path(path)
-    if not path.exists() and path.parent == Path(".") and not path.suffix:
+    bare = not path.exists() and path.parent == Path(".") and not path.suffix
+    if bare:
         path = SHIPPED_CONFIGS / f"{path}.yaml"
     if not path.is_file():
         shipped = ", ".join(shipped_configs())
         hint = (" An override needs a value: key=value, e.g. agent.lr=1e-3."
                 if path.suffix not in (".yaml", ".yml") else "")
         named = str(path.stem).lower()
+        close = difflib.get_close_matches(named, shipped_configs(), n=1, cutoff=0.75)
+        if close and bare:
+            hint = f" Did you mean {close[0]!r}?"
         if named in AGENTS:
             hint = (f" To train {AGENTS[named].cls.__name__}, write agent.name={named} (it "
                     "starts from that agent's preset for the env).")
-        raise FileNotFoundError(f"No config file at {path}.{hint} Shipped configs: {shipped}.")
+        what = (f"No config {path.stem!r}: no such file here, and no shipped config of that "
+                "name." if bare else f"No config file at {path}.")
+        raise FileNotFoundError(f"{what}{hint} Shipped configs: {shipped}.")
     try:
         loaded = OmegaConf.load(path)
     except yaml.YAMLError as error:

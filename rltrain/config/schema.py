@@ -20,6 +20,8 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import json
+import re
 import typing
 import warnings
 from collections.abc import Mapping, Sequence
@@ -44,7 +46,7 @@ from rltrain.config.files import (
     to_container_raw,
 )
 from rltrain.config.trainer_config import TrainerConfig as TrainerConfig
-from rltrain.config.zoo import translate
+from rltrain.config.zoo import translate, zoo_file
 from rltrain.envs.atari import AtariConfig
 from rltrain.envs.make import check_env_id
 from rltrain.settings.registry import (
@@ -174,6 +176,25 @@ def zoo_layer(name: str) -> DictConfig:
     return OmegaConf.create(translate(algo, env_id))
 
 
+def zoo_note(name: str) -> str:
+    """What ``zoo:ALGO/ENV_ID`` was translated into, in one line: the file of RL-Zoo's entry
+    and the settings it became (``key=value``), as a preset's line says which preset."""
+    algo, _, env_id = name.removeprefix("zoo:").partition("/")
+    settings = ", ".join(f"{key}={json.dumps(value)}" for key, value in
+                         _dotted(translate(algo, env_id)))
+    return f"{name}: RL-Zoo's {algo} entry ({zoo_file(algo)}) as {settings}"
+
+
+def _dotted(tree: dict[str, Any], prefix: str = "") -> list[tuple[str, Any]]:
+    items: list[tuple[str, Any]] = []
+    for key, value in tree.items():
+        if isinstance(value, dict) and value:
+            items += _dotted(value, f"{prefix}{key}.")
+        else:
+            items.append((f"{prefix}{key}", value))
+    return items
+
+
 def _is_shipped(path: str | Path) -> bool:
     found = Path(path)
     if not found.exists() and found.parent == Path(".") and not found.suffix:
@@ -226,7 +247,8 @@ def _validate(config: Mapping[str, Any] | DictConfig | ListConfig) -> DictConfig
     except ConfigKeyError as error:
         raise ConfigError(_unknown_key_message(base, error)) from None
     except OmegaConfBaseException as error:
-        raise ConfigError(_list_hint(error) or omegaconf_message(error)) from None
+        raise ConfigError(_list_hint(error) or _type_hint(error) or omegaconf_message(error)
+                          ) from None
     assert isinstance(merged, DictConfig)
     if merged.env._target_ is not None:
         merged.env.id = None
@@ -270,6 +292,29 @@ def _list_hint(error: OmegaConfBaseException) -> str:
         return ""
     return (f"{key} is a list; got {value!r}. Write it in brackets: {key}=[{value}] (on a "
             "shell, quote it if it has spaces).")
+
+
+#: Type hints as an error says them.
+_TYPE_WORDS = {"bool": "true, false", "str": "a string", "int": "an integer",
+               "float": "a number", "NoneType": "null", "Path": "a path"}
+
+
+def _type_hint(error: OmegaConfBaseException) -> str:
+    """For a value of the wrong type (``trainer.compile=2``), the message that says the types
+    the setting takes in words; "" for another error."""
+    found = re.search(r"Value '(.*)' of type '(.*)' is incompatible with type hint '(.*)'",
+                      str(error))
+    key = getattr(error, "full_key", None)
+    if found is None or key is None:
+        return ""
+    value, kind, hint = found.groups()
+    names = re.findall(r"\w+", hint.removeprefix("Optional[").removeprefix("Union["))
+    words = [word for name in names if name not in ("Union", "Optional")
+             for word in _TYPE_WORDS.get(name, name).split(", ")]
+    if hint.startswith("Optional["):
+        words.append("null")
+    said = words[0] if len(words) == 1 else f"{', '.join(words[:-1])} or {words[-1]}"
+    return f"{key} must be {said}; got {value} ({kind}). Its values are in docs/configs.md."
 
 
 def _named(raw: DictConfig, section: str) -> str | None:
@@ -345,11 +390,23 @@ def lookup(registry: Mapping[str, Registered], name: str, kind: str) -> Register
     return entry
 
 
+def _unset_section_keys(base: DictConfig, path: str) -> list[str]:
+    """The fields of the dataclass an unset (None) section at ``path`` takes, e.g.
+    ``env.atari``'s; none when ``path`` is no such section."""
+    node: Any = base
+    for part in path.split("."):
+        node = node._get_node(part) if isinstance(node, DictConfig) else None
+    kind = getattr(getattr(node, "_metadata", None), "ref_type", None)
+    return ([field.name for field in dataclasses.fields(kind)]
+            if isinstance(kind, type) and dataclasses.is_dataclass(kind) else [])
+
+
 def _unknown_key_message(base: DictConfig, error: ConfigKeyError) -> str:
     full_key = str(error.full_key or error.key)
     parent, _, key = full_key.rpartition(".")
     node = OmegaConf.select(base, parent) if parent else base
-    valid = [str(k) for k in node.keys()] if isinstance(node, DictConfig) else []
+    valid = [str(k) for k in node.keys()] if isinstance(node, DictConfig) else \
+        _unset_section_keys(base, parent)
     close = difflib.get_close_matches(key, valid, n=1, cutoff=0.5)
     hint = f" Did you mean {(parent + '.' if parent else '') + close[0]!r}?" if close else ""
     where = f"under {parent!r}" if parent else "at the top level"

@@ -69,9 +69,14 @@ class OffPolicyConfig(Settings):
 
     @override
     def rules(self) -> list[tuple[bool, str]]:
+        window = self.n_step * self.num_envs  # the rows an n-step window spans in the ring
         return [(self.batch_size <= self.buffer_size,
                  f"batch_size ({self.batch_size}) is larger than buffer_size "
-                 f"({self.buffer_size}); raise buffer_size or lower batch_size.")]
+                 f"({self.buffer_size}); raise buffer_size or lower batch_size."),
+                (window <= self.buffer_size,
+                 f"n_step ({self.n_step}) is longer than the replay holds: a window spans "
+                 f"n_step x num_envs = {window:,} transitions, buffer_size is "
+                 f"{self.buffer_size:,}; lower n_step or raise buffer_size.")]
 
     @property
     def sampling(self) -> ReplaySampling:

@@ -125,6 +125,10 @@ def test_evaluate_a_folder_that_is_not_a_run_exits_2(
     (["env.id=CartPol-v1"], "Did you mean 'CartPole-v1'"),
     (["agent.lr"], "No config file at agent.lr. An override needs a value: key=value"),
     (["+agent.lr=1"], "Cannot read the override '+agent.lr=1': write key=value"),
+    (["ppo_cartpol"], "No config 'ppo_cartpol': no such file here, and no shipped config of "
+                      "that name. Did you mean 'ppo_cartpole'?"),
+    (["--jobs", "2"], "--jobs 2 runs that many seeds of a group at once: give --seeds"),
+    (["trainer.compile=2"], "trainer.compile must be true, false or a string; got 2 (int)"),
 ])
 def test_a_wrong_key_or_value_on_the_command_line_exits_2_naming_it(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], args: list[str], message: str,

@@ -223,3 +223,11 @@ def test_seconds_to_threshold_are_the_summary_s_for_a_real_run(tmp_path: Path) -
     scores = scores_of(read_run(run), 25.0)
     assert scores.reached and scores.steps_to == summary["threshold_env_steps"]
     assert scores.seconds_to == pytest.approx(summary["threshold_seconds"], abs=0.01)
+
+
+@pytest.mark.parametrize("threshold", ["nan", "inf"])
+def test_a_threshold_that_is_no_finite_number_is_refused(tmp_path: Path,
+                                                          threshold: str) -> None:
+    done = rltrain("compare", str(tmp_path), "--threshold", threshold, cwd=tmp_path)
+    assert done.returncode == 2
+    assert f"argument --threshold: must be a finite number; got {threshold}" in done.stderr

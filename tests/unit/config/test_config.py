@@ -59,6 +59,8 @@ def test_values_are_converted_to_the_declared_types() -> None:
     (["trainer.accumulate_grad_batches=0"], "accumulate_grad_batches must be >= 1"),
     (["strategy.batch_size=0"], "batch_size must be >= 1"),
     (["env.id=CartPole-v9"], "env.id: Unknown Gymnasium environment id 'CartPole-v9'"),
+    (["trainer.compile=2"], "trainer.compile must be true, false or a string; got 2 (int)"),
+    (["env.atari.foo=1"], "Valid keys under 'env.atari': noop_max, frame_skip, screen_size"),
     (["trainer.logger=3"], "logger must be a list of logger names (tensorboard, csv, wandb, "
                             "mlflow), one name, true or false; got 3"),
 ])

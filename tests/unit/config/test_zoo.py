@@ -138,3 +138,15 @@ def test_the_command_line_prints_a_translation_and_refuses_in_one_line(tmp_path:
     done = rltrain("fit", "zoo:sac/LunarLanderContinuous-v3", cwd=tmp_path)
     assert done.returncode != 0 and "Traceback" not in done.stderr
     assert "learning_rate" in done.stderr and not (tmp_path / "runs").exists()
+
+
+def test_the_command_line_says_what_a_zoo_entry_became(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from rltrain.cli import main
+
+    assert main(["fit", "zoo:ppo/CartPole-v1", "--print-config"]) == 0
+    first = capsys.readouterr().out.splitlines()[0]
+    assert first.startswith("# zoo:ppo/CartPole-v1: RL-Zoo's ppo entry (")
+    for setting in ("trainer.num_steps=100000", "strategy.num_envs=8",
+                    "strategy.n_steps=32", "agent.gamma=0.98"):
+        assert setting in first

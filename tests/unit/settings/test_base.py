@@ -111,3 +111,13 @@ def test_every_config_a_run_is_made_of_declares_its_settings_this_way() -> None:
             "with setting() and rules()")
         declared = [f for f in dataclasses.fields(config) if f.metadata]
         assert declared, config
+
+
+def test_an_n_step_window_longer_than_the_replay_is_refused() -> None:
+    from rltrain.settings.loops import OffPolicyConfig
+
+    with pytest.raises(ValueError, match=r"OffPolicyConfig: n_step \(50\) is longer than the "
+                                         r"replay holds: a window spans n_step x num_envs = "
+                                         r"100 transitions, buffer_size is 64"):
+        OffPolicyConfig(n_step=50, num_envs=2, buffer_size=64, batch_size=32)
+    assert OffPolicyConfig(n_step=32, num_envs=2, buffer_size=64, batch_size=32).n_step == 32
