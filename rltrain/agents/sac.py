@@ -52,7 +52,8 @@ class SACConfig(Settings):
 
     Attributes:
         hidden_sizes: Hidden widths of the actor and of each critic. Default [256, 256].
-        lr: Adam learning rate of the actor, the critics and the temperature. Default 1e-3.
+        lr: Adam learning rate of the actor, the critics and the temperature. Default 3e-4
+            (the SAC paper's and SB3's; the Pendulum preset takes RL-Zoo's 1e-3).
         gamma: Discount factor. Default 0.99.
         tau: Polyak rate of the target critics. Default 0.005.
         alpha: A fixed temperature; None learns it (log α by Adam). Default None.
@@ -82,7 +83,7 @@ class SACConfig(Settings):
     """
 
     hidden_sizes: list[int] = widths(256, 256)
-    lr: float = learning_rate(1e-3)
+    lr: float = learning_rate(3e-4)
     gamma: float = discount_factor()
     tau: float = polyak(0.005)
     alpha: float | None = setting(None, ge=0, none="to learn it")
