@@ -6,6 +6,8 @@ where every seed finishes once."""
 from __future__ import annotations
 
 import json
+import os
+import signal
 import subprocess
 import sys
 import time
@@ -58,8 +60,12 @@ def test_a_killed_group_resumes_only_its_unfinished_seeds(tmp_path: Path) -> Non
     deadline = time.monotonic() + 240
     while not (parent / "seed-1" / "checkpoints" / "manifest.json").exists():
         assert time.monotonic() < deadline and launcher.poll() is None
-        time.sleep(0.2)
-    launcher.kill()  # SIGKILL to the launcher alone: its seed dies with it
+        time.sleep(0.01)
+    # Seed 1 is held where it is (it could otherwise finish its few steps before the kill
+    # lands), then the launcher is killed: SIGKILL to the launcher alone, its seed dies with it.
+    os.kill(json.loads((parent / "seed-1" / ".rltrain.lock").read_text())["pid"],
+            signal.SIGSTOP)
+    launcher.kill()
     launcher.wait()
     first = (parent / "seed-0" / "summary.json").stat().st_mtime_ns
     assert not (parent / "seed-1" / "summary.json").exists()
