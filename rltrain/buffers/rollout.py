@@ -26,6 +26,9 @@ POLICY_OUTPUTS = ("log_prob", "value")
 _TENSORS = ("observations", "actions", "log_probs", "values", "rewards", "terminated",
             "truncated", "final_observations", "last_observations", "advantages", "returns",
             "running_returns")
+#: The tensors of one row per vector step: a checkpoint holds the rows stored so far only.
+_STEPS = ("observations", "actions", "log_probs", "values", "rewards", "terminated",
+          "truncated", "advantages", "returns")
 
 
 class RolloutBatch(NamedTuple):
@@ -206,9 +209,19 @@ class RolloutBuffer(GeneratorSampler):
         self.advantage_moments = self.advantage_moments[:0]
 
     def state_dict(self) -> dict[str, Any]:
-        """Every tensor, the position, the update's permutations and the shuffler's state."""
-        state: dict[str, Any] = {name: map_obs(torch.Tensor.clone, getattr(self, name))
-                                 for name in _TENSORS}
+        """What a resumed run reads of the rollout: the ``rows`` stored so far (the rest is
+        written again before it is read), the final observations of the truncated episodes
+        among them (``final_index``: their flat ``step x num_envs + env``), the last
+        observations, the running returns, the position, the update's permutations and the
+        shuffler's state."""
+        rows = self.pos
+        state: dict[str, Any] = {name: map_obs(lambda t: t[:rows].clone(), getattr(self, name))
+                                 for name in _STEPS}
+        final = torch.nonzero(self.truncated[:rows].reshape(-1)).reshape(-1)
+        state.update(rows=rows, final_index=final, final_observations=map_obs(
+            lambda t: t.reshape(-1, *t.shape[2:])[final].clone(), self.final_observations),
+            last_observations=map_obs(torch.Tensor.clone, self.last_observations),
+            running_returns=self.running_returns.clone())
         state.update(pos=self.pos, prepared=self.prepared,
                      permutations=self.permutations.clone(),
                      advantage_moments=self.advantage_moments.clone(), n_steps=self.n_steps,
@@ -216,14 +229,16 @@ class RolloutBuffer(GeneratorSampler):
         return state
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Restore :meth:`state_dict`'s output into a rollout of the same size and spaces."""
+        """Restore :meth:`state_dict`'s output into a rollout of the same size and spaces (a
+        checkpoint's every tensor whole, as earlier versions wrote it, too)."""
         if (state["n_steps"], state["num_envs"]) != (self.n_steps, self.num_envs):
             raise ValueError(
                 f"The saved rollout holds {state['n_steps']} steps of {state['num_envs']} envs; "
                 f"this one {self.n_steps} of {self.num_envs}. Resume with the saved n_steps "
                 "and num_envs.")
+        whole = _whole(state, self.truncated.shape, self.final_observations)
         for name in _TENSORS:  # check every tensor (shape, dtype) before overwriting any
-            found = mismatch(state[name], getattr(self, name))
+            found = mismatch(whole[name], getattr(self, name))
             if found is not None:
                 raise ValueError(f"The saved rollout's {name}{found[0]} do not fit this rollout "
                                  f"({found[2]}). Was it made for another environment?")
@@ -246,7 +261,7 @@ class RolloutBuffer(GeneratorSampler):
             raise ValueError(f"The saved rollout's shuffling generator is not valid: {error}."
                              ) from None
         for name in _TENSORS:
-            for mine, saved in _parts(getattr(self, name), state[name]):
+            for mine, saved in _parts(getattr(self, name), whole[name]):
                 mine.copy_(saved)
         self.pos, self.prepared = pos, prepared
         self.permutations = permutations.to(torch.int64).clone()
@@ -257,6 +272,45 @@ class RolloutBuffer(GeneratorSampler):
                              "float64 tensor.")
         self.advantage_moments = moments.clone()
         self.rng = rng
+
+
+def _whole(state: dict[str, Any], shape: torch.Size, like: ObsTensors) -> dict[str, Any]:
+    """A saved rollout's tensors at full size: the ``rows`` stored, zeros after them, and the
+    final observations put back at their ``final_index`` (a state without ``rows`` holds every
+    tensor whole already). Raises ``ValueError`` for rows or indices that do not fit."""
+    if "rows" not in state:
+        return state
+    rows, index = state["rows"], state["final_index"]
+    steps, envs = shape
+    if not (isinstance(rows, int) and 0 <= rows <= steps and isinstance(index, torch.Tensor)
+            and index.dtype == torch.int64 and index.dim() == 1
+            and bool(((index >= 0) & (index < rows * envs)).all())):
+        raise ValueError(f"The saved rollout's rows ({rows!r}) or final-observation indices "
+                         f"do not fit its {steps} steps of {envs} envs.")
+    whole = dict(state)
+    for name in _STEPS:
+        whole[name] = map_obs(lambda t: _padded(t, steps), state[name])
+
+    def scattered(saved: Any, mine: torch.Tensor) -> Any:
+        if not isinstance(saved, torch.Tensor) or saved.shape[:1] != index.shape:
+            return saved  # refused by the shape check that follows
+        out = torch.zeros((steps * envs, *saved.shape[1:]), dtype=saved.dtype)
+        out[index] = saved
+        return out.reshape(steps, envs, *saved.shape[1:])
+
+    saved = state["final_observations"]
+    whole["final_observations"] = ({key: scattered(saved.get(key), value)
+                                    for key, value in like.items()}
+                                   if isinstance(like, dict) and isinstance(saved, dict)
+                                   else scattered(saved, like))  # type: ignore[arg-type]
+    return whole
+
+
+def _padded(saved: Any, steps: int) -> Any:
+    """``saved`` rows followed by zero rows up to ``steps`` (as it is when it is no tensor)."""
+    if not isinstance(saved, torch.Tensor) or saved.dim() == 0 or len(saved) > steps:
+        return saved
+    return torch.cat([saved, saved.new_zeros((steps - len(saved), *saved.shape[1:]))])
 
 
 def _store(storage: ObsTensors, t: int, values: Any) -> None:

@@ -408,12 +408,14 @@ def test_every_action_space_trains_end_to_end(tmp_path: Path, name: str) -> None
     env = EnvSpec(CARTPOLE, wrappers=(wrapped(name),))
     recorder = EventRecorder()
     agent, trainer, result = fit(tmp_path, 256, ppo(), env, callbacks=(recorder,),
-                                 eval_interval=1000, eval_episodes=2)
+                                 eval_interval=1000, eval_episodes=2, checkpoint_interval=120)
     assert result.summary.env_steps == 256
     assert result.summary.gradient_steps == 4 * 4  # 4 rollouts x 2 epochs x 2 minibatches
     assert recorder.of(EvaluationEnd)  # the greedy actions went through the wrapper too
-    buffer = read_checkpoint(tmp_path / "checkpoints" / "last.pt")["buffer"]
+    # 120 env steps: 28 of the second rollout's 32 vector steps stored, which it holds
+    buffer = read_checkpoint(tmp_path / "checkpoints" / "checkpoint-120.pt")["buffer"]
     actions = buffer["actions"]
+    assert buffer["rows"] == 28 and len(actions) == 28
     # The rollout keeps the distribution's indices (from 0); the env got them shifted by start.
     sizes = {"MultiBinary": [2, 2], "MultiDiscrete": [2, 3], "Discrete": [2]}[
         type(space).__name__]

@@ -447,3 +447,56 @@ def test_prepare_rollout_bootstraps_a_truncation_from_its_final_observation() ->
     # Step 1 of sub-env 1 by hand: r + γ v(final) - v, and nothing carried from step 2.
     assert rollout.advantages[1, 1].item() == pytest.approx(
         0.5 + 0.9 * v(final[1:]).item() - values[1, 1].item(), abs=1e-6)
+
+
+def test_a_checkpoint_holds_the_rows_stored_and_the_truncated_episodes_final_observations(
+) -> None:
+    rollout = buffer(n_steps=4)
+    rollout.add(step(0, truncated=(False, True)))
+    rollout.add(step(1))
+    state = rollout.state_dict()
+    assert state["rows"] == 2 and state["observations"].shape == (2, 2, 3)
+    assert state["final_index"].tolist() == [1]  # step 0, sub-env 1: flat 0 x 2 + 1
+    assert state["final_observations"].tolist() == [[0.0, 1.0, 1.0]]
+    emptied = filled(buffer(n_steps=4))
+    emptied.reset()  # after its update: nothing a resume reads is left
+    assert emptied.state_dict()["observations"].shape == (0, 2, 3)
+    copy = buffer(n_steps=4, seed=99)
+    copy.load_state_dict(state)
+    assert torch.equal(copy.final_observations[0, 1], torch.tensor([0.0, 1.0, 1.0]))
+    for r in (rollout, copy):
+        filled(r).shuffle(2)
+    same_state(rollout, copy)
+
+
+def test_a_checkpoint_of_whole_tensors_from_an_earlier_version_still_loads() -> None:
+    original = buffer()
+    original.add(step(0, truncated=(True, False)))
+    state = original.state_dict()
+    for name in ("observations", "actions", "log_probs", "values", "rewards", "terminated",
+                 "truncated", "advantages", "returns", "final_observations"):
+        state[name] = getattr(original, name).clone()  # every row, as earlier versions saved
+    del state["rows"], state["final_index"]
+    copy = buffer(seed=99)
+    copy.load_state_dict(state)
+    same_state(original, copy)
+
+
+@pytest.mark.parametrize("edit", ["rows", "final_index", "final_index dtype"])
+def test_altered_rows_or_final_indices_are_refused_and_nothing_changes(edit: str) -> None:
+    original = buffer()
+    original.add(step(0, truncated=(True, False)))
+    state = original.state_dict()
+    if edit == "rows":
+        state["rows"] = 9
+    elif edit == "final_index":
+        state["final_index"] = torch.tensor([5])  # beyond the 1 x 2 transitions stored
+    else:
+        state["final_index"] = torch.tensor([0.0])
+    copy = buffer(seed=99)
+    before = copy.state_dict()
+    with pytest.raises(ValueError, match=r"rows .* or final-observation indices do not fit"):
+        copy.load_state_dict(state)
+    after = copy.state_dict()
+    assert all(torch.equal(v, after[k]) if isinstance(v, torch.Tensor) else v == after[k]
+               for k, v in before.items())
