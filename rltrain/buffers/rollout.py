@@ -103,6 +103,12 @@ class RolloutBuffer(GeneratorSampler):
         #: :meth:`share_advantage_moments`' result, one row per minibatch of the update.
         self.advantage_moments = torch.zeros((0, 3), dtype=torch.float64)
         self.rng = np.random.default_rng(seed)
+        #: NumPy views of the per-step storage that :meth:`add` writes through (made once:
+        #: the tensors are only ever written in place, loading included).
+        self._views: dict[str, Any] = {name: map_obs(torch.Tensor.numpy, getattr(self, name))
+                                       for name in (
+            "observations", "actions", "log_probs", "values", "rewards", "terminated",
+            "truncated", "final_observations", "last_observations")}
 
     @property
     def num_transitions(self) -> int:
@@ -142,22 +148,23 @@ class RolloutBuffer(GeneratorSampler):
         # Written through NumPy views of the (CPU) storage: one NumPy assignment costs a
         # fraction of a tensor's indexed copy, and the values (cast to the storage's dtype)
         # are the same.
-        t = self.pos
-        _store(self.observations, t, transitions.observations)
-        self.actions.numpy()[t] = _array(info.get("raw_action", transitions.actions)).reshape(
+        t, views = self.pos, self._views
+        for part, value in _parts(views["observations"], transitions.observations):
+            part[t] = _array(value)
+        views["actions"][t] = _array(info.get("raw_action", transitions.actions)).reshape(
             self.actions.shape[1:])
-        self.log_probs.numpy()[t] = _array(info["log_prob"]).reshape(self.num_envs)
-        self.values.numpy()[t] = _array(info["value"]).reshape(self.num_envs)
-        self.rewards.numpy()[t] = _array(transitions.rewards)
-        self.terminated.numpy()[t] = _array(transitions.terminated)
-        self.truncated.numpy()[t] = truncated = _array(transitions.truncated)
-        for final, last, value in _parts(self.final_observations, self.last_observations,
+        views["log_probs"][t] = _array(info["log_prob"]).reshape(self.num_envs)
+        views["values"][t] = _array(info["value"]).reshape(self.num_envs)
+        views["rewards"][t] = _array(transitions.rewards)
+        views["terminated"][t] = _array(transitions.terminated)
+        views["truncated"][t] = truncated = _array(transitions.truncated)
+        for final, last, value in _parts(views["final_observations"], views["last_observations"],
                                          map_obs(_array, transitions.next_observations)):
-            row = final.numpy()[t]
+            row = final[t]
             row[...] = 0
             if truncated.any():  # rare: most steps end no episode by a time limit
                 row[truncated] = value[truncated]
-            last.numpy()[...] = value
+            last[...] = value
         self.pos += 1
 
     def check_batch_size(self, batch_size: int) -> None:
@@ -311,12 +318,6 @@ def _padded(saved: Any, steps: int) -> Any:
     if not isinstance(saved, torch.Tensor) or saved.dim() == 0 or len(saved) > steps:
         return saved
     return torch.cat([saved, saved.new_zeros((steps - len(saved), *saved.shape[1:]))])
-
-
-def _store(storage: ObsTensors, t: int, values: Any) -> None:
-    """``storage[t] = values``, key by key for a dict of tensors (through NumPy views)."""
-    for part, value in _parts(storage, values):
-        part.numpy()[t] = _array(value)
 
 
 def _array(value: Any) -> np.ndarray:

@@ -92,8 +92,16 @@ def epsilon_greedy(greedy: torch.Tensor, mask: torch.Tensor | None, epsilon: flo
             num_actions: int) -> torch.Tensor:
     """Epsilon-greedy over ``greedy`` actions ``[B]``: each row, on its own coin from Python's
     generator (seeded and saved by the run), takes a uniformly random valid action with
-    probability ``epsilon``."""
-    coins = torch.tensor([random.random() < epsilon for _ in range(len(greedy))],
-                         device=greedy.device)
+    probability ``epsilon`` (drawn from Python's generator too without a mask: no torch call
+    for a step where no row explores)."""
+    coins = [random.random() < epsilon for _ in range(len(greedy))]
+    if mask is None:  # the few exploring rows drawn from Python's generator too
+        if not any(coins):
+            return greedy
+        rows = [i for i, coin in enumerate(coins) if coin]
+        actions = greedy.clone()
+        actions[rows] = torch.tensor([random.randrange(num_actions) for _ in rows],
+                                     device=greedy.device, dtype=greedy.dtype)
+        return actions
     randoms = random_valid_actions(mask, len(greedy), num_actions, greedy.device)
-    return torch.where(coins, randoms, greedy)
+    return torch.where(torch.tensor(coins, device=greedy.device), randoms, greedy)
