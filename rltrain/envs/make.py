@@ -19,13 +19,14 @@ from typing import Any, Literal, Union
 
 import gymnasium as gym
 import numpy as np
-from gymnasium.vector import AsyncVectorEnv, AutoresetMode, SyncVectorEnv, VectorEnv
+from gymnasium.vector import AsyncVectorEnv, AutoresetMode, VectorEnv
 from gymnasium.vector.async_vector_env import AsyncState
 
 from rltrain.envs.atari import AtariConfig, AtariPipeline, is_atari_id
 from rltrain.envs.envpool import EnvpoolVectorEnv, check_envpool_env, envpool_kwargs
 from rltrain.envs.errors import EnvError, EnvStepTimeout, SubEnvError
 from rltrain.envs.mujoco_log import route_mujoco_warnings
+from rltrain.envs.sync import LeanSyncVectorEnv
 from rltrain.runtime.watchdog import EnvCallHung, call_within, end_processes
 from rltrain.settings.targets import INSTALLED, MODULE_NAME, TRUSTED, Trust, import_modules, locate
 
@@ -447,9 +448,9 @@ def make_vector_env(
               for i in range(num_envs)]
     envs: VectorEnv[Any, Any, Any]
     if vectorization == "sync":
-        envs = SyncVectorEnv([functools.partial(_make_sub_env, make, i, seed + i)
-                              for i, make in enumerate(makers)],
-                             autoreset_mode=AutoresetMode.SAME_STEP)
+        envs = LeanSyncVectorEnv([functools.partial(_make_sub_env, make, i, seed + i)
+                                  for i, make in enumerate(makers)],
+                                 autoreset_mode=AutoresetMode.SAME_STEP)
     elif vectorization == "async":
         main = threading.current_thread() is threading.main_thread()
         envs = WorkerVectorEnv([functools.partial(_make_worker_env, make, i, seed + i,
