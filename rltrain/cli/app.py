@@ -380,10 +380,35 @@ def list_registered() -> int:
     for name, entry in STRATEGIES.items():
         print(f"  {name:<12} {entry.summary} [{entry.config.__name__}]")
     print(f"shipped configs ({SHIPPED_CONFIGS}):")
-    for name in shipped_configs():
-        first = (SHIPPED_CONFIGS / f"{name}.yaml").read_text(encoding="utf-8").splitlines()[0]
-        print(f"  {name:<12} {first.lstrip('# ')}")
+    names = shipped_configs()
+    width = max(map(len, names), default=0)
+    for name in names:
+        print(f"  {name:<{width}} {first_sentence(SHIPPED_CONFIGS / f'{name}.yaml')}")
     return 0
+
+
+def first_sentence(config: Path, width: int = 100) -> str:
+    """A shipped config's leading comment (which runs over lines) up to its first full stop or
+    semicolon outside brackets; when that is wider than ``width``, up to its first colon."""
+    lines = []
+    for line in config.read_text(encoding="utf-8").splitlines():
+        if not line.startswith("#"):
+            break
+        lines.append(line.lstrip("# ").strip())
+    text = " ".join(part for part in lines if part)
+    sentence = _up_to(text, ".;")
+    return sentence if len(sentence) <= width else _up_to(sentence, ":")
+
+
+def _up_to(text: str, stops: str) -> str:
+    """``text`` up to the first of ``stops`` outside brackets and before a space (or the end),
+    ended with a full stop."""
+    depth = 0
+    for i, char in enumerate(text):
+        depth += (char in "([") - (char in ")]")
+        if depth == 0 and char in stops and text[i + 1:i + 2] in ("", " "):
+            return text[:i] + "."
+    return text
 
 
 if __name__ == "__main__":

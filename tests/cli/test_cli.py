@@ -188,6 +188,12 @@ def test_list_shows_agents_strategies_and_shipped_configs(
     assert any(line.split()[:1] == ["dqn"] for line in lines)
     assert any(line.split()[:1] == ["off_policy"] for line in lines)
     assert any(line.split()[:1] == ["dqn_cartpole"] for line in lines)
+    shipped = lines[next(i for i, line in enumerate(lines) if line.startswith("shipped")) + 1:]
+    assert len(shipped) >= 30
+    for line in shipped:  # each a whole phrase: ended, its brackets closed
+        said = line.split(maxsplit=1)[1]
+        assert said.endswith(".") and said.count("(") == said.count(")"), line
+    assert any("DQN on CartPole-v1, RL-Zoo's tuned hyperparameters." in line for line in lines)
 
 
 def test_fit_help_shows_the_syntax_and_examples(tmp_path: Path) -> None:
