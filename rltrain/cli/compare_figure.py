@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from rltrain.cli.compare import AGGREGATES, Comparison, kaplan_meier
+from rltrain.cli.compare import AGGREGATES, Comparison, Estimate, kaplan_meier
 
 
 def draw_comparison(result: Comparison, out: str | Path, *, dpi: int = 100) -> Path:
@@ -56,15 +56,23 @@ def _aggregates(ax: Any, result: Comparison, names: list[str], colors: list[str]
         for row, group in enumerate(result.groups):
             estimate = getattr(group, result.metric)[aggregate]
             y = column * (rows + 1) + row
-            ax.plot([estimate.low, estimate.high], [y, y], color=colors[row], linewidth=6,
-                    alpha=0.5, solid_capstyle="butt")
-            ax.plot([estimate.value], [y], marker="|", color="black", markersize=12)
+            _mark(ax, estimate, y, colors[row])
     ax.set_yticks([c * (rows + 1) + (rows - 1) / 2 for c in range(len(AGGREGATES))],
                   [a.upper() if a == "iqm" else a for a in AGGREGATES])
     ax.invert_yaxis()
     ax.set_xlabel(f"{result.metric} evaluation return (95% stratified-bootstrap CI)")
     ax.grid(True, axis="x", alpha=0.3)
     ax.set_title("aggregates over runs")
+
+
+def _mark(ax: Any, estimate: Estimate, y: float, color: str, digits: int = 1) -> None:
+    """An estimate at height ``y``: its interval as a bar, its value as a dot, and both as
+    numbers beside it, so that a zero-width interval (P = 1.00 [1.00, 1.00]) still shows."""
+    ax.plot([estimate.low, estimate.high], [y, y], color=color, linewidth=6, alpha=0.5,
+            solid_capstyle="butt")
+    ax.plot([estimate.value], [y], marker="o", color="black", markersize=5)
+    ax.annotate(estimate.text(digits), (estimate.value, y), xytext=(0, 7),
+                textcoords="offset points", ha="center", fontsize="small")
 
 
 def _profiles(ax: Any, result: Comparison, names: list[str], colors: list[str]) -> None:
@@ -85,13 +93,10 @@ def _improvement(ax: Any, result: Comparison, names: list[str]) -> None:
         ax.set_axis_off()
         return
     for y, (i, j) in enumerate(pairs):
-        estimate = result.improvement[i, j]
-        ax.plot([estimate.low, estimate.high], [y, y], color="C0", linewidth=6, alpha=0.5,
-                solid_capstyle="butt")
-        ax.plot([estimate.value], [y], marker="|", color="black", markersize=12)
+        _mark(ax, result.improvement[i, j], y, "C0", digits=2)
     ax.axvline(0.5, color="gray", linestyle="--", linewidth=1)
     ax.set_yticks(range(len(pairs)), [f"P({names[i]} > {names[j]})" for i, j in pairs])
-    ax.set_xlim(0, 1)
+    ax.set_xlim(-0.05, 1.05)  # a probability of 0 or 1 stays inside the frame
     ax.invert_yaxis()
     ax.set_xlabel(f"probability of improvement ({result.metric} return, 95% CI)")
     ax.set_title("probability of improvement")
@@ -102,16 +107,22 @@ def _reached(ax: Any, result: Comparison, names: list[str], colors: list[str]) -
         ax.text(0.5, 0.5, "no threshold: give --threshold R", ha="center", va="center")
         ax.set_axis_off()
         return
-    for name, group, color in zip(names, result.groups, colors, strict=True):
+    # Groups whose curves coincide (none reached, or the same steps) stay apart by their
+    # dashes, and each line says its group and how many runs reached the threshold.
+    styles = ["-", "--", ":", "-."]
+    for index, (name, group, color) in enumerate(zip(names, result.groups, colors,
+                                                       strict=True)):
         end = max(run.steps_to for run in group.runs)
         steps, fraction = np.array([]), np.array([])
         if group.reached:  # the Kaplan-Meier curve the table's medians are read from
             cdf = kaplan_meier([run.steps_to for run in group.runs],
                                [run.reached for run in group.runs])
             steps, fraction = cdf.quantiles, cdf.probabilities
-        ax.step(np.concatenate([[0.0], steps, [end]]),
-                np.concatenate([[0.0], fraction, fraction[-1:] if steps.size else [0.0]]),
-                where="post", color=color, label=name, linewidth=1.8)
+        last = float(fraction[-1]) if steps.size else 0.0
+        ax.step(np.concatenate([[0.0], steps, [end]]), np.concatenate([[0.0], fraction, [last]]),
+                where="post", color=color, linestyle=styles[index % len(styles)],
+                label=f"{name}: {group.reached} of {len(group.runs)} reached", linewidth=1.8)
+    ax.legend(loc="upper left", fontsize="small")
     ax.set_xlabel("env steps")
     ax.set_ylabel(f"reached {result.threshold:g} (Kaplan-Meier)")
     ax.set_ylim(-0.02, 1.02)

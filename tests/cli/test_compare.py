@@ -231,3 +231,40 @@ def test_a_threshold_that_is_no_finite_number_is_refused(tmp_path: Path,
     done = rltrain("compare", str(tmp_path), "--threshold", threshold, cwd=tmp_path)
     assert done.returncode == 2
     assert f"argument --threshold: must be a finite number; got {threshold}" in done.stderr
+
+
+def test_every_estimate_is_drawn_as_a_mark_with_its_number_and_coinciding_lines_apart(
+) -> None:
+    """When every run of one group beats every run of the other, P = 1.00 [1.00, 1.00] is a
+    dot with its number inside the frame (not a zero-width bar on the frame's edge); two
+    groups that never reach the threshold have lines told apart by their dashes and labels."""
+    pytest.importorskip("matplotlib")
+    from matplotlib.figure import Figure
+
+    from rltrain.cli.compare import Comparison, Estimate, GroupStats, RunScores
+    from rltrain.cli.compare_figure import _aggregates, _improvement, _reached
+
+    def group(label: str, score: float) -> GroupStats:
+        runs = tuple(RunScores(run=None, final=score, best=score, steps_to=5_000.0,  # type: ignore[arg-type]
+                               seconds_to=float("nan"), reached=False) for _ in range(3))
+        same = Estimate(score, score, score)
+        return GroupStats(label, runs, {a: same for a in ("iqm", "mean", "median")},
+                          {a: same for a in ("iqm", "mean", "median")}, None, None)
+
+    result = Comparison([group("a", 500.0), group("b", 20.0)], "final", 475.0,
+                        {(0, 1): Estimate(1.0, 1.0, 1.0), (1, 0): Estimate(0.0, 0.0, 0.0)},
+                        np.linspace(0, 500, 5), [np.zeros((3, 5))] * 2)
+    axes = Figure().subplots(1, 3)
+    _improvement(axes[0], result, ["G1", "G2"])
+    assert [t.get_text() for t in axes[0].texts] == ["1.00 [1.00, 1.00]"]
+    dots = [line for line in axes[0].lines if line.get_marker() == "o"]
+    assert len(dots) == 1 and dots[0].get_xdata()[0] == 1.0
+    low, high = axes[0].get_xlim()
+    assert low < 0 and high > 1  # the dot at 1 is inside the frame
+    _aggregates(axes[1], result, ["G1", "G2"], ["C0", "C1"])
+    assert sorted({t.get_text() for t in axes[1].texts}) == ["20.0 [20.0, 20.0]",
+                                                            "500.0 [500.0, 500.0]"]
+    _reached(axes[2], result, ["G1", "G2"], ["C0", "C1"])
+    lines = axes[2].get_lines()
+    assert [line.get_label() for line in lines] == ["G1: 0 of 3 reached", "G2: 0 of 3 reached"]
+    assert lines[0].get_linestyle() != lines[1].get_linestyle()
