@@ -17,7 +17,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import signal
 import subprocess
 import time
 from dataclasses import dataclass
@@ -41,6 +40,7 @@ from rltrain.cli.processes import (
 from rltrain.cli.records import bounded_int, read_bounded, refuse_unknown_fields
 from rltrain.config.files import literal_config
 from rltrain.config.schema import to_container, validate
+from rltrain.runtime.watchdog import exit_words
 from rltrain.trainer.preflight import default_run_dir
 from rltrain.trainer.run_dir import LOCK, prepare_run
 
@@ -348,13 +348,3 @@ def _report(seed: Seed) -> int:
     print(f"seed {seed.seed}: failed ({exit_words(code)}) after {seconds:.0f} s: {last}",
           flush=True)
     return code if code > 0 else 1
-
-
-def exit_words(code: int) -> str:
-    """A process's exit status in words: ``exit 3``, or ``killed by SIGTERM`` for ``-15``."""
-    if code >= 0:
-        return f"exit {code}"
-    try:
-        return f"killed by {signal.Signals(-code).name}"
-    except ValueError:
-        return f"killed by signal {-code}"

@@ -27,7 +27,7 @@ from rltrain.envs.envpool import EnvpoolVectorEnv, check_envpool_env, envpool_kw
 from rltrain.envs.errors import EnvError, EnvStepTimeout, SubEnvError
 from rltrain.envs.mujoco_log import route_mujoco_warnings
 from rltrain.envs.sync import LeanSyncVectorEnv
-from rltrain.runtime.watchdog import EnvCallHung, call_within, end_processes
+from rltrain.runtime.watchdog import EnvCallHung, call_within, end_processes, exit_words
 from rltrain.settings.targets import INSTALLED, MODULE_NAME, TRUSTED, Trust, import_modules, locate
 
 Vectorization = Literal["sync", "async"]
@@ -388,14 +388,33 @@ def call_vector_env(envs: VectorEnv[Any, Any, Any], call: str, argument: Any,
         if call == "step":
             return call_within(timeout, envs.step, argument)
         return call_within(timeout, envs.reset, seed=argument)
-    if call == "step":
-        envs.step_async(argument)
-    else:
-        envs.reset_async(seed=argument)
-    late = call_within(None, await_workers, envs, timeout)
-    if late:
-        raise EnvCallHung(f"env_step_timeout={timeout:g} s", sub_envs=late)
-    return envs.step_wait() if call == "step" else envs.reset_wait()
+    try:
+        if call == "step":
+            envs.step_async(argument)
+        else:
+            envs.reset_async(seed=argument)
+        late = call_within(None, await_workers, envs, timeout)
+        if late:
+            raise EnvCallHung(f"env_step_timeout={timeout:g} s", sub_envs=late)
+        return envs.step_wait() if call == "step" else envs.reset_wait()
+    except (EOFError, BrokenPipeError, ConnectionResetError) as error:  # a worker's pipe closed
+        raise dead_worker(envs, error) from error
+
+
+def dead_worker(envs: AsyncVectorEnv, error: BaseException) -> BaseException:
+    """What a closed pipe of an async vector env means: the sub-env whose worker process died,
+    with its exit status (``error`` itself when every worker is alive)."""
+    deadline = time.monotonic() + 1.0  # a pipe can close a moment before its process ends
+    while True:
+        for index, process in enumerate(envs.processes):
+            if not process.is_alive() and process.exitcode is not None:
+                return SubEnvError(
+                    f"sub-env {index}'s worker process died ({exit_words(process.exitcode)}; "
+                    "the OOM killer, a crash in the env's native code, or a kill from outside)",
+                    index=index)
+        if time.monotonic() > deadline:
+            return error
+        time.sleep(0.02)
 
 
 def env_name(env: EnvInit) -> str:

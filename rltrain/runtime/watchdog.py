@@ -302,3 +302,13 @@ def watch_env_calls() -> Iterator[None]:
         watch.end()
         if previous is not None:
             signal.signal(signal.SIGALRM, previous)
+
+
+def exit_words(code: int) -> str:
+    """A process's exit status in words: ``exit 3``, or ``killed by SIGTERM`` for ``-15``."""
+    if code >= 0:
+        return f"exit {code}"
+    try:
+        return f"killed by {signal.Signals(-code).name}"
+    except ValueError:
+        return f"killed by signal {-code}"

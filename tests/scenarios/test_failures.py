@@ -12,6 +12,7 @@ import hashlib
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 from collections.abc import Callable, Iterator
@@ -63,6 +64,20 @@ def raising_cartpole(at: int, fail_seed: int) -> gym.Env[Any, Any]:
 def raising(at: int, fail_seed: int) -> Callable[[], gym.Env[Any, Any]]:
     """A picklable factory (module-level function): async workers can make it."""
     return functools.partial(raising_cartpole, at, fail_seed)
+
+
+class DieAt(RaiseAt):
+    """The sub-env reset with ``fail_seed`` has its worker process killed (SIGKILL, as the OOM
+    killer does) at its ``at``-th step instead of raising."""
+
+    def step(self, action: Any) -> Any:
+        if self.armed and self.steps + 1 == self.at:
+            os.kill(os.getpid(), signal.SIGKILL)
+        return super().step(action)
+
+
+def dying_cartpole(at: int, fail_seed: int) -> gym.Env[Any, Any]:
+    return DieAt(gym.make("CartPole-v1"), at, fail_seed)
 
 
 class FailingDQN(DQN):
@@ -176,6 +191,17 @@ def test_a_sub_env_failure_in_an_async_worker_keeps_its_index_and_phase(tmp_path
             "step(): boom at step 10.") in str(error)
     assert isinstance(error.__cause__, SubEnvError) and error.__cause__.index == 2
     assert_emergency_checkpoint(error, tmp_path, 27)
+
+
+def test_an_async_worker_that_dies_is_named_with_its_exit_status(tmp_path: Path) -> None:
+    """A worker process killed from outside (the OOM killer's SIGKILL) closes its pipe: the
+    error names the sub-env and how its process ended, not a bare ``EOFError``."""
+    error = failure(lambda: trainer(tmp_path, 150, strategy=small(
+        num_envs=3, vectorization="async")).fit(functools.partial(dying_cartpole, 10, 1), dqn()))
+    assert error.phase == "collect" and error.sub_env == 1
+    assert ("while collecting experience, in sub-env 1: sub-env 1's worker process died "
+            "(killed by SIGKILL;") in str(error), str(error)
+    assert "EOFError" not in str(error)
 
 
 # 2. The agent raising in training_step -----------------------------------------------------
