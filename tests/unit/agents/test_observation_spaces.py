@@ -272,7 +272,7 @@ def test_dqn_and_ppo_train_on_discrete_observations_from_the_cli(
     """No YAML: the agent's own defaults, shortened. (Taxi-v3 is Taxi-v4 in Gymnasium 1.4.)"""
     run_dir = tmp_path / "run"
     schedule = (["strategy.warmup_steps=500", "strategy.train_interval=250"] if agent == "dqn"
-                else ["strategy.n_steps=256"])
+                else ["strategy.n_steps=256", "trainer.checkpoint_interval=896"])
     assert main(quiet_cli(run_dir, f"agent.name={agent}", f"env.id={env}",
                           "trainer.num_steps=1024", "trainer.eval_episodes=2",
                           *schedule)) == 0
@@ -280,9 +280,11 @@ def test_dqn_and_ppo_train_on_discrete_observations_from_the_cli(
     assert summary.startswith(f"encoder: one-hot (Discrete({n}) -> {n} features) -> MLP\n")
     state = read_checkpoint(run_dir / "checkpoints" / "last.pt")
     assert state["progress"]["env_steps"] == 1024
+    if agent == "ppo":  # a rollout's checkpoint holds the rows it stored: one mid-rollout
+        state = read_checkpoint(run_dir / "checkpoints" / "checkpoint-896.pt")
     observations = state["buffer"]["observations"]
     assert observations.dtype == torch.int64  # indices, one per transition (and per env)
-    assert observations.shape == ((1024,) if agent == "dqn" else (256, 1))
+    assert observations.shape == ((1024,) if agent == "dqn" else (128, 1))
     assert 0 <= int(observations.min()) and int(observations.max()) < n
     policy = load_policy(run_dir)
     assert policy.predict(3)[0] in range(4 if env == "FrozenLake-v1" else 6)
