@@ -8,6 +8,7 @@ import argparse
 import contextlib
 import json
 import os
+import re
 import sys
 import warnings
 from collections.abc import Iterator, Sequence
@@ -395,7 +396,11 @@ def first_sentence(config: Path, width: int = 100) -> str:
         if not line.startswith("#"):
             break
         lines.append(line.lstrip("# ").strip())
-    text = " ".join(part for part in lines if part)
+    text = ""
+    for part in filter(None, lines):  # a dotted name wrapped after its dot joins unspaced
+        wrapped = re.search(r"[A-Za-z_]\w+(\.[A-Za-z_]\w+)+\.$", text)
+        text += part if wrapped else f" {part}"
+    text = text.strip()
     sentence = _up_to(text, ".;")
     return sentence if len(sentence) <= width else _up_to(sentence, ":")
 
