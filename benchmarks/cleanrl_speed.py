@@ -214,22 +214,23 @@ PPO_SETTINGS = [
     "agent.normalize_advantage=true", "agent.target_kl=null", "agent.hidden_sizes=[64,64]",
     "agent.activation=tanh", "agent.shared_trunk=false", "agent.ortho_init=true"]
 
+#: What CleanRL's ``sac_continuous_action.py`` and ``td3_continuous_action.py`` share: one env,
+#: a replay of 1M, batches of 256, one gradient step per env step, 256x256 networks, lr 3e-4,
+#: gamma 0.99, tau 0.005.
+CONTINUOUS_SETTINGS = [
+    "strategy.num_envs=1", "strategy.buffer_size=1000000", "strategy.batch_size=256",
+    "strategy.train_interval=1", "strategy.train_steps=1", "agent.hidden_sizes=[256,256]",
+    "agent.lr=3e-4", "agent.gamma=0.99", "agent.tau=0.005"]
+
 #: CleanRL ``sac_continuous_action.py``'s defaults as overrides of ``sac_halfcheetah``; its
 #: actor's 2 updates every 2 env steps are rltrain's one per step (policy_delay=1).
-SAC_SETTINGS = [
-    "strategy.num_envs=1", "strategy.buffer_size=1000000", "strategy.batch_size=256",
-    "strategy.warmup_steps=5000", "strategy.train_interval=1", "strategy.train_steps=1",
-    "agent.hidden_sizes=[256,256]", "agent.lr=3e-4", "agent.gamma=0.99", "agent.tau=0.005",
-    "agent.alpha=null", "agent.alpha_init=1.0", "agent.policy_delay=1",
-    "agent.target_update_interval=1"]
+SAC_SETTINGS = [*CONTINUOUS_SETTINGS, "strategy.warmup_steps=5000", "agent.alpha=null",
+                "agent.alpha_init=1.0", "agent.policy_delay=1", "agent.target_update_interval=1"]
 
 #: CleanRL ``td3_continuous_action.py``'s defaults as overrides of ``td3_halfcheetah``.
-TD3_SETTINGS = [
-    "strategy.num_envs=1", "strategy.buffer_size=1000000", "strategy.batch_size=256",
-    "strategy.warmup_steps=25000", "strategy.train_interval=1", "strategy.train_steps=1",
-    "agent.hidden_sizes=[256,256]", "agent.lr=3e-4", "agent.gamma=0.99", "agent.tau=0.005",
-    "agent.policy_delay=2", "agent.exploration_noise=0.1", "agent.target_policy_noise=0.2",
-    "agent.target_noise_clip=0.5"]
+TD3_SETTINGS = [*CONTINUOUS_SETTINGS, "strategy.warmup_steps=25000", "agent.policy_delay=2",
+                "agent.exploration_noise=0.1", "agent.target_policy_noise=0.2",
+                "agent.target_noise_clip=0.5"]
 
 #: ``ppo_atari`` is CleanRL's ``ppo_atari.py``; envpool as CleanRL's envpool script.
 PPO_ATARI_SETTINGS = ["env.id=ALE/Breakout-v5", "env.backend=envpool", "strategy.num_envs=8",

@@ -26,9 +26,11 @@ POLICY_OUTPUTS = ("log_prob", "value")
 _TENSORS = ("observations", "actions", "log_probs", "values", "rewards", "terminated",
             "truncated", "final_observations", "last_observations", "advantages", "returns",
             "running_returns")
+#: The tensors :meth:`RolloutBuffer.add` writes one row of per vector step.
+_ADDED = ("observations", "actions", "log_probs", "values", "rewards", "terminated",
+          "truncated")
 #: The tensors of one row per vector step: a checkpoint holds the rows stored so far only.
-_STEPS = ("observations", "actions", "log_probs", "values", "rewards", "terminated",
-          "truncated", "advantages", "returns")
+_STEPS = (*_ADDED, "advantages", "returns")
 
 
 class RolloutBatch(NamedTuple):
@@ -105,10 +107,9 @@ class RolloutBuffer(GeneratorSampler):
         self.rng = np.random.default_rng(seed)
         #: NumPy views of the per-step storage that :meth:`add` writes through (made once:
         #: the tensors are only ever written in place, loading included).
-        self._views: dict[str, Any] = {name: map_obs(torch.Tensor.numpy, getattr(self, name))
-                                       for name in (
-            "observations", "actions", "log_probs", "values", "rewards", "terminated",
-            "truncated", "final_observations", "last_observations")}
+        self._views: dict[str, Any] = {
+            name: map_obs(torch.Tensor.numpy, getattr(self, name))
+            for name in (*_ADDED, "final_observations", "last_observations")}
 
     @property
     def num_transitions(self) -> int:

@@ -4,12 +4,13 @@ allow.
 
 Gymnasium's ``step`` dispatches on the spaces twice per call (``iterate`` over the actions,
 ``concatenate`` of the observations), deep-copies the batched observations and asks every
-sub-env's empty info to be merged; with one CartPole sub-env that is about 9 us of a 33 us vector
-step (``docs/benchmarks.md``). For array spaces (a ``Box`` observation; a ``Box``,
-``Discrete``, ``MultiDiscrete`` or ``MultiBinary`` action) :class:`LeanSyncVectorEnv` does the
-same work directly: the same sub-env calls in the same order, and the same observations,
-rewards, flags and infos, value for value (``tests/unit/envs/test_sync.py``). Other spaces (a
-``Dict`` or ``Tuple``) take Gymnasium's own ``step``.
+sub-env's empty info to be merged: measured with one CartPole sub-env, 28.5 us a vector step
+against 19.0 us without them (69 against 52 us with four). For array spaces (a ``Box``
+observation; a ``Box``, ``Discrete``, ``MultiDiscrete`` or ``MultiBinary`` action)
+:class:`LeanSyncVectorEnv` does the same work directly: the same sub-env calls in the same
+order, and the same observations, rewards, flags and infos, value for value
+(``tests/unit/envs/test_sync.py``). Other spaces (a ``Dict`` or ``Tuple``) take Gymnasium's own
+``step``.
 """
 
 from __future__ import annotations
