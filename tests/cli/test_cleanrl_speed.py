@@ -240,6 +240,7 @@ def test_rltrain_side_has_cleanrl_defaults(name: str) -> None:
 @pytest.mark.slow
 @needs_cleanrl
 def test_one_repeat_of_ppo_runs_both_sides(tmp_path: Path) -> None:
+    pytest.importorskip("tyro")  # CleanRL's command line (the test and bench extras)
     result = bench.run_pair("ppo", 1_024, 6_144, 0, CLEANRL, tmp_path)
     assert set(result["rates"]) == {"rltrain", "peer"} and result["ratio"] > 0
     assert len(list(tmp_path.glob("ppo-r0-*.log"))) == 4
