@@ -95,6 +95,13 @@ class Metrics:
         if handler is not None:
             handler(event)
 
+    def hears(self, event_type: type) -> bool:
+        """Whether :meth:`update` would change anything for an event of ``event_type``: an
+        :class:`EnvStep` only until the first one is recorded."""
+        if event_type is EnvStep:
+            return self._first_step is None
+        return event_type in self._handlers
+
     @property
     def env_steps(self) -> int:
         """Env steps done (the run's counter)."""

@@ -147,6 +147,13 @@ class EventProcessor:
         for handler in self._handlers.get(type(event), self._fallback):
             handler(event, self.metrics)
 
+    def hears(self, event_type: type) -> bool:
+        """Whether an event of ``event_type`` would reach a subscriber or change the metrics:
+        a caller may skip making one that would not (an :class:`EnvStep` every vector step
+        costs nothing when no subscriber listens)."""
+        return bool(self._handlers.get(event_type, self._fallback)) or self.metrics.hears(
+            event_type)
+
     def close(self) -> None:
         """Close every subscriber (flush files, close progress bars), even if one fails."""
         errors: list[BaseException] = []

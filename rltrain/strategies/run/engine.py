@@ -231,9 +231,9 @@ class Run(Generic[StorageT]):
             self.storage.add(transitions)
         if owe is not None:
             self.owe(owe(before, episodes))
-        progress = self.progress
-        self.events.emit(EnvStep(env_steps=progress.env_steps,
-                                 vector_steps=progress.vector_steps))
+        progress, events = self.progress, self.events
+        if events.hears(EnvStep):
+            events.emit(EnvStep(env_steps=progress.env_steps, vector_steps=progress.vector_steps))
         self.agreement.episodes_ended(episodes)
         return episodes
 
