@@ -84,3 +84,25 @@ def test_a_dict_observation_takes_gymnasiums_own_step() -> None:
     for action in ([0, 1], [1, 1]):
         for a, b in zip(theirs.step(np.array(action)), ours.step(np.array(action)), strict=True):
             same(a, b)
+
+
+class Float64Rows(gym.ObservationWrapper[Any, Any, Any]):
+    """Returns float64 observations for a float32 space: the batch casts them, as
+    Gymnasium's ``np.stack`` does."""
+
+    def observation(self, observation: Any) -> Any:
+        return np.asarray(observation, dtype=np.float64) + 1e-9
+
+
+def test_rows_of_another_dtype_are_cast_as_gymnasium_casts_them() -> None:
+    def make() -> gym.Env[Any, Any]:
+        return Float64Rows(gym.make("CartPole-v1"))
+
+    theirs, ours = pair(make, 2)
+    same(theirs.reset(seed=1), ours.reset(seed=1))
+    for _ in range(40):
+        actions = theirs.action_space.sample()
+        expected, got = theirs.step(actions), ours.step(actions)
+        assert got[0].dtype == np.float32
+        for a, b in zip(expected, got, strict=True):
+            same(a, b)

@@ -62,6 +62,26 @@ def test_processor_calls_only_the_hooks_a_subscriber_overrides(
     assert processor.metrics.snapshot()["train/loss"] == 1.0
 
 
+def test_an_env_step_is_heard_by_its_subscribers_or_by_the_metrics_until_their_first() -> None:
+    """A run makes an EnvStep event only when :meth:`EventProcessor.hears` says one would
+    reach a subscriber or change the metrics."""
+
+    class Episodes(Subscriber):
+        def on_episode_end(self, event: EpisodeEnd, metrics: Metrics) -> None: ...
+
+    class Steps(Subscriber):
+        def on_env_step(self, event: EnvStep, metrics: Metrics) -> None: ...
+
+    quiet = EventProcessor([Episodes()])
+    assert quiet.hears(EnvStep)  # the metrics time the run from its first env step
+    quiet.emit(EnvStep(env_steps=1, vector_steps=1))
+    assert not quiet.hears(EnvStep)
+    assert quiet.hears(EpisodeEnd) and quiet.hears(TrainStep)
+    listening = EventProcessor([Steps()])
+    listening.emit(EnvStep(env_steps=1, vector_steps=1))
+    assert listening.hears(EnvStep)
+
+
 def test_processor_calls_subscribers_in_order_after_updating_metrics() -> None:
     calls: list[tuple[str, int]] = []
 
