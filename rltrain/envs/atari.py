@@ -4,7 +4,8 @@ and CleanRL's ``ppo_atari.py`` apply it), as wrappers chosen by the ``env.atari`
 Per sub-env, innermost first:
 
 1. the ALE env made with ``frameskip=1`` (the pipeline skips frames itself), the configured
-   sticky-action probability and action set;
+   sticky-action probability and action set, its last action recorded (:class:`LastAction`,
+   for an exact resume with sticky actions) and its episode capped at ``max_episode_frames``;
 2. Gymnasium's ``AtariPreprocessing``: up to ``noop_max`` no-op actions after a reset, each
    action repeated ``frame_skip`` times with the last two frames max-pooled, the screen
    grayscaled and resized to ``screen_size`` (OpenCV's area interpolation);
@@ -114,6 +115,7 @@ class AtariPipeline:
 
     def __call__(self, env: gym.Env[Any, Any]) -> gym.Env[Any, Any]:
         c = self.config
+        env = LastAction(env)
         env = gym.wrappers.TimeLimit(env, c.max_episode_frames)  # the ALE's cap, in frames
         env = gym.wrappers.AtariPreprocessing(
             env, noop_max=c.noop_max, frame_skip=c.frame_skip, screen_size=c.screen_size,
@@ -132,6 +134,24 @@ def needs_fire(env: gym.Env[Any, Any]) -> bool:
     """Whether the game waits for FIRE to start (its action 1 is FIRE)."""
     meanings = env.unwrapped.get_action_meanings()  # type: ignore[attr-defined]
     return len(meanings) >= 3 and meanings[1] == "FIRE"
+
+
+class LastAction(gym.Wrapper[Any, Any, Any, Any]):
+    """Records the last action the ALE env was given (0, the no-op, after a reset, as the
+    ALE's own reset sets it): with sticky actions the emulator may repeat it, and the ALE's
+    saved state does not hold it, so :mod:`rltrain.envs.emulator` saves it from here."""
+
+    def __init__(self, env: gym.Env[Any, Any]) -> None:
+        super().__init__(env)
+        self.last_action = 0
+
+    def step(self, action: Any) -> tuple[Any, SupportsFloat, bool, bool, dict[str, Any]]:
+        self.last_action = int(action)
+        return self.env.step(action)
+
+    def reset(self, **kwargs: Any) -> tuple[Any, dict[str, Any]]:
+        self.last_action = 0
+        return self.env.reset(**kwargs)
 
 
 class EpisodicLife(gym.Wrapper[Any, Any, Any, Any]):

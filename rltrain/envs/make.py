@@ -229,6 +229,20 @@ class _SubEnv(gym.Wrapper[Any, Any, Any, Any]):
         space = env.observation_space
         self.box_shape = space.shape if type(space) is gym.spaces.Box else None
 
+    def rltrain_saved_state(self) -> dict[str, Any]:
+        """This sub-env's state for a checkpoint, saved where it lives (an async vector env
+        gets it from each worker with ``call``; :func:`~rltrain.envs.persistence.sub_env_state`)."""
+        from rltrain.envs.persistence import sub_env_state  # it builds on this module
+
+        return sub_env_state(self)
+
+    def rltrain_restore_state(self, key: str, states: list[Any]) -> str | None:
+        """Take this sub-env's own of the saved ``states`` back (an async vector env sends
+        every worker all of them with ``call``); returns why it was refused, or None."""
+        from rltrain.envs.persistence import restore_sub_env
+
+        return restore_sub_env(self, key, states[self.index], self.index)
+
     def step(self, action: Any) -> Any:
         try:
             result = self.env.step(action)

@@ -1,25 +1,35 @@
 """The sub-environments of a vector env in a checkpoint, so that a resumed run steps exactly as
-the straight one would have: MuJoCo's as checked arrays (:mod:`rltrain.envs.physics`), others
-pickled and read back through an allow-list (:mod:`rltrain.envs.pickling`); what cannot be
-saved (async workers, envpool, unpicklable envs, EzPickle envs such as Box2D) is said, once, and
-reset on resume. And what a runner's checkpoint records of its vector env, checked before a
-run directory is touched (:func:`check_saved_runner`)."""
+the straight one would have: MuJoCo's and the ALE's as checked data (:mod:`rltrain.envs.physics`,
+:mod:`rltrain.envs.emulator`), others pickled and read back through an allow-list
+(:mod:`rltrain.envs.pickling`). A sync vector env's sub-envs are saved in the main process; an
+async one's in their worker processes, through the vector env's own ``call`` (each worker
+returns its sub-env's state, and takes its own back on resume). What cannot be saved (envpool,
+unpicklable envs, EzPickle envs such as Box2D) is said, once, and reset on resume. And what a
+runner's checkpoint records of its vector env, checked before a run directory is touched
+(:func:`check_saved_runner`)."""
 
 from __future__ import annotations
 
 import pickle
 import warnings
+from types import ModuleType
 from typing import Any
 
 import gymnasium as gym
 import torch
 from gymnasium.utils import EzPickle
-from gymnasium.vector import SyncVectorEnv, VectorEnv
+from gymnasium.vector import AsyncVectorEnv, SyncVectorEnv, VectorEnv
 
 from rltrain.buffers.observations import layout
-from rltrain.envs import physics
-from rltrain.envs.checks import unpicklable_layer
+from rltrain.envs import emulator, physics
+from rltrain.envs.checks import layers, unpicklable_layer
 from rltrain.envs.pickling import env_classes, loads
+
+#: The kinds of sub-env saved as checked data, by their key in a runner's state.
+AS_DATA: dict[str, ModuleType] = {"physics": physics, "emulator": emulator}
+
+#: A runner state's key for the sub-envs of an async vector env pickled one by one.
+PICKLED = "pickled_envs"
 
 
 class SavedEnvs:
@@ -35,12 +45,17 @@ class SavedEnvs:
         self._warned_unsaved = False
 
     def state(self) -> dict[str, Any]:
-        """``{"physics": [...]}`` (MuJoCo's envs, as arrays) or ``{"envs": bytes tensor}``
-        (pickled), or ``{}`` when they cannot be saved (warned once per run)."""
+        """``{"physics": [...]}`` or ``{"emulator": [...]}`` (one state per sub-env, as
+        checked data), ``{"envs": bytes tensor}`` (a sync vector env's sub-envs pickled
+        together), ``{"pickled_envs": [bytes tensors]}`` (an async one's, one by one), or
+        ``{}`` when they cannot be saved (warned once per run)."""
+        if isinstance(self.envs, AsyncVectorEnv):
+            return self._async_state()
         if not isinstance(self.envs, SyncVectorEnv):
             return {}
-        if all(map(physics.saveable, self.envs.envs)):
-            return {"physics": [physics.state(env) for env in self.envs.envs]}
+        for key, kind in AS_DATA.items():
+            if all(map(kind.saveable, self.envs.envs)):
+                return {key: [kind.state(env) for env in self.envs.envs]}
         try:
             data = pickle.dumps(list(self.envs.envs))
         except Exception as error:
@@ -52,19 +67,23 @@ class SavedEnvs:
         """Put the saved sub-environments of ``state`` (untrusted: checked, unpickled through
         the allow-list of these envs' classes) in place; False when it holds none these envs
         can take (they are to be reset)."""
+        if isinstance(self.envs, AsyncVectorEnv):
+            return self._async_restore(state)
         if not isinstance(self.envs, SyncVectorEnv):
             return False
-        if self._restore_physics(state.get("physics")):
-            return True
+        for key, kind in AS_DATA.items():
+            saved = state.get(key)
+            if saved is not None and all(map(kind.restorable, self.envs.envs)):
+                _check_count(saved, self.envs.num_envs)
+                for index, (env, env_state) in enumerate(zip(self.envs.envs, saved,
+                                                             strict=True)):
+                    kind.restore(env, env_state, index)
+                return True
         saved = state.get("envs")
         if saved is None:
             return False
         restored = loads(saved.numpy().tobytes(), env_classes(self.envs.envs))
-        num_envs = self.envs.num_envs
-        if not isinstance(restored, list) or len(restored) != num_envs:
-            count = len(restored) if isinstance(restored, list) else "no list of"
-            raise ValueError(f"The checkpoint holds {count} environments; this run has "
-                             f"{num_envs} (num_envs). Resume with the checkpoint's num_envs.")
+        _check_count(restored, self.envs.num_envs)
         # EzPickle envs (Box2D; MuJoCo's outside rltrain.envs.physics's wrappers) pickle only
         # their constructor arguments: what comes back is a new env, as good as none.
         if any(isinstance(env.unwrapped, EzPickle) for env in restored):
@@ -74,40 +93,121 @@ class SavedEnvs:
         self.envs.envs = restored
         return True
 
-    def _restore_physics(self, saved: Any) -> bool:
-        """Put the sub-envs' saved MuJoCo state back, checked first; False when the checkpoint
-        holds none or these envs cannot take it."""
-        assert isinstance(self.envs, SyncVectorEnv)
-        if saved is None or not all(map(physics.restorable, self.envs.envs)):
+    def _async_state(self) -> dict[str, Any]:
+        """The sub-envs' states, each saved in its worker (:func:`sub_env_state`), gathered
+        under one key when every worker saved its sub-env the same way."""
+        assert isinstance(self.envs, AsyncVectorEnv)
+        states = list(self.envs.call("rltrain_saved_state"))
+        keys = {next(iter(saved)) for saved in states}
+        if len(keys) == 1 and (key := keys.pop()) in (*AS_DATA, PICKLED):
+            return {key: [saved[key] for saved in states]}
+        reason = next((saved["unsaved"] for saved in states if "unsaved" in saved),
+                      "its sub-envs are saved in different ways")
+        self._warn_once(f"The environments cannot be saved in this run's checkpoints: {reason}"
+                        ". A resume will reset the environments, so the episodes running at "
+                        "the checkpoint restart and the resumed run is not an exact "
+                        "continuation.")
+        return {}
+
+    def _async_restore(self, state: dict[str, Any]) -> bool:
+        """Send each worker its sub-env's saved state; its worker checks it and puts it in
+        place (:func:`restore_sub_env`). A refusal is raised here, naming the sub-env."""
+        assert isinstance(self.envs, AsyncVectorEnv)
+        key = next((k for k in (*AS_DATA, PICKLED) if state.get(k) is not None), None)
+        if key is None:
             return False
-        num_envs = self.envs.num_envs
-        if not isinstance(saved, list) or len(saved) != num_envs:
-            count = len(saved) if isinstance(saved, list) else "no list of"
-            raise ValueError(f"The checkpoint holds {count} environment states; this run has "
-                             f"{num_envs} (num_envs). Resume with the checkpoint's num_envs.")
-        for index, (env, env_state) in enumerate(zip(self.envs.envs, saved, strict=True)):
-            physics.restore(env, env_state, index)
+        _check_count(state[key], self.envs.num_envs)
+        answers = self.envs.call("rltrain_restore_state", key, state[key])
+        problems = [answer for answer in answers if answer is not None]
+        if problems:
+            raise ValueError(problems[0])
         return True
 
     def _warn_unsaved(self, envs: list[gym.Env[Any, Any]], error: Exception) -> None:
         """At the first save whose environments cannot be pickled (once per runner, so once
         per run), warn that the resume will not be exact, naming the layer that cannot be
         saved; otherwise only the resume would say so, without the cause."""
-        if self._warned_unsaved:
-            return
-        self._warned_unsaved = True
-        found = next(filter(None, map(unpicklable_layer, envs)), None)
-        layer, error = found if found is not None else (envs[0], error)
-        inner = getattr(layer, "env", None)
-        where = (f" (wrapping {type(inner.unwrapped).__name__})" if isinstance(inner, gym.Env)
-                 else "")
-        warnings.warn(
-            f"The environments cannot be saved in this run's checkpoints: "
+        self._warn_once(unsaved_reason(envs, error))
+
+    def _warn_once(self, message: str) -> None:
+        if not self._warned_unsaved:
+            self._warned_unsaved = True
+            warnings.warn(message, stacklevel=5)
+
+
+def unsaved_reason(envs: list[gym.Env[Any, Any]], error: Exception) -> str:
+    """Why ``envs`` cannot be saved (pickling them raised ``error``), naming the layer that
+    cannot be pickled, and what a resume then does."""
+    found = next(filter(None, map(unpicklable_layer, envs)), None)
+    layer, error = found if found is not None else (envs[0], error)
+    inner = getattr(layer, "env", None)
+    where = (f" (wrapping {type(inner.unwrapped).__name__})" if isinstance(inner, gym.Env)
+             else "")
+    return (f"The environments cannot be saved in this run's checkpoints: "
             f"{type(layer).__name__}{where} cannot be pickled ({type(error).__name__}: "
             f"{error}). A resume will reset the environments, so the episodes running at the "
             "checkpoint restart and the resumed run is not an exact continuation. For an exact "
             f"resume, replace {type(layer).__name__} with a picklable equivalent (its functions "
-            "defined at module level, not lambdas or local functions).", stacklevel=4)
+            "defined at module level, not lambdas or local functions).")
+
+
+def sub_env_state(env: gym.Env[Any, Any]) -> dict[str, Any]:
+    """One sub-env's state, in the process it lives in (an async worker's): ``{"physics":
+    ...}`` or ``{"emulator": ...}`` as checked data, ``{"pickled_envs": bytes tensor}``, or
+    ``{"unsaved": why}``."""
+    for key, kind in AS_DATA.items():
+        if kind.saveable(env):
+            return {key: kind.state(env)}
+    if isinstance(env.unwrapped, EzPickle):
+        return {"unsaved": f"{type(env.unwrapped).__name__} pickles only its constructor's "
+                           "arguments (EzPickle)"}
+    try:
+        data = pickle.dumps(env)
+    except Exception as error:
+        return {"unsaved": unsaved_reason([env], error).split(". A resume")[0]
+                .removeprefix("The environments cannot be saved in this run's checkpoints: ")}
+    return {PICKLED: torch.frombuffer(bytearray(data), dtype=torch.uint8)}
+
+
+def restore_sub_env(env: gym.Env[Any, Any], key: str, saved: Any, index: int) -> str | None:
+    """Put sub-env ``index``'s saved state (``sub_env_state``'s under ``key``; untrusted)
+    back into ``env``, in the process it lives in; returns why it was refused (nothing
+    changed) or None."""
+    try:
+        if key in AS_DATA:
+            if not AS_DATA[key].restorable(env):
+                return (f"The checkpoint holds a {key} state for sub-env {index}, which is not "
+                        "such an env here. Resume on the env it was trained on.")
+            AS_DATA[key].restore(env, saved, index)
+            return None
+        if not isinstance(saved, torch.Tensor) or saved.dtype != torch.uint8:
+            return f"The checkpoint's state of sub-env {index} is not a pickle's bytes."
+        restored = loads(saved.numpy().tobytes(), env_classes([env]))
+        _transplant(env, restored, index)
+    except (ValueError, pickle.UnpicklingError) as error:
+        return str(error)
+    return None
+
+
+def _transplant(env: gym.Env[Any, Any], restored: Any, index: int) -> None:
+    """Give each layer of the live ``env`` the attributes of the same layer of ``restored``
+    (an unpickled copy): an async worker keeps its env object, so the state moves into it."""
+    live = list(layers(env))
+    copies = list(layers(restored)) if isinstance(restored, gym.Env) else []
+    if [type(layer) for layer in copies] != [type(layer) for layer in live]:
+        raise ValueError(f"The checkpoint's sub-env {index} is not an env of this one's "
+                         f"layers ({', '.join(type(layer).__name__ for layer in live)}). "
+                         "Resume on the env it was trained on.")
+    for layer, copy in zip(live, copies, strict=True):
+        vars(layer).update({name: value for name, value in vars(copy).items() if name != "env"})
+
+
+def _check_count(saved: Any, num_envs: int) -> None:
+    """Refuse saved sub-envs that are not a list of ``num_envs``."""
+    if not isinstance(saved, list) or len(saved) != num_envs:
+        count = len(saved) if isinstance(saved, list) else "no list of"
+        raise ValueError(f"The checkpoint holds {count} environments; this run has "
+                         f"{num_envs} (num_envs). Resume with the checkpoint's num_envs.")
 
 
 def saved_spaces(observation_space: gym.Space[Any], action_space: gym.Space[Any],

@@ -213,8 +213,9 @@ class Runner:
         )
 
     def state_dict(self) -> dict[str, Any]:
-        """Current observations, episode statistics, policy state and, for a
-        ``SyncVectorEnv``, the sub-environments themselves (pickled) and the action space's
+        """Current observations, episode statistics, policy state, the sub-environments
+        themselves wherever they can be saved (:class:`~rltrain.envs.persistence.SavedEnvs`:
+        as checked data or pickled, from sync and async vector envs) and the action space's
         generator, so that a resumed run steps exactly as this one would have."""
         state: dict[str, Any] = {
             "observations": map_obs(lambda a: torch.from_numpy(np.array(a)),
@@ -232,20 +233,21 @@ class Runner:
         return state
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
-        """Restore :meth:`state_dict`'s output. Environments that could not be saved (async
-        workers, unpicklable envs) are reset instead, seeded from the reset seed and the vector
-        step, with a warning."""
+        """Restore :meth:`state_dict`'s output. Environments that could not be saved
+        (envpool's, unpicklable envs) are reset instead, seeded from the reset seed and the
+        vector step, with a warning."""
         check_saved_runner(state, self.envs.single_observation_space,
                            self.envs.single_action_space, self.num_envs)
         if self.saved_envs.restore(state):
             self._restore_episodes(state)
             return
         warnings.warn(
-            "The environments' state is not in this checkpoint (async vector envs, envpool's, "
-            "unpicklable envs and EzPickle envs such as Box2D cannot be saved, nor envs that "
-            "failed part-way through a step; MuJoCo's are saved inside Gymnasium's standard "
-            "wrappers only): they were reset with a new seed, so the episodes running at the "
-            "checkpoint restart and the resumed run is not an exact continuation.",
+            "The environments' state is not in this checkpoint (envpool's, unpicklable envs "
+            "and EzPickle envs such as Box2D cannot be saved, nor envs that failed part-way "
+            "through a step; MuJoCo's and the ALE's are saved inside Gymnasium's standard "
+            "wrappers and the Atari pipeline's only): they were reset with a new seed, so the "
+            "episodes running at the checkpoint restart and the resumed run is not an exact "
+            "continuation.",
             stacklevel=2)
         self.observations, _ = self._call("reset", self.seed + self.progress.vector_steps)
         self.episode_returns[:] = 0.0
