@@ -99,13 +99,16 @@ def assert_same_tensors(a: Any, b: Any, where: str = "", skip: Collection[str] =
         assert a == b, f"{where}: {a!r} != {b!r}"
 
 
-def env_snapshot(data: torch.Tensor) -> list[Any]:
-    """Every attribute of every wrapper layer of the pickled sub-envs, generators by state.
+def env_snapshot(data: torch.Tensor | list[torch.Tensor]) -> list[Any]:
+    """Every attribute of every wrapper layer of the pickled sub-envs (a sync vector env's,
+    pickled together, or an async one's, one pickle each), generators by state.
 
     (The pickled bytes themselves may differ for equal environments: pickle's memo order.)
     """
     snapshot = []
-    for env in pickle.loads(data.numpy().tobytes()):
+    envs = ([pickle.loads(t.numpy().tobytes()) for t in data] if isinstance(data, list)
+            else pickle.loads(data.numpy().tobytes()))
+    for env in envs:
         layer = env
         while layer is not None:
             for key, value in sorted(vars(layer).items()):

@@ -108,12 +108,24 @@ def restore(env: gym.Env[Any, Any], saved: Any, index: int) -> None:
     wrapper_state.check_generators(inner, saved["rng"], where)
     emulator = _emulator_state(inner, saved, where)
     last = _last_action(env, saved["wrappers"], where)
-    inner.ale.restoreState(emulator)
+    _restore_emulator(inner, emulator, where)
     if last is not None:
         _give_last_action(inner, last)
         inner.ale.restoreState(emulator)
     wrapper_state.restore_generators(inner, saved["rng"])
     wrapper_state.restore(env, saved["wrappers"], ATARI)
+
+
+def _restore_emulator(inner: Any, emulator: Any, where: str) -> None:
+    """Restore ``emulator`` into the ALE; where the ALE fails part-way (bytes it parsed but
+    cannot apply), put its own state back and refuse."""
+    before = inner.ale.cloneState(include_rng=True)
+    try:
+        inner.ale.restoreState(emulator)
+    except Exception as error:  # the ALE raises untranslated C++ errors
+        inner.ale.restoreState(before)
+        raise ValueError(f"{where}: the ALE cannot restore its emulator state ({error}): it "
+                         "was altered. Resume from another checkpoint.") from None
 
 
 def _sticky(inner: Any) -> float:
@@ -173,7 +185,11 @@ def _emulator_state(inner: Any, saved: dict[str, Any], where: str) -> Any:
         raise ValueError(f"{where}: its emulator state is not of this game's cartridge (ROM "
                          f"{rom.group().decode() if rom else '?'}). Resume on the game it was "
                          "trained on.")
-    emulator = ALEState(data)
+    try:
+        emulator = ALEState(data)
+    except Exception as error:  # the ALE's parser raises untranslated C++ errors
+        raise ValueError(f"{where}: its emulator state cannot be read by the ALE ({error}): "
+                         "it was altered. Resume from another checkpoint.") from None
     if (emulator.getCurrentMode(), emulator.getDifficulty()) != (live.getCurrentMode(),
                                                                  live.getDifficulty()):
         raise ValueError(f"{where}: its emulator state is of another game mode or difficulty "

@@ -210,14 +210,23 @@ def test_checkpoint_events_report_size_and_seconds(tmp_path: Path) -> None:
         assert event.seconds > 0
 
 
-def test_async_envs_resume_with_a_warning_and_fresh_episodes(tmp_path: Path) -> None:
-    fit(tmp_path, 400, vectorization="async", num_envs=2, eval_interval=None)
-    state = read_checkpoint(tmp_path / "checkpoints" / "last.pt")
-    assert state["runner"]["envs"] is None  # async workers' envs cannot be saved
-    with pytest.warns(UserWarning, match="environments' state is not in this checkpoint"):
-        fit(tmp_path, 600, ckpt_path="last", vectorization="async", num_envs=2,
-            eval_interval=None)
-    assert read_checkpoint(tmp_path / "checkpoints" / "last.pt")["progress"]["env_steps"] == 600
+def test_async_envs_are_saved_in_their_workers_and_resume_exactly(tmp_path: Path) -> None:
+    """Each worker pickles its sub-env at a checkpoint and takes it back on resume (the
+    allow-listed unpickling, in the worker): the resumed run is the straight one."""
+    settings: dict[str, Any] = dict(vectorization="async", num_envs=2, eval_interval=None)
+    straight, split = tmp_path / "straight", tmp_path / "split"
+    fit(straight, 600, **settings)
+    fit(split, 400, **settings)
+    assert len(read_checkpoint(split / "checkpoints" / "last.pt")["runner"]["pickled_envs"]) == 2
+    with warnings.catch_warnings():
+        warnings.filterwarnings("error", message="The environments")
+        fit(split, 600, ckpt_path="last", **settings)
+    a = read_checkpoint(straight / "checkpoints" / "last.pt")
+    b = read_checkpoint(split / "checkpoints" / "last.pt")
+    assert env_snapshot(a["runner"].pop("pickled_envs")) == env_snapshot(
+        b["runner"].pop("pickled_envs"))
+    for part in ("agent", "optimization", "buffer", "runner", "random", "progress"):
+        assert_same_tensors(a[part], b[part], part)
 
 
 def test_resume_with_another_gradient_clip_is_refused(tmp_path: Path) -> None:
