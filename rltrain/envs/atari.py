@@ -26,12 +26,13 @@ from __future__ import annotations
 
 import warnings
 from dataclasses import dataclass, replace
-from typing import Any, SupportsFloat
+from typing import Any, ClassVar, SupportsFloat
 
 import gymnasium as gym
 import numpy as np
 from typing_extensions import override
 
+from rltrain.envs.wrapper_state import ARRAYS, PLAIN
 from rltrain.settings.base import Settings, setting
 
 #: Where :class:`FrameStack` declares its stack depth in an env's (and so a vector env's)
@@ -141,6 +142,8 @@ class LastAction(gym.Wrapper[Any, Any, Any, Any]):
     ALE's own reset sets it): with sticky actions the emulator may repeat it, and the ALE's
     saved state does not hold it, so :mod:`rltrain.envs.emulator` saves it from here."""
 
+    saved_attributes: ClassVar[dict[str, str]] = {"last_action": PLAIN}
+
     def __init__(self, env: gym.Env[Any, Any]) -> None:
         super().__init__(env)
         self.last_action = 0
@@ -158,6 +161,8 @@ class EpisodicLife(gym.Wrapper[Any, Any, Any, Any]):
     """A lost life ends the learner's episode (``terminated``, Mnih et al. 2015); the reset
     that follows takes one no-op step in the same game instead of starting a new one, unless
     the game is over or the reset is seeded. Training only: evaluation plays whole games."""
+
+    saved_attributes: ClassVar[dict[str, str]] = {"lives": PLAIN, "game_over": PLAIN}
 
     def __init__(self, env: gym.Env[Any, Any]) -> None:
         super().__init__(env)
@@ -192,6 +197,8 @@ class LifeLossContinue(gym.Wrapper[Any, Any, Any, Any]):
     whole game and its return the game's score. Without it a greedy agent that never learnt
     to press FIRE would wait out the ALE's cap after its first lost life."""
 
+    saved_attributes: ClassVar[dict[str, str]] = {}
+
     def step(self, action: Any) -> tuple[Any, SupportsFloat, bool, bool, dict[str, Any]]:
         obs, reward, terminated, truncated, info = self.env.step(action)
         if terminated and not truncated and self.env.unwrapped.ale.lives() > 0:  # type: ignore[attr-defined]
@@ -203,6 +210,8 @@ class LifeLossContinue(gym.Wrapper[Any, Any, Any, Any]):
 class FireReset(gym.Wrapper[Any, Any, Any, Any]):
     """After a reset, FIRE then action 2 (SB3's ``FireResetEnv``): games such as Breakout
     wait for FIRE before play starts."""
+
+    saved_attributes: ClassVar[dict[str, str]] = {}
 
     def reset(self, **kwargs: Any) -> tuple[Any, dict[str, Any]]:
         self.env.reset(**kwargs)
@@ -216,6 +225,8 @@ class FireReset(gym.Wrapper[Any, Any, Any, Any]):
 class SignReward(gym.RewardWrapper[Any, Any]):
     """Rewards clipped to their sign, -1, 0 or +1 (Mnih et al. 2015). Training only."""
 
+    saved_attributes: ClassVar[dict[str, str]] = {}
+
     def reward(self, reward: SupportsFloat) -> float:
         return float(np.sign(float(reward)))
 
@@ -224,6 +235,8 @@ class FrameStack(gym.wrappers.FrameStackObservation[Any, Any]):
     """Gymnasium's ``FrameStackObservation`` (a reset fills the stack with its frame),
     declaring its depth in ``metadata["frame_stack"]`` so
     that a replay can store each frame once."""
+
+    saved_attributes: ClassVar[dict[str, str]] = {"obs_queue": ARRAYS}
 
     def __init__(self, env: gym.Env[Any, Any], stack_size: int) -> None:
         super().__init__(env, stack_size)

@@ -33,29 +33,17 @@ from typing import Any
 import gymnasium as gym
 import torch
 
-from rltrain.envs import wrapper_state
-from rltrain.envs.atari import (
-    EpisodicLife,
-    FireReset,
-    FrameStack,
-    LastAction,
-    LifeLossContinue,
-    SignReward,
-)
+import rltrain.envs.wrapper_state as wrapper_state
+from rltrain.envs.atari import LastAction
 from rltrain.envs.wrapper_state import ARRAYS, PLAIN, STANDARD, generator_states
 
-#: The standard Atari pipeline's wrappers with their state, and Gymnasium's standard ones.
+#: Gymnasium's Atari wrappers with their state, and its standard ones (the pipeline's own
+#: wrappers, :mod:`rltrain.envs.atari`, declare theirs).
 ATARI: wrapper_state.Table = {
     **STANDARD,
-    LastAction: {"last_action": PLAIN},
     gym.wrappers.AtariPreprocessing: {"obs_buffer": ARRAYS, "lives": PLAIN,
                                       "game_over": PLAIN},
-    EpisodicLife: {"lives": PLAIN, "game_over": PLAIN},
-    FireReset: {},
-    SignReward: {},
-    FrameStack: {"obs_queue": ARRAYS},
     gym.wrappers.FrameStackObservation: {"obs_queue": ARRAYS},
-    LifeLossContinue: {},
 }
 
 KEYS = {"emulator", "sha256", "rng", "wrappers"}

@@ -168,3 +168,12 @@ def check_envpool_env(env_id: str | None, wrappers: tuple[Any, ...], target: str
                          "applies its own limit, env.kwargs.max_episode_steps) or use "
                          "env.backend=gymnasium.")
 
+
+
+def backend_lines(env: object) -> list[str]:
+    """The run's opening lines on its env backend: with envpool's, that checkpoints cannot
+    hold the envs (none for Gymnasium's, which they hold)."""
+    if getattr(env, "backend", None) != "envpool":
+        return []
+    return ["env backend: envpool (its envs cannot be saved in checkpoints: a resume restarts "
+            "the episodes running at the checkpoint; env.backend=gymnasium resumes exactly)"]

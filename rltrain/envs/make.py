@@ -15,7 +15,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from multiprocessing.connection import wait as wait_for_pipes
-from typing import Any, Literal, Union
+from typing import Any, ClassVar, Literal, Union
 
 import gymnasium as gym
 import numpy as np
@@ -220,6 +220,8 @@ class _SubEnv(gym.Wrapper[Any, Any, Any, Any]):
     #: (the vector env's storage is laid out for it), else None (checked by
     #: :func:`shape_mismatch`). A class default for sub-envs pickled before it existed.
     box_shape: tuple[int, ...] | None = None
+    #: No state besides its construction's (:mod:`rltrain.envs.wrapper_state`).
+    saved_attributes: ClassVar[dict[str, str]] = {}
 
     def __init__(self, env: gym.Env[Any, Any], index: int, seed: int) -> None:
         super().__init__(env)
@@ -343,7 +345,12 @@ class WorkerVectorEnv(AsyncVectorEnv):
     Ctrl-C (the main process ends them), die with the main process (Linux), and whose
     :meth:`close` never waits on a hung worker: idle workers are asked to close their envs
     (:data:`CLOSE_TIMEOUT` seconds), busy ones (a step or reset pending: interrupted, timed
-    out) are terminated at once; any still alive a second after SIGTERM are killed."""
+    out) are terminated at once; any still alive a second after SIGTERM are killed. Its
+    sub-envs save and restore themselves in their workers for checkpoints
+    (:mod:`rltrain.envs.persistence`)."""
+
+    #: Each worker's sub-env answers the checkpoint's calls (:class:`_SubEnv`).
+    workers_save_sub_envs = True
 
     def close_extras(self, timeout: float | None = None, terminate: bool = False) -> None:
         busy = terminate or self._state is not AsyncState.DEFAULT

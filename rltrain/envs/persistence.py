@@ -20,8 +20,9 @@ import torch
 from gymnasium.utils import EzPickle
 from gymnasium.vector import AsyncVectorEnv, SyncVectorEnv, VectorEnv
 
+import rltrain.envs.emulator as emulator
+import rltrain.envs.physics as physics
 from rltrain.buffers.observations import layout
-from rltrain.envs import emulator, physics
 from rltrain.envs.checks import layers, unpicklable_layer
 from rltrain.envs.pickling import env_classes, loads
 
@@ -30,6 +31,11 @@ AS_DATA: dict[str, ModuleType] = {"physics": physics, "emulator": emulator}
 
 #: A runner state's key for the sub-envs of an async vector env pickled one by one.
 PICKLED = "pickled_envs"
+
+#: The class attribute by which an async vector env says its workers' sub-envs answer
+#: ``call("rltrain_saved_state")`` and ``call("rltrain_restore_state", ...)`` (rltrain's
+#: ``WorkerVectorEnv``, whose sub-envs are ``_SubEnv``s).
+WORKERS_SAVE = "workers_save_sub_envs"
 
 
 class SavedEnvs:
@@ -49,9 +55,10 @@ class SavedEnvs:
         checked data), ``{"envs": bytes tensor}`` (a sync vector env's sub-envs pickled
         together), ``{"pickled_envs": [bytes tensors]}`` (an async one's, one by one), or
         ``{}`` when they cannot be saved (warned once per run)."""
-        if isinstance(self.envs, AsyncVectorEnv):
+        if _workers_save(self.envs):
             return self._async_state()
         if not isinstance(self.envs, SyncVectorEnv):
+            self._warn_once(unsaved_backend(self.envs))
             return {}
         for key, kind in AS_DATA.items():
             if all(map(kind.saveable, self.envs.envs)):
@@ -67,7 +74,7 @@ class SavedEnvs:
         """Put the saved sub-environments of ``state`` (untrusted: checked, unpickled through
         the allow-list of these envs' classes) in place; False when it holds none these envs
         can take (they are to be reset)."""
-        if isinstance(self.envs, AsyncVectorEnv):
+        if _workers_save(self.envs):
             return self._async_restore(state)
         if not isinstance(self.envs, SyncVectorEnv):
             return False
@@ -149,6 +156,28 @@ def unsaved_reason(envs: list[gym.Env[Any, Any]], error: Exception) -> str:
             "checkpoint restart and the resumed run is not an exact continuation. For an exact "
             f"resume, replace {type(layer).__name__} with a picklable equivalent (its functions "
             "defined at module level, not lambdas or local functions).")
+
+
+def _workers_save(envs: VectorEnv[Any, Any, Any]) -> bool:
+    """Whether ``envs`` is rltrain's async vector env, whose workers' sub-envs save and
+    restore themselves (:data:`WORKERS_SAVE`; a worker's env without them would fail the
+    call, and end the worker)."""
+    return isinstance(envs, AsyncVectorEnv) and getattr(type(envs), WORKERS_SAVE, False)
+
+
+def unsaved_backend(envs: VectorEnv[Any, Any, Any]) -> str:
+    """What a checkpoint of a vector env whose sub-envs cannot be saved leaves out (envpool's:
+    no state API; an async one not made by rltrain), and which backend would save them."""
+    plural = "s" if envs.num_envs > 1 else ""
+    why = ("were not made by rltrain.envs.make.make_vector_env (whose workers save them)"
+           if isinstance(envs, AsyncVectorEnv) else "have no state API")
+    return (f"{type(envs).__name__}'s sub-envs {why}, so this run's checkpoints "
+            f"do not hold them: a resume restarts the episode{plural} running at the "
+            f"checkpoint ({envs.num_envs} sub-env{plural}: new episodes from a new seed, their "
+            "returns so far lost), while "
+            "the agent, optimizer, replay or rollout and counters resume exactly. "
+            "env.backend=gymnasium (strategy.vectorization=sync or async) saves the envs too, "
+            "Atari's emulators included, and resumes exactly.")
 
 
 def sub_env_state(env: gym.Env[Any, Any]) -> dict[str, Any]:

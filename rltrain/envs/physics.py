@@ -29,7 +29,7 @@ import gymnasium as gym
 import numpy as np
 import torch
 
-from rltrain.envs import wrapper_state
+import rltrain.envs.wrapper_state as wrapper_state
 from rltrain.envs.mujoco_log import MUJOCO_ENVS
 from rltrain.envs.wrapper_state import STANDARD, check_array, generator_states
 

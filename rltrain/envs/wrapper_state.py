@@ -5,7 +5,8 @@ class name and the attributes that hold its episode state.
 An attribute is either plain (``None``, a bool or an int: ``TimeLimit``'s elapsed steps) or a
 sequence of arrays (a list or a deque of NumPy arrays: the frames a frame stack holds), saved
 as tensors and checked on load against the live attribute's length, shapes and dtypes. A layer
-whose class is not in the table keeps an env out of these paths (the general rule applies).
+whose class is not in the table, nor declares its state itself, keeps an env out of these paths
+(the general rule applies).
 """
 
 from __future__ import annotations
@@ -18,7 +19,6 @@ import numpy as np
 import torch
 
 from rltrain.envs.checks import layers
-from rltrain.envs.make import _SubEnv
 
 #: What a layer's attribute holds: ``PLAIN`` (None, a bool or an int) or ``ARRAYS`` (a list or
 #: deque of arrays of fixed shapes and dtypes).
@@ -27,9 +27,14 @@ PLAIN, ARRAYS = "plain", "arrays"
 #: Per wrapper class, its state attributes and their kinds.
 Table = dict[type, dict[str, str]]
 
+#: The class attribute by which a wrapper declares its own state attributes (``{name: kind}``;
+#: ``{}`` for none), as rltrain's wrappers do: read from the class itself, not inherited (a
+#: subclass may keep more state).
+DECLARED = "saved_attributes"
+
 #: Gymnasium's standard wrappers (those ``gym.make`` adds, and the action and observation
-#: wrappers that keep no state) and rltrain's sub-env wrapper: the table of
-#: :mod:`rltrain.envs.physics`, which :mod:`rltrain.envs.emulator` extends.
+#: wrappers that keep no state): the table of :mod:`rltrain.envs.physics`, which
+#: :mod:`rltrain.envs.emulator` extends.
 STANDARD: Table = {
     gym.wrappers.TimeLimit: {"_elapsed_steps": PLAIN},
     gym.wrappers.OrderEnforcing: {"_has_reset": PLAIN},
@@ -40,7 +45,6 @@ STANDARD: Table = {
     gym.wrappers.RescaleAction: {},
     gym.wrappers.FlattenObservation: {},
     gym.wrappers.DtypeObservation: {},
-    _SubEnv: {},
 }
 
 
@@ -50,16 +54,23 @@ def wrappers(env: gym.Env[Any, Any]) -> list[gym.Env[Any, Any]]:
     return [layer for layer in layers(env) if layer is not inner]
 
 
+def attributes(layer: gym.Env[Any, Any], table: Table) -> dict[str, str] | None:
+    """A wrapper layer's state attributes and their kinds: its class's in ``table``, else
+    those its class declares (:data:`DECLARED`), else None (a layer of unknown state)."""
+    found = table.get(type(layer))
+    return found if found is not None else vars(type(layer)).get(DECLARED)
+
+
 def known(env: gym.Env[Any, Any], table: Table) -> bool:
-    """Whether every wrapper layer of ``env`` is in ``table``."""
-    return all(type(layer) in table for layer in wrappers(env))
+    """Whether the state attributes of every wrapper layer of ``env`` are known."""
+    return all(attributes(layer, table) is not None for layer in wrappers(env))
 
 
 def holds_data(env: gym.Env[Any, Any], table: Table) -> bool:
     """Whether every saved attribute of ``env``'s layers holds what its kind allows now (a
     plain value, or arrays), so that :func:`state` can save it."""
     for layer in wrappers(env):
-        for name, kind in table[type(layer)].items():
+        for name, kind in _attributes(layer, table).items():
             value = getattr(layer, name, None)
             if not (_plain(value) if kind == PLAIN else _arrays(value)):
                 return False
@@ -72,7 +83,7 @@ def state(env: gym.Env[Any, Any], table: Table) -> list[dict[str, Any]]:
     saved = []
     for layer in wrappers(env):
         values: dict[str, Any] = {"class": type(layer).__name__}
-        for name, kind in table[type(layer)].items():
+        for name, kind in _attributes(layer, table).items():
             value = getattr(layer, name)
             values[name] = (value if kind == PLAIN
                             else [torch.from_numpy(np.array(array)) for array in value])
@@ -91,7 +102,7 @@ def check(env: gym.Env[Any, Any], saved: Any, table: Table, where: str) -> None:
         raise ValueError(f"{where} was saved inside other wrappers than {classes}. Resume "
                          "with the wrappers it was trained with.")
     for layer, values in zip(live, saved, strict=True):
-        for name, kind in table[type(layer)].items():
+        for name, kind in _attributes(layer, table).items():
             what = f"{where}: {type(layer).__name__}.{name}"
             value = values.get(name)
             if kind == PLAIN:
@@ -108,7 +119,7 @@ def check(env: gym.Env[Any, Any], saved: Any, table: Table, where: str) -> None:
 def restore(env: gym.Env[Any, Any], saved: list[dict[str, Any]], table: Table) -> None:
     """Put :func:`check`-ed ``saved`` back into ``env``'s layers."""
     for layer, values in zip(wrappers(env), saved, strict=True):
-        for name, kind in table[type(layer)].items():
+        for name, kind in _attributes(layer, table).items():
             if kind == PLAIN:
                 setattr(layer, name, values[name])
                 continue
@@ -167,6 +178,12 @@ def restore_generators(inner: Any, saved: list[Any]) -> None:
     for owner, rng in zip(owners, saved, strict=True):
         if rng is not None:
             owner.np_random.bit_generator.state = rng
+
+
+def _attributes(layer: gym.Env[Any, Any], table: Table) -> dict[str, str]:
+    found = attributes(layer, table)
+    assert found is not None, f"{type(layer).__name__}'s state is not known"
+    return found
 
 
 def _plain(value: object) -> bool:

@@ -23,6 +23,7 @@ from rltrain.config.files import save_config
 from rltrain.config.instantiate import make_strategy
 from rltrain.config.schema import validate
 from rltrain.config.trainer_config import TrainerConfig
+from rltrain.envs.envpool import backend_lines
 from rltrain.envs.evaluator import Evaluator
 from rltrain.envs.make import EnvInit, env_name
 from rltrain.envs.video import check_rendering
@@ -189,8 +190,8 @@ class Trainer(TrainerSettings):
         if self.keep_freed_memory:
             keep_freed_memory()
         count = torch.get_num_threads() if threads is None else threads
-        preamble = ([write_model_summary(agent, run_dir), f"torch threads: {count} ({why})"]
-                    if main else [])
+        preamble = ([write_model_summary(agent, run_dir), f"torch threads: {count} ({why})",
+                     *backend_lines(env)] if main else [])
         events = components.event_processor
         for subscriber in subscribers(self, run_dir, agent, preamble) if main else ():
             events.add(subscriber)

@@ -147,3 +147,26 @@ def test_envpool_reset_with_another_seed_makes_a_new_pool_seeded_with_it() -> No
 def test_envpool_refuses_what_it_cannot_run(spec: dict[str, Any], problem: str) -> None:
     with pytest.raises(Exception, match=problem):
         EnvSpec(backend="envpool", **spec)
+
+
+def test_an_envpool_run_says_in_its_first_lines_and_first_checkpoint_what_a_resume_loses(
+        tmp_path: Any) -> None:
+    """envpool has no state API: the run's opening lines say that a resume restarts the running
+    episodes, and its first checkpoint warns exactly what is lost and which backend keeps it."""
+    from conftest import rltrain
+
+    run = rltrain("fit", "dqn_cartpole", "env.backend=envpool", "trainer.num_steps=600",
+                  "strategy.warmup_steps=100", "trainer.checkpoint_interval=200",
+                  "trainer.eval_interval=null", "trainer.enable_progress_bar=false",
+                  f"trainer.run_dir={tmp_path / 'run'}", cwd=tmp_path)
+    assert run.returncode == 0, run.stderr
+    head = run.stdout.splitlines()[:12]
+    assert any(line.startswith("env backend: envpool (its envs cannot be saved") for line in head)
+    warned = [line for line in run.stderr.splitlines() if "have no state API" in line]
+    assert len(warned) == 1, run.stderr  # once, at the first checkpoint
+    assert "a resume restarts the episode running at the checkpoint (1 sub-env:" in warned[0]
+    assert "env.backend=gymnasium (strategy.vectorization=sync or async)" in warned[0]
+    plain = rltrain("fit", "dqn_cartpole", "trainer.num_steps=300", "strategy.warmup_steps=100",
+                    "trainer.eval_interval=null", "trainer.enable_progress_bar=false",
+                    f"trainer.run_dir={tmp_path / 'plain'}", cwd=tmp_path)
+    assert "env backend" not in plain.stdout and "no state API" not in plain.stderr

@@ -38,11 +38,16 @@ def test_another_count_of_envs_is_refused_by_name() -> None:
         SavedEnvs(cartpoles(3)).restore(state)
 
 
-def test_async_envs_are_not_saved_and_not_restored() -> None:
+def test_an_async_vector_env_rltrain_did_not_make_is_not_saved_and_says_so() -> None:
+    """Gymnasium's own AsyncVectorEnv of plain envs: its workers' envs cannot answer the
+    checkpoint's calls (asking would end the workers), so it is not saved, with a warning."""
     envs = AsyncVectorEnv([lambda: gym.make("CartPole-v1")])
     try:
-        assert SavedEnvs(envs).state() == {}
+        with pytest.warns(UserWarning, match="not made by rltrain.envs.make.make_vector_env"):
+            assert SavedEnvs(envs).state() == {}
         assert not SavedEnvs(envs).restore({"envs": None})
+        envs.reset(seed=0)  # the workers are alive
+        envs.step(np.zeros(1, dtype=np.int64))
     finally:
         envs.close()
 
