@@ -28,6 +28,8 @@ COVERED_BY: dict[str, tuple[str, ...]] = {
     "rltrain.cli.processes": ("cli/test_seeds.py", "cli/test_tune.py"),
     "rltrain.cli.records": ("scenarios/test_hostile_records.py",),
     "rltrain.envs.pickling": ("scenarios/test_hostile_runs.py",),
+    "rltrain.envs.workers": ("scenarios/test_failures.py", "scenarios/test_hung_envs.py"),
+    "rltrain.envs.wrapper_state": ("unit/envs/test_emulator.py", "unit/envs/test_physics.py"),
     "rltrain.inference.export": ("unit/inference/test_policy.py",),
     "rltrain.observe.callbacks": ("unit/trainer/test_trainer.py",),
     "rltrain.observe.model_summary": ("unit/trainer/test_trainer_api.py::model_summary.txt",),

@@ -13,9 +13,10 @@ import torch
 from gymnasium.vector import SyncVectorEnv, VectorEnv
 
 from rltrain.buffers.observations import map_obs, to_tensor
-from rltrain.envs.make import call_vector_env, step_timeout_error
+from rltrain.envs.make import step_timeout_error
 from rltrain.envs.masking import MASK_KEY
 from rltrain.envs.persistence import SavedEnvs, check_saved_runner, saved_spaces
+from rltrain.envs.workers import call_vector_env
 from rltrain.observe.events import EpisodeEnd
 from rltrain.runtime.watchdog import EnvCallHung
 from rltrain.types import ObsArrays, ObsTensors, PolicyState, PolicyStep, Progress, Transitions
