@@ -89,9 +89,7 @@ def restore(env: gym.Env[Any, Any], saved: Any, index: int) -> None:
     the part that does not fit, before anything is changed."""
     inner: Any = env.unwrapped
     where = f"The checkpoint's state of sub-env {index} ({inner.spec.id if inner.spec else 'ALE'})"
-    if not isinstance(saved, dict) or set(saved) != KEYS:
-        raise ValueError(f"{where} is not an Atari env state; it was altered or written by "
-                         "something else. Resume from another checkpoint.")
+    check_saved(saved, where)
     wrapper_state.check(env, saved["wrappers"], ATARI, where)
     wrapper_state.check_generators(inner, saved["rng"], where)
     emulator = _emulator_state(inner, saved, where)
@@ -150,6 +148,22 @@ def _give_last_action(inner: Any, last: int) -> None:
         inner.ale.act(inner._action_set[last])
 
 
+def check_saved(saved: Any, where: str) -> None:
+    """Refuse a saved state (untrusted) whose own parts disagree, before any env is made:
+    its keys, the emulator bytes as a ``uint8`` vector, and their digest. The rest needs the
+    live env (:func:`restore`)."""
+    if not isinstance(saved, dict) or set(saved) != KEYS:
+        raise ValueError(f"{where} is not an Atari env state; it was altered or written by "
+                         "something else. Resume from another checkpoint.")
+    value = saved["emulator"]
+    if not isinstance(value, torch.Tensor) or value.dtype != torch.uint8 or value.dim() != 1:
+        raise ValueError(f"{where}: its emulator state is no vector of bytes of the size this "
+                         "game's has. Resume from another checkpoint.")
+    if saved["sha256"] != hashlib.sha256(value.numpy().tobytes()).hexdigest():
+        raise ValueError(f"{where}: its emulator state does not match its digest (sha256): "
+                         "it was altered or damaged. Resume from another checkpoint.")
+
+
 def _emulator_state(inner: Any, saved: dict[str, Any], where: str) -> Any:
     """The saved emulator state as the ALE's object, once its bytes are checked: a ``uint8``
     vector whose digest is the recorded one, of the live game's cartridge (its ROM's MD5 at
@@ -159,15 +173,10 @@ def _emulator_state(inner: Any, saved: dict[str, Any], where: str) -> Any:
 
     live = inner.ale.cloneState(include_rng=True)
     live_data = live.__getstate__()
-    value = saved["emulator"]
-    if (not isinstance(value, torch.Tensor) or value.dtype != torch.uint8 or value.dim() != 1
-            or not 0 < len(value) <= 2 * len(live_data)):
+    data = saved["emulator"].numpy().tobytes()  # a vector of bytes of its digest (check_saved)
+    if not 0 < len(data) <= 2 * len(live_data):
         raise ValueError(f"{where}: its emulator state is no vector of bytes of the size this "
                          "game's has. Resume from another checkpoint.")
-    data = value.numpy().tobytes()
-    if saved["sha256"] != hashlib.sha256(data).hexdigest():
-        raise ValueError(f"{where}: its emulator state does not match its digest (sha256): "
-                         "it was altered or damaged. Resume from another checkpoint.")
     rom = ROM_MD5.search(live_data)
     if rom is None or data[rom.start():rom.end()] != rom.group():
         raise ValueError(f"{where}: its emulator state is not of this game's cartridge (ROM "

@@ -272,5 +272,10 @@ def check_saved_runner(state: Any, observation_space: gym.Space[Any],
             raise ValueError(f"The checkpoint's runner {name} has shape {found}; this run's "
                              f"{num_envs} environments need {shape}. It was saved with another "
                              "num_envs or environment, or altered.")
+    emulators = state.get("emulator")
+    if emulators is not None:
+        _check_count(emulators, num_envs)
+        for index, saved_env in enumerate(emulators):
+            emulator.check_saved(saved_env, f"The checkpoint's state of sub-env {index}")
 
 

@@ -7,6 +7,7 @@ step with the same score as in the straight run (rltrain.envs.emulator)."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import signal
@@ -17,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import torch
 from conftest import assert_same_tensors
 
 from rltrain.checkpoint import read_checkpoint
@@ -121,3 +123,33 @@ def test_an_atari_run_killed_and_resumed_equals_the_straight_run_bit_for_bit(
         env_steps, _, length, _ = first
         assert length > (env_steps - resumed_at) / 2  # it was running at the checkpoint
 
+
+
+def test_a_checkpoint_with_altered_emulator_state_is_refused_and_nothing_is_changed(
+        tmp_path: Path) -> None:
+    """Emulator bytes changed in every checkpoint, the manifest's checksums updated to match (as
+    someone who can write the run could): `--resume` refuses, naming the sub-env and the part,
+    before it writes anything."""
+    run = tmp_path / "run"
+    short = [*command("dqn_atari", "Pong", "sync", run)[:-3], "trainer.num_steps=200",
+             "trainer.checkpoint_interval=100", f"trainer.run_dir={run}"]
+    first = subprocess.run(short, capture_output=True, text=True, timeout=600, check=False)
+    assert first.returncode == 0, first.stderr
+    manifest_path = run / "checkpoints" / "manifest.json"
+    manifest = json.loads(manifest_path.read_text())
+    for entry in manifest["checkpoints"]:
+        path = run / "checkpoints" / entry["file"]
+        state = torch.load(path, weights_only=True)
+        state["runner"]["emulator"][1]["emulator"][300] ^= 0xFF
+        torch.save(state, path)
+        data = path.read_bytes()
+        entry.update(sha256=hashlib.sha256(data).hexdigest(), bytes=len(data))
+    manifest_path.write_text(json.dumps(manifest))
+    before = {p: p.read_bytes() for p in sorted(run.rglob("*")) if p.is_file()}
+    resumed = subprocess.run([sys.executable, "-m", "rltrain.cli", "fit", "--resume", str(run),
+                              "trainer.num_steps=400"], capture_output=True, text=True,
+                             timeout=600, check=False)
+    assert resumed.returncode != 0
+    assert "sub-env 1: its emulator state does not match its digest" in resumed.stderr
+    assert "Traceback" not in resumed.stderr
+    assert {p: p.read_bytes() for p in sorted(run.rglob("*")) if p.is_file()} == before
