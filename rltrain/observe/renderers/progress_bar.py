@@ -29,11 +29,14 @@ MIN_BAR_CELLS = 10
 
 
 def terminal_columns(file: TextIO) -> int | None:
-    """The width of the terminal ``file`` writes to; None when it is not a terminal."""
+    """The width of the terminal ``file`` writes to; None when it is not a terminal or does
+    not know its width (a pseudo-terminal never sized reports 0 columns: ``script``, some
+    container and CI terminals)."""
     try:
-        return os.get_terminal_size(file.fileno()).columns if file.isatty() else None
+        columns = os.get_terminal_size(file.fileno()).columns if file.isatty() else None
     except (AttributeError, OSError, ValueError):
         return None
+    return columns if columns else None
 
 
 def write_line(line: str, file: TextIO) -> None:

@@ -88,3 +88,12 @@ def test_a_redirected_run_writes_plain_lines_without_carriage_returns(tmp_path: 
     assert sum(line.startswith("[") and "env_steps=" in line for line in lines) >= 2
     assert any(line.startswith("[100.0%] env_steps=3,000/3,000 sps=") for line in lines)
     assert any(line.startswith("evaluation at 3,000 env steps: return ") for line in lines)
+
+
+def test_a_terminal_that_does_not_know_its_width_gets_whole_lines(tmp_path: Path) -> None:
+    """A pseudo-terminal never sized reports 0 columns (``script``, some container and CI
+    terminals): the run goes on, its lines unwrapped, where it once failed with "invalid width
+    0 (must be > 0)"."""
+    output = screens.run_in_pty(screens.fit_command(), 0, 0, tmp_path).decode()
+    assert "invalid width" not in output and "error" not in output.lower(), output[-2000:]
+    assert any(line.startswith("done:") for line in console_lines(output)), output[-2000:]
