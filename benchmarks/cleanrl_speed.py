@@ -304,6 +304,9 @@ def sb3_recurrent_ppo(n: int, seed: int) -> None:
                                   "net_arch": {"pi": r["net"], "vf": r["net"]}})
     model.learn(total_timesteps=n)
     assert model.num_timesteps == n, (model.num_timesteps, n)
+    if model.ep_info_buffer:  # the last 100 episodes, read by last_returns
+        mean = statistics.fmean(info["r"] for info in model.ep_info_buffer)
+        print(f"episodic_return={mean}", flush=True)
 
 
 def commands(name: str, n: int, n1: int, cleanrl: Path, folder: Path
@@ -357,6 +360,7 @@ def run_pair(name: str, n1: int, n2: int, repeat: int, cleanrl: Path, logs: Path
     seconds: dict[str, dict[int, float]] = {"rltrain": {}, "peer": {}}
     shown: dict[str, dict[int, str]] = {"rltrain": {}, "peer": {}}
     gradient_steps: dict[int, int] = {}
+    returns: dict[str, float | None] = {}  # each side's last 100 training episodes at N2
     runs = [(n1, side, True) for side in sides if warmup]
     runs += [(n, side, False) for n in (n1, n2) for side in sides]
     for n, side, untimed in runs:
@@ -374,6 +378,10 @@ def run_pair(name: str, n1: int, n2: int, repeat: int, cleanrl: Path, logs: Path
                                        f"{done['gradient_steps']} gradient steps (asked {n})")
                 if not untimed:
                     gradient_steps[n] = done["gradient_steps"]
+                if n == n2 and not untimed:
+                    returns["rltrain"] = done["final_metrics"].get("rollout/episode_return")
+            elif n == n2 and not untimed:
+                returns["peer"] = last_returns(logs / f"{name}-{tag}-{side}-{n}.log")
         print(f"  {name} {'warm-up (untimed)' if untimed else f'repeat {repeat}'} {side:7s} "
               f"{n:>7,} env steps: {took:.1f} s", flush=True)
         if not untimed:
@@ -381,7 +389,24 @@ def run_pair(name: str, n1: int, n2: int, repeat: int, cleanrl: Path, logs: Path
     rates = {side: rate(n1, seconds[side][n1], n2, seconds[side][n2]) for side in seconds}
     return {"n1": n1, "n2": n2, "seconds": seconds, "rates": rates,
             "ratio": rates["rltrain"] / rates["peer"], "commands": shown,
-            "rltrain_gradient_steps": gradient_steps}
+            "rltrain_gradient_steps": gradient_steps, "returns": returns}
+
+
+#: An episode's return as the peers print it: CleanRL's scripts (as patched), and
+#: sb3-contrib's runner here (its last 100 episodes' mean).
+EPISODIC_RETURN = re.compile(r"episodic_return=\[?(-?[\d.]+(?:e[-+]?\d+)?)")
+
+
+def learning(runs: list[dict[str, Any]], side: str) -> str:
+    """A side's return at N2 over the repeats, median (min-max), or "-" where none was read."""
+    found = [r["returns"][side] for r in runs if r["returns"].get(side) is not None]
+    return median_range(found, "{:.1f}") if found else "-"
+
+
+def last_returns(log: Path, window: int = 100) -> float | None:
+    """The mean return of the last ``window`` episodes a peer's log shows (None: none)."""
+    found = [float(m.group(1)) for m in EPISODIC_RETURN.finditer(log.read_text())]
+    return statistics.fmean(found[-window:]) if found else None
 
 
 def main() -> None:
@@ -450,9 +475,14 @@ def main() -> None:
                      median_range([r["rates"]["rltrain"] for r in done]),
                      median_range([r["rates"]["peer"] for r in done]),
                      median_range([r["ratio"] for r in done], "{:.2f}")])
+    learned = [[name, *(learning(runs[name], side) for side in ("rltrain", "peer"))]
+               for name in args.pairs if runs[name]]
     print(f"\n{args.repeats} repeats; one torch thread a process; rate = (N2 - N1) / (t2 - t1)")
     print(table(["pair", "rltrain env steps/s", "peer env steps/s",
                  "ratio rltrain/peer median (min-max)"], rows))
+    print("\nLearning at N2: mean return of the last 100 training episodes (median (min-max) "
+          "over repeats; rltrain's rollout/episode_return, the peer's printed returns)")
+    print(table(["pair", "rltrain", "peer"], learned))
     print("\nCommands (N2 runs; N1 runs differ only in the step counts; the CleanRL script is "
           "the patched copy in a temporary folder, run there):")
     for name in args.pairs:
