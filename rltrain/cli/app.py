@@ -133,8 +133,10 @@ def say(line: str) -> None:
 def report(error: Exception) -> int:
     """Print ``error`` as one message on stderr; returns the exit status it calls for."""
     who = rank_tag()
-    if isinstance(error, TrainingError):
-        say(f"rltrain: {who}training failed: {error}")
+    if isinstance(error, TrainingError):  # its message starts "Training failed after ..."
+        text = str(error)
+        say(f"rltrain: {who}{text}" if text.startswith("Training failed")
+            else f"rltrain: {who}training failed: {text}")
         return EXIT_TRAINING_FAILED
     if isinstance(error, SubEnvError):  # while evaluating: the environment's failure
         say(f"rltrain: {who}the environment failed: {error}")

@@ -433,7 +433,7 @@ def test_a_rank_s_failure_is_reported_by_that_rank_and_named_as_a_peer_s_by_the_
               if line.startswith("rltrain: ") and "warning" not in line]
     assert "internal error" not in done.stderr and "a bug in rltrain" not in done.stderr, said
     # The rank whose environment broke says so, as rank 1 (it exits first, so it has printed).
-    assert any(line.startswith("rltrain: rank 1/2: training failed:")
+    assert any(line.startswith("rltrain: rank 1/2: Training failed after")
                and "rank one's environment broke" in line for line in errors), said
     # Rank 0, when torchrun lets it print, names the failure as another rank's.
     for line in errors:

@@ -207,6 +207,11 @@ def test_an_async_worker_that_dies_is_named_with_its_exit_status(tmp_path: Path)
 # 2. The agent raising in training_step -----------------------------------------------------
 
 
+def test_one_gradient_step_is_counted_in_the_singular(tmp_path: Path) -> None:
+    error = failure(lambda: trainer(tmp_path, 150).fit("CartPole-v1", FailingDQN(1)))
+    assert "vector steps, 1 gradient step), while training" in str(error), str(error)
+
+
 def test_an_agent_failing_before_its_update_is_saved_and_resumes(tmp_path: Path) -> None:
     # Gradient step 3 (the 2nd of the round at env step 75) raises before optim.step.
     error = failure(lambda: trainer(tmp_path, 150).fit("CartPole-v1", FailingDQN(3)))
@@ -439,7 +444,7 @@ def test_a_full_disk_fails_the_save_and_keeps_the_previous_checkpoint(tmp_path: 
         folder = run_dir / "checkpoints"
         assert done.returncode == 3, stderr
         assert "Traceback" not in stderr
-        assert "rltrain: training failed: Training failed after 100 env steps" in stderr
+        assert "rltrain: Training failed after 100 env steps" in stderr
         assert "while saving a checkpoint" in stderr
         assert (f"Cannot write {folder / 'checkpoint-100.pt'}: No space left on device"
                 in stderr), stderr

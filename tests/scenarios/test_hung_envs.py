@@ -183,7 +183,7 @@ def test_env_step_timeout_fails_a_hung_sync_step_with_a_clear_message(tmp_path: 
     finish(process, STARTUP, tmp_path)
     text = output(tmp_path)
     assert process.returncode == 3, text  # EXIT_TRAINING_FAILED
-    assert ("rltrain: training failed: Training failed after 400 env steps (200 vector steps, "
+    assert ("rltrain: Training failed after 400 env steps (200 vector steps, "
             "0 gradient steps), while collecting experience, in sub-env 0: sub-env 0 of "
             "'test_hung_envs.HangingEnv' did not return from step() within "
             "env_step_timeout=0.5 s. It hangs or is too slow: fix the environment, or raise "

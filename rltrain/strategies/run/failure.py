@@ -98,8 +98,9 @@ def failed(run: FailingRun, error: Exception) -> TrainingError:
     :class:`~rltrain.errors.TrainingError` to raise from ``error``."""
     progress = run.progress
     sub_env = _sub_env(error, run.runner)
+    steps = progress.gradient_steps
     where = (f"after {progress.env_steps:,} env steps ({progress.vector_steps:,} vector steps, "
-             f"{progress.gradient_steps:,} gradient steps), while {PHASES[run.phase]}"
+             f"{steps:,} gradient step{'' if steps == 1 else 's'}), while {PHASES[run.phase]}"
              + (f", in {'evaluation ' if run.phase == 'evaluate' else ''}sub-env {sub_env}"
                 if sub_env is not None else ""))
     cause = str(error) if isinstance(error, SubEnvError) else f"{type(error).__name__}: {error}"
