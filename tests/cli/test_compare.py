@@ -119,6 +119,7 @@ def test_groups_finals_and_censoring_from_run_directories(tmp_path: Path) -> Non
     assert "2/3" in table and "Probability of improvement" in table
 
 
+@pytest.mark.slow
 def test_the_command_writes_the_table_and_the_figure(tmp_path: Path) -> None:
     for seed in range(3):
         write_run(tmp_path / "runs" / f"seed-{seed}", 1e-3, seed, [10.0 * seed, 420.0])

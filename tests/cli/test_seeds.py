@@ -31,6 +31,7 @@ def test_seed_lists_and_ranges() -> None:
             parse_seeds(bad)
 
 
+@pytest.mark.slow
 def test_every_seed_trains_in_its_own_run_and_a_failed_one_is_reported(tmp_path: Path) -> None:
     parent = tmp_path / "group"
     parent.mkdir()
@@ -50,6 +51,7 @@ def test_every_seed_trains_in_its_own_run_and_a_failed_one_is_reported(tmp_path:
     assert again.returncode == 2 and "already holds" in again.stderr  # never two groups
 
 
+@pytest.mark.slow
 def test_a_killed_group_resumes_only_its_unfinished_seeds(tmp_path: Path) -> None:
     parent = tmp_path / "group"
     steps = ["trainer.num_steps=1500", "trainer.checkpoint_interval=300"]
@@ -82,6 +84,7 @@ def test_a_killed_group_resumes_only_its_unfinished_seeds(tmp_path: Path) -> Non
     assert again.returncode == 0 and again.stdout.count("finished before") == 3
 
 
+@pytest.mark.slow
 def test_a_group_from_a_cluster_resumes_on_a_machine_without_slurm(tmp_path: Path) -> None:
     """A group whose record names Slurm jobs (run on a cluster, copied here) finishes on a
     machine with no ``squeue``: its unfinished seed resumes locally, with a note."""

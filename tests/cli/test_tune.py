@@ -61,6 +61,7 @@ def test_bad_search_spaces_are_refused_naming_the_key(spec: dict[str, object],
         parse_space(spec, "space.yaml", setup.compose)
 
 
+@pytest.mark.slow
 def test_a_study_runs_prunes_and_writes_the_best_config(tmp_path: Path) -> None:
     space = tmp_path / "space.yaml"  # a learning rate of 1e-12 never learns
     space.write_text("agent.lr: {choices: [1.0e-12, 0.003]}\n"
@@ -95,6 +96,7 @@ def test_a_study_runs_prunes_and_writes_the_best_config(tmp_path: Path) -> None:
     assert other.returncode == 2 and "a study of other settings" in other.stderr
 
 
+@pytest.mark.slow
 def test_a_killed_study_resumes_its_trials_from_their_checkpoints(tmp_path: Path) -> None:
     path = tmp_path / "study"
     steps = ["trainer.num_steps=2048", "trainer.checkpoint_interval=256",
@@ -176,6 +178,7 @@ def holder_pid(run_dir: Path) -> int:
     return int(json.loads((run_dir / ".rltrain.lock").read_text().strip())["pid"])
 
 
+@pytest.mark.slow
 def test_a_trial_whose_own_process_is_killed_resumes_from_its_checkpoint(
         tmp_path: Path) -> None:
     import os
@@ -205,6 +208,7 @@ def test_a_trial_whose_own_process_is_killed_resumes_from_its_checkpoint(
     assert json.loads((run / "summary.json").read_text())["env_steps"] == 2048
 
 
+@pytest.mark.slow
 def test_a_study_an_earlier_rltrain_left_running_is_taken_over(tmp_path: Path) -> None:
     """A trial an earlier rltrain left RUNNING (it recorded no heartbeats, and held
     ``.tune.lock`` while it tuned) is queued again at once, not waited on forever; while that
@@ -237,6 +241,7 @@ def test_a_study_an_earlier_rltrain_left_running_is_taken_over(tmp_path: Path) -
     assert runs(study(path).trials) == {0: "COMPLETE"}
 
 
+@pytest.mark.slow
 def test_a_refused_tune_command_writes_nothing(tmp_path: Path) -> None:
     """A bad search space is refused before the study folder exists: no ``tune.json`` to
     poison the study, so the same command, corrected, starts it."""

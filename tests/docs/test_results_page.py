@@ -12,6 +12,7 @@ from conftest import ROOT
 pytest.importorskip("rliable")
 
 
+@pytest.mark.slow
 def test_the_results_page_is_written_from_the_result_files() -> None:
     spec = importlib.util.spec_from_file_location("results_page",
                                                   ROOT / "scripts" / "results_page.py")

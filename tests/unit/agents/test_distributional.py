@@ -170,6 +170,7 @@ def test_a_run_resumes_bit_for_bit(agent_name: str, noisy: bool, tmp_path: Path)
         assert_same_tensors(a[part], b[part], part)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("preset", ["qrdqn_cartpole", "rainbow_cartpole"])  # rainbow: C51
 def test_the_cartpole_presets_learn_in_a_short_run(preset: str, tmp_path: Path) -> None:
     config = compose([preset], ["trainer.num_steps=6000", "trainer.eval_interval=3000",

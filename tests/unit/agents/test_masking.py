@@ -31,6 +31,7 @@ from rltrain.agents.nn.masking import masked_logits, masked_values
 from rltrain.envs.masking import InfoActionMask
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", sorted(AGENTS))
 def test_masked_agents_never_take_an_invalid_action_and_learn(name: str,
                                                               tmp_path: Path) -> None:

@@ -130,6 +130,7 @@ def test_atari_presets_are_chosen_for_every_game(game: str, agent: str) -> None:
     assert choice.files == [f"{agent}_atari"] and game in choice.note
 
 
+@pytest.mark.slow
 def test_an_atari_run_is_evaluated_loaded_and_exported(tmp_path: Path) -> None:
     run = tmp_path / "pong"
     command = [sys.executable, "-m", "rltrain.cli", "fit", "ppo_atari", "env.id=ALE/Pong-v5",
@@ -156,6 +157,7 @@ def test_an_atari_run_is_evaluated_loaded_and_exported(tmp_path: Path) -> None:
     env.close()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("backend", ["gymnasium", "envpool"])
 def test_dqn_atari_replays_frames_stored_once_and_resumes(tmp_path: Path, backend: str) -> None:
     if backend == "envpool":

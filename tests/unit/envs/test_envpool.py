@@ -149,6 +149,7 @@ def test_envpool_refuses_what_it_cannot_run(spec: dict[str, Any], problem: str) 
         EnvSpec(backend="envpool", **spec)
 
 
+@pytest.mark.slow
 def test_an_envpool_run_says_in_its_first_lines_and_first_checkpoint_what_a_resume_loses(
         tmp_path: Any) -> None:
     """envpool has no state API: the run's opening lines say that a resume restarts the running

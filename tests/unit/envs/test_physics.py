@@ -175,6 +175,7 @@ def test_the_next_actions_after_the_resume_are_the_straight_runs(
     assert half["progress"]["env_steps"] == 250
 
 
+@pytest.mark.slow
 def test_resuming_a_mujoco_run_from_the_cli_continues_its_episode(tmp_path: Path) -> None:
     common = ["agent.name=td3", f"env.id={CHEETAH}", "strategy.warmup_steps=100",
               "agent.hidden_sizes=[16]", "trainer.eval_interval=null",
