@@ -208,6 +208,7 @@ def test_intervals_are_never_zero_width_where_they_cannot_be_known(tmp_path: Pat
     assert "200.0 [no CI: 1 run]†" in table and "† fewer than 4 runs" in table
 
 
+@pytest.mark.slow
 def test_seconds_to_threshold_are_the_summary_s_for_a_real_run(tmp_path: Path) -> None:
     """The table's seconds to threshold of a run that reached it in one ``fit`` are the
     ``threshold_seconds`` its ``summary.json`` reports: one clock, the evaluation's own."""

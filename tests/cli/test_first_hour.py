@@ -112,6 +112,7 @@ WITHOUT_PYGAME = ("import sys; sys.modules['pygame'] = None  # as where it is no
                   "from rltrain.cli.app import main; sys.exit(main(sys.argv[1:]))")
 
 
+@pytest.mark.slow
 def test_videos_of_an_env_that_cannot_render_are_refused_before_anything_is_written(
         tmp_path: Path) -> None:
     import os

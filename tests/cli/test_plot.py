@@ -54,6 +54,7 @@ def evaluation_returns(run_dir: Path) -> dict[int, float]:
             if row["event"] == "evaluation"}
 
 
+@pytest.mark.slow
 def test_runs_differing_only_in_seed_and_run_dir_form_one_group_with_their_mean(
         runs: dict[str, Path]) -> None:
     groups = learning_curves([runs["a0"], runs["b0"], runs["a1"]])
@@ -126,6 +127,7 @@ def test_draws_a_png_and_an_svg_of_the_requested_size(
     assert (root.get("width"), root.get("height")) == ("460.8pt", "288pt")  # 72 per inch
 
 
+@pytest.mark.slow
 def test_rltrain_plot_writes_the_file_and_prints_each_group(
         runs: dict[str, Path], tmp_path: Path) -> None:
     pytest.importorskip("matplotlib", reason="the plot extra is not installed")

@@ -438,6 +438,7 @@ def fit_on_a_small_disk(tmp_path: Path, size_kib: int, args: list[str]
         yield done, disk / "run", copy / "run"
 
 
+@pytest.mark.slow
 def test_a_full_disk_fails_the_save_and_keeps_the_previous_checkpoint(tmp_path: Path) -> None:
     with fit_on_a_small_disk(tmp_path, DISK_KIB, CLI_ARGS) as (done, run_dir, files):
         stderr = done.stderr

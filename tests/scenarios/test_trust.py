@@ -131,6 +131,7 @@ def test_other_tools_files_beside_a_run_are_kept_and_overwrite_removes_only_rltr
     assert json.loads((run_dir / "summary.json").read_text())["env_steps"] == 100
 
 
+@pytest.mark.slow
 def test_an_empty_run_dir_is_refused_instead_of_meaning_the_current_directory(
         tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="run_dir is empty"):

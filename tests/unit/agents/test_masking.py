@@ -49,6 +49,7 @@ def test_unmasked_agents_take_invalid_actions(name: str, tmp_path: Path) -> None
     assert invalid > 100  # episodes end on one: with 4,000 steps, hundreds of them
 
 
+@pytest.mark.slow
 def test_a_mask_given_in_info_is_moved_into_the_observation(tmp_path: Path) -> None:
     agent, strategy = AGENTS["dqn"](1)
     invalid, _, best = count(lambda: InfoActionMask(MaskedChoice(in_info=True)), agent,

@@ -680,6 +680,7 @@ def test_the_shipped_ppo_configs_are_valid_on_policy_runs(name: str) -> None:
     assert config.trainer.num_steps >= rollout
 
 
+@pytest.mark.slow
 def test_the_command_line_fits_and_evaluates_ppo(tmp_path: Path,
                                                  capsys: pytest.CaptureFixture[str]) -> None:
     from rltrain.cli import main

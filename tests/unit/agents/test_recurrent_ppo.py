@@ -122,6 +122,7 @@ def fit(run_dir: Path, recurrent: str | None, num_steps: int,
     return best
 
 
+@pytest.mark.slow
 def test_only_the_recurrent_policy_remembers_the_cue(tmp_path: Path) -> None:
     best = {recurrent: fit(tmp_path / str(recurrent), recurrent, 12_000)
             for recurrent in ("lstm", None)}

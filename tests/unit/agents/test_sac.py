@@ -308,6 +308,7 @@ def test_sac_learns_pendulum_a_little_within_3000_env_steps(tmp_path: Path) -> N
     assert float(result.summary.final_metrics["train/alpha"]) < 0.5
 
 
+@pytest.mark.slow
 def test_rltrain_fit_sac_pendulum_from_the_command_line(tmp_path: Path) -> None:
     done = subprocess.run(
         [sys.executable, "-m", "rltrain.cli", "fit", "sac_pendulum", "trainer.num_steps=300",

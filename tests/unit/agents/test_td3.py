@@ -255,6 +255,7 @@ def test_td3_learns_pendulum_within_6000_env_steps(tmp_path: Path) -> None:
     assert best is not None and best > -700  # a random policy scores about -1,200 to -1,600
 
 
+@pytest.mark.slow
 def test_rltrain_fit_td3_pendulum_from_the_command_line(tmp_path: Path) -> None:
     done = subprocess.run(
         [sys.executable, "-m", "rltrain.cli", "fit", "agent.name=td3", "env.id=Pendulum-v1",

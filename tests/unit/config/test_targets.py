@@ -131,6 +131,7 @@ def test_a_gymnasium_module_colon_id_and_env_imports_are_accepted(project: Path)
         make_env(compose([], ["env.id=Corridor-v0", "env.imports=[no_such_package]"]).env)
 
 
+@pytest.mark.slow
 def test_python_runs_with_importable_pieces_are_rebuilt_by_the_cli(project: Path) -> None:
     import my_envs
     import my_strategies

@@ -128,6 +128,7 @@ def test_a_hostile_entry_is_read_as_data_and_never_evaluated(
         compose(["zoo:dqn/CartPole-v1"])
 
 
+@pytest.mark.slow
 def test_the_command_line_prints_a_translation_and_refuses_in_one_line(tmp_path: Path) -> None:
     done = rltrain("fit", "zoo:qrdqn/Acrobot-v1", "strategy.seed=3", "--print-config",
                    cwd=tmp_path)

@@ -51,6 +51,7 @@ def same_future(a: gym.Env[Any, Any], b: gym.Env[Any, Any], actions: np.ndarray)
     return episodes
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("game", "sticky", "cut"), [
     ("Breakout", 0.0, 300), ("Pong", 0.0, 450), ("Breakout", 0.25, 350), ("Pong", 0.25, 200)])
 def test_a_restored_env_steps_and_resets_exactly_as_the_one_it_was_saved_from(

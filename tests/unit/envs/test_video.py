@@ -86,6 +86,7 @@ def test_each_recorded_episode_is_its_own_file_with_every_frame(tmp_path: Path) 
         assert frames(tmp_path / "videos" / name) - 1 in result.lengths
 
 
+@pytest.mark.slow
 def test_rltrain_evaluate_video_writes_the_episode_with_its_frames(
         fitted: tuple[Trainer, DQN, Path], tmp_path: Path) -> None:
     _, _, run_dir = fitted

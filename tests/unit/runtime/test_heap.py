@@ -76,6 +76,7 @@ def test_the_environments_own_allocator_settings_are_left_alone() -> None:
     assert int(faults) > PAGES * 0.5
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("keep", [True, False])
 def test_fit_keeps_freed_memory_unless_told_not_to(keep: bool, tmp_path: Path) -> None:
     lines = run(f"""
