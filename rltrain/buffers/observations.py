@@ -87,11 +87,17 @@ def leading_tensor(obs: ObsTensors) -> torch.Tensor:
     return obs if isinstance(obs, torch.Tensor) else next(iter(obs.values()))
 
 
+#: The dtype float observations reach a policy in.
+FLOAT32 = np.dtype(np.float32)
+
+
 def to_tensor(array: np.ndarray, device: torch.device) -> torch.Tensor:
     """An observation batch for a policy on ``device``: floats as float32, other dtypes kept
     (a ``uint8`` image is not copied to float first); on the CPU without a copy where the
     dtype already fits."""
     dtype = array.dtype  # attributes, not np.issubdtype: this runs every vector step
+    if dtype is FLOAT32 and device.type == "cpu":  # the common case first, shared as it is
+        return torch.from_numpy(array)
     if dtype.kind == "f" and dtype.itemsize != 4:
         return torch.as_tensor(array, dtype=torch.float32, device=device)
     if device.type == "cpu":

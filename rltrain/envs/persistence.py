@@ -109,11 +109,8 @@ class SavedEnvs:
         if len(keys) == 1 and (key := keys.pop()) in (*AS_DATA, PICKLED):
             return {key: [saved[key] for saved in states]}
         reason = next((saved["unsaved"] for saved in states if "unsaved" in saved),
-                      "its sub-envs are saved in different ways")
-        self._warn_once(f"The environments cannot be saved in this run's checkpoints: {reason}"
-                        ". A resume will reset the environments, so the episodes running at "
-                        "the checkpoint restart and the resumed run is not an exact "
-                        "continuation.")
+                      f"its sub-envs are saved in different ways. {RESETS}")
+        self._warn_once(UNSAVED + reason)
         return {}
 
     def _async_restore(self, state: dict[str, Any]) -> bool:
@@ -134,7 +131,7 @@ class SavedEnvs:
         """At the first save whose environments cannot be pickled (once per runner, so once
         per run), warn that the resume will not be exact, naming the layer that cannot be
         saved; otherwise only the resume would say so, without the cause."""
-        self._warn_once(unsaved_reason(envs, error))
+        self._warn_once(UNSAVED + unsaved_reason(envs, error))
 
     def _warn_once(self, message: str) -> None:
         if not self._warned_unsaved:
@@ -142,20 +139,24 @@ class SavedEnvs:
             warnings.warn(message, stacklevel=5)
 
 
+#: How a warning about unsaved environments begins, and what it says a resume then does.
+UNSAVED = "The environments cannot be saved in this run's checkpoints: "
+RESETS = ("A resume will reset the environments, so the episodes running at the checkpoint "
+          "restart and the resumed run is not an exact continuation.")
+
+
 def unsaved_reason(envs: list[gym.Env[Any, Any]], error: Exception) -> str:
     """Why ``envs`` cannot be saved (pickling them raised ``error``), naming the layer that
-    cannot be pickled, and what a resume then does."""
+    cannot be pickled, what a resume then does and the fix (after :data:`UNSAVED`)."""
     found = next(filter(None, map(unpicklable_layer, envs)), None)
     layer, error = found if found is not None else (envs[0], error)
     inner = getattr(layer, "env", None)
     where = (f" (wrapping {type(inner.unwrapped).__name__})" if isinstance(inner, gym.Env)
              else "")
-    return (f"The environments cannot be saved in this run's checkpoints: "
-            f"{type(layer).__name__}{where} cannot be pickled ({type(error).__name__}: "
-            f"{error}). A resume will reset the environments, so the episodes running at the "
-            "checkpoint restart and the resumed run is not an exact continuation. For an exact "
-            f"resume, replace {type(layer).__name__} with a picklable equivalent (its functions "
-            "defined at module level, not lambdas or local functions).")
+    return (f"{type(layer).__name__}{where} cannot be pickled ({type(error).__name__}: "
+            f"{error}). {RESETS} For an exact resume, replace {type(layer).__name__} with a "
+            "picklable equivalent (its functions defined at module level, not lambdas or local "
+            "functions).")
 
 
 def _workers_save(envs: VectorEnv[Any, Any, Any]) -> bool:
@@ -183,18 +184,17 @@ def unsaved_backend(envs: VectorEnv[Any, Any, Any]) -> str:
 def sub_env_state(env: gym.Env[Any, Any]) -> dict[str, Any]:
     """One sub-env's state, in the process it lives in (an async worker's): ``{"physics":
     ...}`` or ``{"emulator": ...}`` as checked data, ``{"pickled_envs": bytes tensor}``, or
-    ``{"unsaved": why}``."""
+    ``{"unsaved": why}`` (what follows :data:`UNSAVED` in the warning)."""
     for key, kind in AS_DATA.items():
         if kind.saveable(env):
             return {key: kind.state(env)}
     if isinstance(env.unwrapped, EzPickle):
         return {"unsaved": f"{type(env.unwrapped).__name__} pickles only its constructor's "
-                           "arguments (EzPickle)"}
+                           f"arguments (EzPickle). {RESETS}"}
     try:
         data = pickle.dumps(env)
     except Exception as error:
-        return {"unsaved": unsaved_reason([env], error).split(". A resume")[0]
-                .removeprefix("The environments cannot be saved in this run's checkpoints: ")}
+        return {"unsaved": unsaved_reason([env], error)}
     return {PICKLED: torch.frombuffer(bytearray(data), dtype=torch.uint8)}
 
 

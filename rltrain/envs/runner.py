@@ -21,9 +21,6 @@ from rltrain.observe.events import EpisodeEnd
 from rltrain.runtime.watchdog import EnvCallHung
 from rltrain.types import ObsArrays, ObsTensors, PolicyState, PolicyStep, Progress, Transitions
 
-#: The dtype an array observation is batched as when it reaches the policy unchanged.
-FLOAT32 = np.dtype(np.float32)
-
 
 class Policy(Protocol):
     """What the runner and the evaluator need of a policy (:class:`rltrain.agents.Policy` is
@@ -80,7 +77,6 @@ class Runner:
         self.num_envs = envs.num_envs
         self.env_steps_per_step = envs.num_envs * world_size
         self.device = device
-        self.on_cpu = device.type == "cpu"
         # One inference-mode context, entered at each act (a third of the cost of making one
         # per step); act is never re-entered, so one object serves every call.
         self.inference = torch.inference_mode()
@@ -120,11 +116,8 @@ class Runner:
         # On the CPU a float32 or uint8 batch is shared, not copied; floats reach the policy as
         # float32, images as uint8 (the encoder scales them).
         observations, device = self.observations, self.device
-        if self.on_cpu and type(observations) is np.ndarray and observations.dtype is FLOAT32:
-            obs: ObsTensors = torch.from_numpy(observations)  # to_tensor's common case
-        else:
-            obs = ({key: to_tensor(value, device) for key, value in observations.items()}
-                   if isinstance(observations, dict) else to_tensor(observations, device))
+        obs = ({key: to_tensor(value, device) for key, value in observations.items()}
+               if isinstance(observations, dict) else to_tensor(observations, device))
         with self.inference:
             actions, self.policy_state, info = policy.act(obs, self.policy_state, deterministic)
         # Outside inference mode, a clone is an ordinary tensor a training step may read.
