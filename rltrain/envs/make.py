@@ -14,6 +14,7 @@ from typing import Any, ClassVar, Literal, Union
 
 import gymnasium as gym
 import numpy as np
+import torch
 from gymnasium.vector import AutoresetMode, VectorEnv
 
 from rltrain.envs.atari import AtariConfig, AtariPipeline, is_atari_id
@@ -229,16 +230,18 @@ class _SubEnv(gym.Wrapper[Any, Any, Any, Any]):
     def rltrain_saved_state(self) -> dict[str, Any]:
         """This sub-env's state for a checkpoint, saved where it lives (an async vector env
         gets it from each worker with ``call``; :func:`~rltrain.envs.persistence.sub_env_state`)."""
-        from rltrain.envs.persistence import sub_env_state  # it builds on this module
+        from rltrain.envs.persistence import piped, sub_env_state  # it builds on this module
 
-        return sub_env_state(self)
+        state: dict[str, Any] = piped(sub_env_state(self), torch.Tensor.numpy)
+        return state  # NumPy crosses the pipe
 
     def rltrain_restore_state(self, key: str, states: list[Any]) -> str | None:
         """Take this sub-env's own of the saved ``states`` back (an async vector env sends
         every worker all of them with ``call``); returns why it was refused, or None."""
-        from rltrain.envs.persistence import restore_sub_env
+        from rltrain.envs.persistence import piped, restore_sub_env
 
-        return restore_sub_env(self, key, states[self.index], self.index)
+        return restore_sub_env(self, key, piped(states[self.index], torch.from_numpy),
+                               self.index)
 
     def step(self, action: Any) -> Any:
         try:

@@ -12,10 +12,12 @@ from __future__ import annotations
 
 import pickle
 import warnings
+from collections.abc import Callable
 from types import ModuleType
 from typing import Any
 
 import gymnasium as gym
+import numpy as np
 import torch
 from gymnasium.utils import EzPickle
 from gymnasium.vector import AsyncVectorEnv, SyncVectorEnv, VectorEnv
@@ -104,7 +106,8 @@ class SavedEnvs:
         """The sub-envs' states, each saved in its worker (:func:`sub_env_state`), gathered
         under one key when every worker saved its sub-env the same way."""
         assert isinstance(self.envs, AsyncVectorEnv)
-        states = list(self.envs.call("rltrain_saved_state"))
+        states = [piped(saved, torch.from_numpy)
+                  for saved in self.envs.call("rltrain_saved_state")]
         keys = {next(iter(saved)) for saved in states}
         if len(keys) == 1 and (key := keys.pop()) in (*AS_DATA, PICKLED):
             return {key: [saved[key] for saved in states]}
@@ -121,7 +124,8 @@ class SavedEnvs:
         if key is None:
             return False
         _check_count(state[key], self.envs.num_envs)
-        answers = self.envs.call("rltrain_restore_state", key, state[key])
+        answers = self.envs.call("rltrain_restore_state", key,
+                                 piped(state[key], torch.Tensor.numpy))
         problems = [answer for answer in answers if answer is not None]
         if problems:
             raise ValueError(problems[0])
@@ -229,6 +233,19 @@ def _transplant(env: gym.Env[Any, Any], restored: Any, index: int) -> None:
                          "Resume on the env it was trained on.")
     for layer, copy in zip(live, copies, strict=True):
         vars(layer).update({name: value for name, value in vars(copy).items() if name != "env"})
+
+
+def piped(value: Any, convert: Callable[[Any], Any]) -> Any:
+    """``value`` with every tensor (``torch.Tensor.numpy``) or array (``torch.from_numpy``)
+    converted, through dicts and lists: what crosses an async worker's pipe is NumPy, since a
+    tensor sent there is shared through a file descriptor, which can hang a forked worker."""
+    if isinstance(value, torch.Tensor | np.ndarray):
+        return convert(value)
+    if isinstance(value, dict):
+        return {key: piped(item, convert) for key, item in value.items()}
+    if isinstance(value, list):
+        return [piped(item, convert) for item in value]
+    return value
 
 
 def _check_count(saved: Any, num_envs: int) -> None:
