@@ -4,9 +4,12 @@ count differs; left out (to be reset) where they cannot be saved."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import gymnasium as gym
 import numpy as np
 import pytest
+import torch
 from gymnasium.vector import AsyncVectorEnv, SyncVectorEnv
 
 from rltrain.envs.persistence import SavedEnvs, check_saved_runner, saved_spaces
@@ -58,3 +61,27 @@ def test_a_runner_state_of_other_spaces_is_refused_before_anything_loads() -> No
     with pytest.raises(ValueError, match="saved on an environment with spaces"):
         check_saved_runner({"spaces": {**spaces, "num_envs": "4"}},
                            envs.single_observation_space, envs.single_action_space, 1)
+
+
+def test_what_crosses_an_async_workers_pipe_holds_no_tensor() -> None:
+    """A tensor sent through a worker's pipe is shared by file descriptor, which hung a forked
+    worker of ppo_atari at its first checkpoint: states cross as NumPy arrays."""
+    from rltrain.envs.make import make_vector_env
+
+    def tensors(value: Any) -> int:
+        if isinstance(value, torch.Tensor):
+            return 1
+        if isinstance(value, dict):
+            return sum(map(tensors, value.values()))
+        return sum(map(tensors, value)) if isinstance(value, list | tuple) else 0
+
+    envs = make_vector_env("CartPole-v1", num_envs=2, vectorization="async", seed=0)
+    try:
+        envs.reset(seed=0)
+        sent = envs.call("rltrain_saved_state")
+        assert tensors(list(sent)) == 0 and all("pickled_envs" in s for s in sent)
+        state = SavedEnvs(envs).state()
+        assert all(isinstance(t, torch.Tensor) for t in state["pickled_envs"])
+        assert SavedEnvs(envs).restore(state)
+    finally:
+        envs.close()
