@@ -37,10 +37,14 @@ def test_workers_take_over_a_killed_workers_trials(tmp_path: Path, journal: bool
     first_attempts = [t.number for t in trials if "failed_trial" not in t.system_attrs]
     assert len(first_attempts) == TRIALS  # no trial asked twice, none beyond --trials
     assert complete == Counter(first_attempts), complete  # each completed exactly once
-    taken = [t for t in trials if "failed_trial" in t.system_attrs]
-    assert {t.system_attrs["failed_trial"] for t in taken} == set(killed)
-    assert all(t.state.name == "FAIL" for t in trials if t.number in killed)
+    taken = {t.system_attrs["failed_trial"] for t in trials if "failed_trial" in t.system_attrs}
     joined = "".join(outcome.outputs)
+    # Every killed trial is taken over; a live worker's trial only when its heartbeats came
+    # late (a loaded machine), which that worker says, stopping its own copy of the run.
+    assert set(killed) <= taken, (taken, killed)
+    late = taken - set(killed)
+    assert all(f"trial {n}: taken over by another worker" in joined for n in late), joined
+    assert all(t.state.name == "FAIL" for t in trials if t.number in killed)
     for number in killed:  # resumed under its own run number, from a checkpoint
         assert f"trial {number}: resumed" in joined and "taken over" in joined
         rows = [json.loads(r) for r in (study / f"trial-{number:04d}" / "metrics.jsonl")
