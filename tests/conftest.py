@@ -65,9 +65,16 @@ def trainer(run_dir: Path, num_steps: int = 200, **kwargs: Any) -> Trainer:
                    run_dir=run_dir, **QUIET, **kwargs)
 
 
+#: RL-Zoo's CartPole-v1 DQN settings (``dqn_cartpole``) but the network: a double-Q target copied
+#: every 128 gradient steps and an exploration schedule that does not depend on the run's length
+#: (a run resumed for more steps keeps its schedule).
+DQN_SETTINGS = {"lr": 2.3e-3, "double_q": True, "target_update_interval": 128,
+                "epsilon_end": 0.04, "exploration_steps": 8_000}
+
+
 def dqn() -> DQN:
-    """A DQN with one hidden layer of 16 units."""
-    return DQN(DQNConfig(hidden_sizes=[16]))
+    """A DQN with one hidden layer of 16 units (:data:`DQN_SETTINGS`)."""
+    return DQN(DQNConfig(hidden_sizes=[16], **DQN_SETTINGS))
 
 
 class NanLossDQN(DQN):

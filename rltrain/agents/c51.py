@@ -26,17 +26,20 @@ from rltrain.agents.replay_terms import discount, send_td_errors, weighted
 from rltrain.buffers.replay import ReplayBatch
 from rltrain.optim import Optimization
 from rltrain.runtime.cadence import is_multiple
-from rltrain.settings.base import setting
+from rltrain.settings.base import learning_rate, setting
 from rltrain.settings.registry import register_agent
 from rltrain.types import MetricValue
 
 
 @dataclass
 class C51Config(DQNConfig):
-    """C51's hyperparameters: :class:`~rltrain.agents.dqn.DQNConfig`'s (its defaults, RL-Zoo's
-    tuned CartPole-v1 DQN) and the support.
+    """C51's hyperparameters: :class:`~rltrain.agents.dqn.DQNConfig`'s (its defaults,
+    Stable-Baselines3's DQN), the paper's optimizer and the support (tuned values are in the
+    presets, ``configs/c51_cartpole.yaml``).
 
     Attributes:
+        lr: Adam learning rate. Default 2.5e-4 (the paper's).
+        adam_eps: Adam's epsilon. Default 0.01 / 32 (the paper's, for its batch of 32).
         n_atoms: Atoms of the support. Default 51 (the paper's).
         v_min: The smallest return the support holds. Default -10.0 (the paper's Atari value;
             CartPole's returns reach 100 undiscounted: the ``c51_cartpole`` preset widens it).
@@ -44,6 +47,8 @@ class C51Config(DQNConfig):
     """
 
     n_atoms: int = setting(51, ge=2)
+    lr: float = learning_rate(2.5e-4)
+    adam_eps: float = 0.01 / 32
     v_min: float = -10.0
     v_max: float = 10.0
 

@@ -2,10 +2,10 @@
 
 The plumbing (collection, replay, optimizer steps, logging) lives in the framework; this file is
 the algorithm: a Q-network, its target network, the epsilon-greedy policy and the TD loss.
-Defaults are RL-Zoo's tuned CartPole-v1 settings (256x256, lr 2.3e-3, epsilon 1 -> 0.04 over
-8,000 env steps, a target update per training round); with ``OffPolicyConfig``'s defaults
-(batch 64, train every 256 env steps for 128 gradient steps, 1,000 warm-up steps) they solve
-CartPole-v1 within 50,000 env steps.
+Defaults are Stable-Baselines3's (64x64, lr 1e-4, the Nature-DQN target copied every 10,000 env
+steps, epsilon 1 -> 0.05 over the first tenth of the run; batches of 32, one gradient step every 4
+env steps after 100), for an env no preset is tuned for; the presets hold tuned values
+(``configs/dqn_cartpole.yaml``: RL-Zoo's CartPole-v1 settings, solved within 50,000 env steps).
 """
 
 from __future__ import annotations
@@ -34,12 +34,14 @@ from rltrain.agents.nn.masking import (
 from rltrain.agents.nn.networks import QNetwork, soft_update
 from rltrain.agents.nn.noisy import NoisyLinear, means_only, noisy_layers, reset_noise
 from rltrain.agents.nn.observation_spaces import encoder_setting
+from rltrain.agents.protocols import RolloutLearner
 from rltrain.agents.replay_terms import discount, send_td_errors, weighted
 from rltrain.buffers.observations import layout, leading_tensor
 from rltrain.buffers.replay import ReplayBatch
 from rltrain.optim import Optimization, adam
 from rltrain.runtime.cadence import is_multiple
 from rltrain.settings.base import Settings, discount_factor, learning_rate, polyak, setting, widths
+from rltrain.settings.loops import OffPolicyConfig, OnPolicyConfig
 from rltrain.settings.registry import register_agent
 from rltrain.types import MetricValue, ObsTensors, PolicyState, PolicyStep
 
@@ -49,28 +51,29 @@ TD_LOSSES = ("huber", "mse")
 
 @dataclass
 class DQNConfig(Settings):
-    """DQN hyperparameters (defaults: RL-Zoo's tuned CartPole-v1 DQN, double Q-learning added).
+    """DQN hyperparameters (defaults: Stable-Baselines3's DQN; tuned values are in the presets,
+    ``configs/dqn_cartpole.yaml`` for CartPole-v1).
 
     Attributes:
-        hidden_sizes: Q-network hidden layer widths. Default [256, 256].
-        lr: Adam learning rate. Default 2.3e-3.
+        hidden_sizes: Q-network hidden layer widths. Default [64, 64].
+        lr: Adam learning rate. Default 1e-4.
         adam_eps: Adam's epsilon. Default 1e-8 (PyTorch's; the distributional DQN papers
             use 0.01 / batch size).
         gamma: Discount factor. Default 0.99.
-        double_q: Double DQN target (van Hasselt et al. 2016, arXiv:1509.06461). Default True.
+        double_q: Double DQN target (van Hasselt et al. 2016, arXiv:1509.06461). Default False
+            (the Nature DQN's target, SB3's).
         dueling: Dueling head (Wang et al. 2016, arXiv:1511.06581). Default False.
-        target_update_interval: Gradient steps between target-network updates. Default 128: one
-            update per training round of the default strategy. That is the effect of RL-Zoo's
-            ``target_update_interval: 10`` in SB3, where the interval counts env steps: the
-            copies happen during collection, so the target is fixed for each round of 128
-            gradient steps. (Every 10 gradient steps
-            diverged on CartPole-v1 here: Q-values reached 1e10.)
+        target_update_interval: Gradient steps between target-network updates. Default 2,500:
+            SB3's 10,000 env steps at DQN's own schedule of one gradient step per 4 env steps
+            (SB3 counts env steps; with another ``train_interval`` or ``train_steps`` the
+            same count of gradient steps spans other env steps).
         tau: Target update rate: 1.0 copies the online network (hard update, Nature DQN);
             below 1 is a soft (Polyak) update ``θ' ← τθ + (1-τ)θ'``. Default 1.0.
         epsilon_start: Exploration rate at env step 0. Default 1.0.
-        epsilon_end: Exploration rate after ``exploration_steps``. Default 0.04.
-        exploration_steps: Env steps over which epsilon decays linearly (SB3's
-            ``exploration_fraction × total_timesteps``: 0.16 × 50,000). Default 8,000.
+        epsilon_end: Exploration rate after ``exploration_steps``. Default 0.05.
+        exploration_steps: Env steps over which epsilon decays linearly; None: the agent's
+            :attr:`~DQN.exploration_fraction` of the run's ``num_steps`` (SB3's
+            ``exploration_fraction × total_timesteps``, a tenth for DQN). Default None.
         huber_delta: Huber (smooth L1) loss threshold. Default 1.0.
         loss: The TD loss: ``"huber"``, Huber of threshold ``huber_delta`` on the TD error (the
             Nature DQN's and SB3's), or ``"mse"``, its square (CleanRL's ``dqn.py``), whose
@@ -91,17 +94,18 @@ class DQNConfig(Settings):
             ``σ0 / √inputs``). Default 0.5 (the paper's).
     """
 
-    hidden_sizes: list[int] = widths(256, 256)
-    lr: float = learning_rate(2.3e-3)
+    hidden_sizes: list[int] = widths(64, 64)
+    lr: float = learning_rate(1e-4)
     adam_eps: float = setting(1e-8, gt=0)
     gamma: float = discount_factor()
-    double_q: bool = True
+    double_q: bool = False
     dueling: bool = False
-    target_update_interval: int = setting(128, ge=1, unit="gradient steps")
+    target_update_interval: int = setting(2_500, ge=1, unit="gradient steps")
     tau: float = polyak(1.0)
     epsilon_start: float = setting(1.0, ge=0, le=1)
-    epsilon_end: float = setting(0.04, ge=0, le=1)
-    exploration_steps: int = setting(8_000, ge=0, unit="env steps")
+    epsilon_end: float = setting(0.05, ge=0, le=1)
+    exploration_steps: int | None = setting(None, ge=0, unit="env steps",
+                                            none="for a share of the run (SB3's)")
     huber_delta: float = setting(1.0, gt=0, why="the Huber loss's threshold")
     loss: str = setting("huber", choices=TD_LOSSES)
     normalize_images: bool = True
@@ -173,6 +177,9 @@ class DQN(ReplayAgent):
     """
 
     replay_sampling = frozenset({"n_step", "prioritized"})
+    #: The share of the run epsilon decays over when ``exploration_steps`` is None (SB3's
+    #: ``exploration_fraction``).
+    exploration_fraction = 0.1
 
     q_network: QNetwork
     target_network: QNetwork
@@ -187,6 +194,16 @@ class DQN(ReplayAgent):
         self.num_actions = 0
         #: The noisy layers of both networks (none without ``config.noisy``).
         self.noisy_layers: list[NoisyLinear] = []
+
+    @override
+    def default_strategy_settings(self) -> OffPolicyConfig | OnPolicyConfig:
+        """Stable-Baselines3's DQN schedule: batches of 32, one gradient step every 4 env
+        steps after 100 random ones, a buffer of a million transitions (a subclass that learns
+        from rollouts: the on-policy loop's defaults)."""
+        if isinstance(self, RolloutLearner):
+            return super().default_strategy_settings()
+        return OffPolicyConfig(batch_size=32, warmup_steps=100, train_interval=4, train_steps=1,
+                               buffer_size=1_000_000)
 
     @override
     def check_spaces(self, observation_space: gym.Space[Any], action_space: gym.Space[Any]) -> None:
@@ -235,8 +252,15 @@ class DQN(ReplayAgent):
     def epsilon(self) -> float:
         """The exploration rate at the current env step."""
         c = self.config
-        return linear_schedule(c.epsilon_start, c.epsilon_end, c.exploration_steps,
+        return linear_schedule(c.epsilon_start, c.epsilon_end, self.exploration_steps,
                                self.progress.env_steps)
+
+    @property
+    def exploration_steps(self) -> int:
+        """Env steps over which epsilon decays: ``config.exploration_steps``, or
+        :attr:`exploration_fraction` of the run's ``num_steps`` when it is None."""
+        steps = self.config.exploration_steps
+        return int(self.exploration_fraction * self.num_steps) if steps is None else steps
 
     @override
     def configure_optimizers(self) -> dict[str, torch.optim.Optimizer]:

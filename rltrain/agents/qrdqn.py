@@ -27,27 +27,32 @@ from rltrain.agents.replay_terms import discount, send_td_errors, weighted
 from rltrain.buffers.replay import ReplayBatch
 from rltrain.optim import Optimization
 from rltrain.runtime.cadence import is_multiple
-from rltrain.settings.base import setting
+from rltrain.settings.base import learning_rate, setting
 from rltrain.settings.registry import register_agent
 from rltrain.types import MetricValue
 
 
 @dataclass
 class QRDQNConfig(DQNConfig):
-    """QR-DQN's hyperparameters: :class:`~rltrain.agents.dqn.DQNConfig`'s (its defaults,
-    RL-Zoo's tuned CartPole-v1 DQN, which RL-Zoo's QR-DQN shares) and the quantiles.
+    """QR-DQN's hyperparameters: :class:`~rltrain.agents.dqn.DQNConfig`'s, with sb3-contrib's
+    QR-DQN defaults where they differ, and the quantiles (tuned values are in the presets,
+    ``configs/qrdqn_cartpole.yaml``).
 
     Attributes:
-        n_quantiles: Quantiles per action. Default 10 (RL-Zoo's CartPole-v1 QR-DQN; the paper
-            and sb3-contrib's default use 200).
+        n_quantiles: Quantiles per action. Default 200 (the paper's and sb3-contrib's).
         kappa: The quantile Huber loss's threshold κ (Eq. 10). Default 1.0.
+        lr: Adam learning rate. Default 5e-5 (sb3-contrib's).
         adam_eps: Adam's epsilon. Default 0.01 / 32 (the paper's, for its batch of 32;
             sb3-contrib uses 0.01 / batch size).
+        epsilon_end: Exploration rate after ``exploration_steps``. Default 0.01
+            (sb3-contrib's; it decays over 0.5% of the run, :attr:`QRDQN.exploration_fraction`).
     """
 
-    n_quantiles: int = setting(10, ge=1)
+    n_quantiles: int = setting(200, ge=1)
     kappa: float = setting(1.0, gt=0)
+    lr: float = learning_rate(5e-5)
     adam_eps: float = 0.01 / 32
+    epsilon_end: float = setting(0.01, ge=0, le=1)
 
 
 class QuantileMean(nn.Module):
@@ -86,6 +91,7 @@ class QRDQN(DQN):
     """
 
     config: QRDQNConfig
+    exploration_fraction = 0.005  # sb3-contrib's
 
     def __init__(self, config: QRDQNConfig | None = None) -> None:
         super().__init__(config if config is not None else QRDQNConfig())

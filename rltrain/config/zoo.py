@@ -87,7 +87,12 @@ def translate(algo: str, env_id: str) -> dict[str, Any]:
     """RL-Zoo's ``algo`` entry for ``env_id`` as an rltrain config (a nested dict: ``trainer``,
     ``env``, ``strategy``, ``agent``); ``ConfigError`` naming the first key it cannot
     translate."""
-    entry = zoo_entry(algo, env_id)  # refuses an algorithm it does not translate
+    return translate_entry(algo, env_id, zoo_entry(algo, env_id))
+
+
+def translate_entry(algo: str, env_id: str, entry: dict[str, Any]) -> dict[str, Any]:
+    """:func:`translate` of the RL-Zoo ``entry`` (read from its file, or an empty one: SB3's
+    defaults) for ``algo`` (a key of :data:`SB3_DEFAULTS`) and ``env_id``."""
     agent, defaults = SB3_DEFAULTS[algo]
     hp = {**defaults, **entry}
     t = _Translation(algo, env_id, hp)

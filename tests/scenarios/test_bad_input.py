@@ -29,7 +29,7 @@ import gymnasium as gym
 import numpy as np
 import pytest
 import torch
-from conftest import QUIET, ROOT, NanLossDQN, dqn, small, trainer
+from conftest import DQN_SETTINGS, QUIET, ROOT, NanLossDQN, dqn, small, trainer
 from omegaconf import DictConfig
 
 from rltrain import (
@@ -407,8 +407,9 @@ CASES = [
          lambda d: load_agent(dqn(), d / "sac.pt", "CartPole-v1"), ValueError,
          r"holds a SAC checkpoint; it cannot be loaded into a DQN", setup=lambda d: _sac(d)),
     Case("checkpoint with mismatched network shapes",
-         lambda d: trainer(d, 400).fit("CartPole-v1", DQN(DQNConfig(hidden_sizes=[8])),
-                                       ckpt_path="last"), ValueError,
+         lambda d: trainer(d, 400).fit(
+             "CartPole-v1", DQN(DQNConfig(hidden_sizes=[8], **DQN_SETTINGS)), ckpt_path="last"),
+         ValueError,
          r"settings differ from the checkpoint's \(agent/hidden_sizes: '\[16\]' in the "
          r"checkpoint, '\[8\]' now\)", setup=fitted),
     Case("observation space differs from the checkpoint's",

@@ -12,7 +12,7 @@ import pytest
 from conftest import rltrain
 from omegaconf import OmegaConf
 
-from rltrain import compose
+from rltrain import build, compose
 from rltrain.config import zoo
 from rltrain.config.files import ConfigError
 
@@ -151,3 +151,38 @@ def test_the_command_line_says_what_a_zoo_entry_became(
     for setting in ("trainer.num_steps=100000", "strategy.num_envs=8",
                     "strategy.n_steps=32", "agent.gamma=0.98"):
         assert setting in first
+
+
+#: An RL-Zoo entry that sets nothing but its budget: SB3's defaults, per algorithm, on an env
+#: of the right kind.
+EMPTY_ENTRIES = [("dqn", "CartPole-v1"), ("qrdqn", "CartPole-v1"), ("ppo", "CartPole-v1"),
+                 ("sac", "Pendulum-v1"), ("td3", "Pendulum-v1")]
+
+
+#: Where an agent's own default is its paper's rather than SB3's: SB3's TD3 adds no action
+#: noise unless given some; the TD3 paper explores with N(0, 0.1).
+PAPERS_OVER_SB3 = {"td3": {"agent.exploration_noise": (0.0, 0.1)}}
+
+
+@pytest.mark.parametrize(("algo", "env_id"), EMPTY_ENTRIES, ids=[a for a, _ in EMPTY_ENTRIES])
+def test_an_agents_own_defaults_are_sb3s(algo: str, env_id: str) -> None:
+    """An agent's own defaults and its own schedule, which a run without a preset takes, are
+    SB3's (issue 48, item 3): an entry that sets nothing (SB3's defaults, as the zoo module
+    records them for every translation) translates to ``--no-preset agent.name=...``, key for
+    key, with epsilon decaying over the same env steps."""
+    num_steps = 100_000
+    translated = OmegaConf.create(zoo.translate_entry(
+        algo, env_id, {"n_timesteps": num_steps, "policy": "MlpPolicy"}))
+    agent = translated.agent.name
+    own = compose([], [f"agent.name={agent}", f"env.id={env_id}",
+                       f"trainer.num_steps={num_steps}"])
+    exploration = translated.agent.pop("exploration_steps", None)
+    found = {f"{section}.{key}": (value, own[section].get(key))
+             for section in ("strategy", "agent")
+             for key, value in translated[section].items() if own[section].get(key) != value}
+    assert found == PAPERS_OVER_SB3.get(algo, {})
+    if exploration is not None:  # None in the agent's own config: a share of the run
+        assert own.agent.exploration_steps is None
+        made = build(own).agent
+        made.num_steps = num_steps
+        assert made.exploration_steps == exploration

@@ -136,8 +136,9 @@ def test_tensorboard_has_the_hparams_plugin_data_with_strategy_and_agent_setting
     assert hparams["strategy.batch_size"].number_value == 32
     assert hparams["trainer.eval_interval"].number_value == EVAL_INTERVAL
     assert hparams["strategy.vectorization"].string_value == "sync"
-    assert hparams["agent.lr"].number_value == pytest.approx(2.3e-3)
-    assert hparams["agent.double_q"].number_value == 1.0  # torch's hparams() stores bools as 0/1
+    assert hparams["agent.lr"].number_value == pytest.approx(DQNConfig().lr)
+    # torch's hparams() stores bools as 0/1
+    assert hparams["agent.double_q"].number_value == float(DQNConfig().double_q)
     assert hparams["agent.hidden_sizes"].string_value == "[32, 32]"
     assert not [key for key in hparams if "/" in key]  # each once, by its config name
 

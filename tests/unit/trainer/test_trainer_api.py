@@ -226,7 +226,8 @@ def test_a_lightning_style_logger_object_receives_metrics_and_hyperparameters(
     # the first round trains at 200, after that step's row was written
     assert [step for step, row in logger.rows if "train/loss" in row] == [400, 600]
     assert [step for step, row in logger.rows if "eval/return_mean" in row] == [300, 600]
-    assert logger.params["agent.lr"] == pytest.approx(2.3e-3) and "agent/lr" not in logger.params
+    assert logger.params["agent.lr"] == pytest.approx(DQNConfig().lr)
+    assert "agent/lr" not in logger.params
     assert logger.params["trainer.num_steps"] == 600
     assert logger.status == "success"
     assert not list(tmp_path.glob("events.out.tfevents.*"))  # one object: that logger alone
@@ -414,7 +415,9 @@ def test_without_a_strategy_each_agent_gets_its_own_default_schedule(tmp_path: P
                                                       train_interval=50, train_steps=10)
     trainer.run_dir = tmp_path / "dqn"
     trainer.fit(ENV, DQN(DQNConfig(hidden_sizes=[8])))
-    assert trainer.strategy.config == OffPolicyConfig(seed=3)  # DQN's: the config's defaults
+    assert trainer.strategy.config == OffPolicyConfig(  # DQN's: Stable-Baselines3's schedule
+        seed=3, batch_size=32, warmup_steps=100, train_interval=4, train_steps=1,
+        buffer_size=1_000_000)
 
 
 def test_a_strategy_of_a_kind_the_agent_does_not_train_with_is_refused(tmp_path: Path) -> None:
