@@ -227,7 +227,7 @@ def test_seconds_to_threshold_are_the_summary_s_for_a_real_run(tmp_path: Path) -
     assert scores.seconds_to == pytest.approx(summary["threshold_seconds"], abs=0.01)
 
 
-@pytest.mark.parametrize("threshold", ["nan", "inf"])
+@pytest.mark.parametrize("threshold", ["nan", pytest.param("inf", marks=pytest.mark.slow)])
 def test_a_threshold_that_is_no_finite_number_is_refused(tmp_path: Path,
                                                           threshold: str) -> None:
     done = rltrain("compare", str(tmp_path), "--threshold", threshold, cwd=tmp_path)

@@ -229,6 +229,7 @@ class Case:
             only training finds (non-finite observations, rewards, losses).
         absent: Texts the message must not contain.
         after: Must hold after the error (the command a file names never ran).
+        slow: Checked with the slow tests only (it starts a process or trains a while).
     """
 
     name: str
@@ -239,6 +240,7 @@ class Case:
     before_training: bool = True
     absent: tuple[str, ...] = ()
     after: Callable[[Path], bool] | None = None
+    slow: bool = False
 
 
 CASES = [
@@ -487,7 +489,7 @@ CASES = [
          lambda d: trainer(d).fit("CartPole-v1", dqn()), RunDirectoryLocked,
          r"is in use by another rltrain run \(PID \d+ on .*, since .*\); one process "
          r"writes a run directory at a time\. Wait for that run to end",
-         setup=lambda d: _held_by_another_process(d), after=lambda d: _release(d)),
+         setup=lambda d: _held_by_another_process(d), after=lambda d: _release(d), slow=True),
     Case("stored config sending checkpoints outside its run",
          lambda d: resumed_config(str(d), []), ConfigError,
          r"The run's saved config sets trainer\.checkpoint_dir=.*elsewhere, outside the run "
@@ -765,7 +767,7 @@ CASES = [
          lambda d: trainer(d, 256, strategy=on_policy(n_steps=16)).fit(
              "CartPole-v1", ppo(), ckpt_path="last"), ValueError,
          r"settings differ from the checkpoint's \(strategy/n_steps: 32 in the checkpoint, 16 "
-         r"now\)", setup=lambda d: _ppo_fitted(d)),
+         r"now\)", setup=lambda d: _ppo_fitted(d), slow=True),
     # SAC
     Case("SAC on a discrete action space",
          lambda d: trainer(d).fit("CartPole-v1", SAC()), SpaceError,
@@ -1077,6 +1079,11 @@ def raised(case: Case, run_dir: Path) -> BaseException:
     return error
 
 
+def param(case: Case) -> Any:
+    """``case`` as a pytest parameter named by its name, marked slow where it says so."""
+    return pytest.param(case, id=case.name, marks=[pytest.mark.slow] if case.slow else [])
+
+
 def prepared(case: Case, tmp_path: Path) -> Path:
     """The case's run directory, with its setup done."""
     run_dir = tmp_path / "run"
@@ -1085,7 +1092,7 @@ def prepared(case: Case, tmp_path: Path) -> Path:
     return run_dir
 
 
-@pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
+@pytest.mark.parametrize("case", [param(c) for c in CASES])
 def test_bad_input_gets_a_clear_error(case: Case, tmp_path: Path) -> None:
     run_dir = prepared(case, tmp_path)
     message = str(raised(case, run_dir))
@@ -1126,7 +1133,7 @@ def change(before: tuple[int, ...] | None, after: tuple[int, ...] | None) -> str
 BEFORE_TRAINING = [c for c in CASES if c.before_training]
 
 
-@pytest.mark.parametrize("case", BEFORE_TRAINING, ids=[c.name for c in BEFORE_TRAINING])
+@pytest.mark.parametrize("case", [param(c) for c in BEFORE_TRAINING])
 def test_a_bad_input_found_before_training_writes_nothing(case: Case, tmp_path: Path) -> None:
     """The early-check promise: every file (the setup's run included) is left as it was."""
     run_dir = prepared(case, tmp_path)

@@ -58,6 +58,7 @@ def edit_manifest(folder: Path, **changes: Any) -> None:
     path.write_text(json.dumps(manifest))
 
 
+@pytest.mark.slow  # a run and the command line on a hostile run directory
 @pytest.mark.parametrize("form", ["relative", "absolute"])
 def test_a_manifest_naming_files_outside_its_folder_deletes_nothing(tmp_path: Path,
                                                                     form: str) -> None:
@@ -105,6 +106,7 @@ def test_a_directory_that_is_not_a_run_is_refused_and_left_untouched(tmp_path: P
                                                           "notes.md"]
 
 
+@pytest.mark.slow  # a run and the command line on a hostile run directory
 def test_another_tools_checkpoints_folder_is_not_a_run(tmp_path: Path) -> None:
     folder = tmp_path / "lightning"
     theirs = plant(folder / "checkpoints", ["epoch=3.ckpt"])
@@ -155,6 +157,7 @@ def test_links_where_rltrain_writes_are_refused(tmp_path: Path) -> None:
     assert {p: p.read_text() for p in target} == target
 
 
+@pytest.mark.slow  # a run and the command line on a hostile run directory
 def test_a_stored_config_cannot_send_checkpoints_outside_its_run(tmp_path: Path) -> None:
     run_dir = tmp_path / "run"
     fit(run_dir)
@@ -169,6 +172,7 @@ def test_a_stored_config_cannot_send_checkpoints_outside_its_run(tmp_path: Path)
     assert not elsewhere.exists()
 
 
+@pytest.mark.slow  # a run and the command line on a hostile run directory
 def test_a_stored_config_resolves_no_interpolation(tmp_path: Path) -> None:
     run_dir = tmp_path / "run"
     fit(run_dir)

@@ -167,6 +167,7 @@ def pendulum_buffer(steps: int, length: int) -> SequenceReplayBuffer:
     return buffer
 
 
+@pytest.mark.slow  # a short learning check (4 s): with the full suite
 def test_the_world_model_loss_falls_on_pendulum_data_within_a_few_hundred_steps() -> None:
     torch.manual_seed(0)
     agent = built(tiny(sequence_length=16))

@@ -235,6 +235,7 @@ def test_agent_encoder_is_a_key_of_each_agent_with_encoders(
     assert "  encoder: mlp" in capsys.readouterr().out.splitlines()
 
 
+@pytest.mark.slow  # trains a CNN (3.5 s)
 def test_agent_encoder_cnn_reads_the_2048_board_with_a_cnn_from_the_cli(tmp_path: Path) -> None:
     run_dir = tmp_path / "cnn"
     assert main(quiet_cli(run_dir, "agent.name=dqn", "env._target_=test_observation_spaces."
@@ -266,7 +267,8 @@ def test_agent_encoder_mlp_flattens_minigrids_image_from_the_cli(tmp_path: Path)
 
 @pytest.mark.parametrize(("agent", "env", "n"), [
     ("dqn", "FrozenLake-v1", 16), ("dqn", "Taxi-v4", 500),
-    ("ppo", "FrozenLake-v1", 16), ("ppo", "Taxi-v4", 500)])
+    pytest.param("ppo", "FrozenLake-v1", 16, marks=pytest.mark.slow),
+    pytest.param("ppo", "Taxi-v4", 500, marks=pytest.mark.slow)])
 def test_dqn_and_ppo_train_on_discrete_observations_from_the_cli(
         agent: str, env: str, n: int, tmp_path: Path) -> None:
     """No YAML: the agent's own defaults, shortened. (Taxi-v3 is Taxi-v4 in Gymnasium 1.4.)"""

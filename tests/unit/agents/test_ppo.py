@@ -744,6 +744,7 @@ def test_agent_name_ppo_alone_starts_from_the_shipped_ppo_config(
     assert not list(tmp_path.iterdir())
 
 
+@pytest.mark.slow  # a process (3 s); in-process: test_trainer_api's kind check
 def test_the_command_line_refuses_dqn_with_the_on_policy_strategy(tmp_path: Path) -> None:
     # No shipped config pairs DQN with on_policy: the command line starts from the defaults,
     # and fit refuses the pair naming the fix, before anything is written.

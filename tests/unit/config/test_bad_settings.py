@@ -181,6 +181,7 @@ def test_an_observation_of_another_shape_mid_run_names_both_shapes(tmp_path: Pat
 # Sizes that exhausted memory or time -------------------------------------------------------
 
 
+@pytest.mark.slow  # a process (3 s); in-process: the parametrized case below
 def test_huge_hidden_sizes_are_refused_before_anything_is_allocated_or_written(
         tmp_path: Path) -> None:
     run_dir = tmp_path / "run"
@@ -210,6 +211,7 @@ def test_every_agent_refuses_networks_larger_than_the_memory() -> None:
                         progress=Progress())
 
 
+@pytest.mark.slow  # a process (3 s); in-process: the divisor hint's test
 def test_a_huge_on_policy_batch_size_is_refused_at_once(tmp_path: Path) -> None:
     started = time.monotonic()
     done = rltrain("fit", "ppo_cartpole", "strategy.batch_size=1000000000000", cwd=tmp_path,
@@ -221,13 +223,11 @@ def test_a_huge_on_policy_batch_size_is_refused_at_once(tmp_path: Path) -> None:
 
 
 def test_the_divisor_hint_is_the_nearest_divisor_and_fast() -> None:
-    def nearest(n: int, target: int) -> int:
-        return min((d for d in range(1, n + 1) if n % d == 0),
-                   key=lambda d: (abs(d - target), d))
-
     for n in (1, 2, 12, 97, 360, 2048, 5000):
+        divisors = [d for d in range(1, n + 1) if n % d == 0]  # by brute force, once per n
         for target in range(1, 2 * n + 2):
-            assert _divisor_near(n, target) == nearest(n, target), (n, target)
+            nearest = min(divisors, key=lambda d: (abs(d - target), d))
+            assert _divisor_near(n, target) == nearest, (n, target)
     started = time.monotonic()
     assert _divisor_near(2**40 - 1, 10**12) == 2**40 - 1
     assert _divisor_near(2**61 - 1, 1000) in (1, 2**61 - 1)  # a prime: only those divide it

@@ -47,12 +47,17 @@ def test_each_bad_setting_is_refused_naming_it(config: Any, kwargs: dict[str, An
         config(**kwargs)
 
 
+# One command line (a process, 3 s) in the inner loop; the rest with the slow checks: each
+# refusal's message is checked in-process above.
 @pytest.mark.parametrize(("overrides", "message"), [
     (["strategy.n_step=0"], "n_step must be >= 1"),
-    (["strategy.prioritized=maybe"], "prioritized"),
-    (["agent.name=c51", "agent.v_min=1", "agent.v_max=0"], "v_min"),
-    (["agent.name=ppo", "agent.recurrent=transformer"], "recurrent must be one of"),
-    (["agent.name=dreamer", "strategy.n_step=3"], "Dreamer does not learn from n-step"),
+    pytest.param(["strategy.prioritized=maybe"], "prioritized", marks=pytest.mark.slow),
+    pytest.param(["agent.name=c51", "agent.v_min=1", "agent.v_max=0"], "v_min",
+                 marks=pytest.mark.slow),
+    pytest.param(["agent.name=ppo", "agent.recurrent=transformer"], "recurrent must be one of",
+                 marks=pytest.mark.slow),
+    pytest.param(["agent.name=dreamer", "strategy.n_step=3"],
+                 "Dreamer does not learn from n-step", marks=pytest.mark.slow),
 ])
 def test_the_command_line_refuses_them_in_one_line(overrides: list[str], message: str,
                                                    tmp_path: Path) -> None:

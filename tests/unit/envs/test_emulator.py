@@ -138,16 +138,26 @@ ALTERATIONS: list[tuple[Callable[[dict[str, Any]], dict[str, Any]], str]] = [
 ]
 
 
+#: Actions of the altered-state cases: the saved env's, then the target's and its twin's.
+ACTIONS = np.random.default_rng(2).integers(0, 4, 200)
+
+
+@pytest.fixture(scope="module")
+def saved_breakout() -> dict[str, Any]:
+    """A Breakout state with sticky actions, saved once for every altered-state case (each
+    alteration makes a new dict: the saved one is never changed)."""
+    return emulator.state(stepped("Breakout", 120, ACTIONS, sticky=0.25))
+
+
 @pytest.mark.parametrize(("change", "message"), ALTERATIONS)
 def test_an_altered_state_is_refused_by_name_and_nothing_is_changed(
-        change: Callable[[dict[str, Any]], dict[str, Any]], message: str) -> None:
-    actions = np.random.default_rng(2).integers(0, 4, 400)
-    saved = emulator.state(stepped("Breakout", 120, actions, sticky=0.25))
-    target, twin = (stepped("Breakout", 70, actions, seed=4, sticky=0.25) for _ in range(2))
+        change: Callable[[dict[str, Any]], dict[str, Any]], message: str,
+        saved_breakout: dict[str, Any]) -> None:
+    target, twin = (stepped("Breakout", 70, ACTIONS, seed=4, sticky=0.25) for _ in range(2))
     with pytest.raises(ValueError, match=message) as refused:
-        emulator.restore(target, change(saved), 2)
+        emulator.restore(target, change(saved_breakout), 2)
     assert "sub-env 2" in str(refused.value)
-    same_future(target, twin, actions[70:])  # the target is where it was, untouched
+    same_future(target, twin, ACTIONS[70:110])  # the target is where it was, untouched
 
 
 def test_a_state_of_another_game_is_refused() -> None:

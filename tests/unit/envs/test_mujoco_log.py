@@ -28,6 +28,7 @@ print(sorted({type(w.message).__name__ for w in caught if "MuJoCo" in str(w.mess
 """
 
 
+@pytest.mark.slow  # a fresh interpreter (3 s)
 def test_mujoco_s_warnings_become_python_warnings_and_no_log_file(tmp_path: Path) -> None:
     done = subprocess.run([sys.executable, "-c", SCRIPT], cwd=tmp_path, capture_output=True,
                           text=True, timeout=120)

@@ -113,6 +113,7 @@ def test_an_env_without_time_limit_is_warned_about_and_its_evaluation_is_capped(
     assert trainer.evaluate(Endless, agent, episodes=1)["eval/length_mean"] == 300
 
 
+@pytest.mark.slow  # 27,000 evaluation steps; an explicit cap is checked above
 def test_the_default_evaluation_cap_ends_an_evaluation_that_would_never_end(
         tmp_path: Path) -> None:
     # It used to run forever: nothing ended the first evaluation of an env that never ends.

@@ -45,6 +45,7 @@ def losses(name: str, run_dir: Path, compile: bool) -> tuple[list[float], Any]:
     return values, agent
 
 
+@pytest.mark.slow  # torch.compile's first compile: 2-4 s a case
 @pytest.mark.parametrize("name", list(CASES))
 def test_compiled_losses_match_eager_within_float_tolerance(name: str, tmp_path: Path) -> None:
     eager, _ = losses(name, tmp_path / "eager", compile=False)

@@ -66,6 +66,7 @@ def test_freed_memory_is_reused_instead_of_faulted_in_again() -> None:
     assert message == "glibc keeps freed memory (trim 256 MiB, top pad 64 MiB, mmap 32 MiB)"
 
 
+@pytest.mark.slow  # a fresh interpreter (3 s)
 def test_the_environments_own_allocator_settings_are_left_alone() -> None:
     message, faults = run("""
         from rltrain.runtime.heap import keep_freed_memory

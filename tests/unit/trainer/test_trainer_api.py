@@ -389,6 +389,7 @@ def test_a_logger_object_is_finalized_as_failed_when_the_run_raises(tmp_path: Pa
     assert logger.status == "failed"
 
 
+@pytest.mark.slow  # a whole run in a fresh interpreter
 def test_a_run_without_a_tensorboard_logger_does_not_import_tensorboard(tmp_path: Path) -> None:
     code = (
         "import sys, torch\n"
