@@ -37,9 +37,10 @@ def machine() -> dict[str, Any]:
 
 
 def write_results(name: str, payload: dict[str, Any]) -> Path:
-    """Write ``payload`` (plus the machine description) to ``benchmarks/results/<name>.json``."""
+    """Write ``payload`` (plus the machine description) to ``benchmarks/results/<name>.json``
+    (``name`` may be a path of its own, with or without ``.json``)."""
     RESULTS.mkdir(exist_ok=True)
-    path = RESULTS / f"{name}.json"
+    path = RESULTS / f"{name.removesuffix('.json')}.json"
     path.write_text(json.dumps({"machine": machine(), **payload}, indent=2) + "\n")
     return path
 

@@ -6,6 +6,7 @@ always, on the scripts themselves where the checkout is at hand)."""
 from __future__ import annotations
 
 import ast
+import json
 import os
 import re
 from pathlib import Path
@@ -244,3 +245,11 @@ def test_one_repeat_of_ppo_runs_both_sides(tmp_path: Path) -> None:
     result = bench.run_pair("ppo", 1_024, 6_144, 0, CLEANRL, tmp_path)
     assert set(result["rates"]) == {"rltrain", "peer"} and result["ratio"] > 0
     assert len(list(tmp_path.glob("ppo-r0-*.log"))) == 4
+
+
+def test_a_results_path_given_with_its_suffix_gets_it_once(tmp_path: Path) -> None:
+    from benchmarks._util import write_results
+
+    written = write_results(str(tmp_path / "quiet.json"), {"x": 1})
+    assert written == tmp_path / "quiet.json" and json.loads(written.read_text())["x"] == 1
+    assert write_results(str(tmp_path / "loud"), {}) == tmp_path / "loud.json"
