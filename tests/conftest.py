@@ -106,6 +106,17 @@ def assert_same_tensors(a: Any, b: Any, where: str = "", skip: Collection[str] =
         assert a == b, f"{where}: {a!r} != {b!r}"
 
 
+def stepped_through(env: gym.Env[Any, Any], actions: Any, seed: int) -> gym.Env[Any, Any]:
+    """``env`` reset with ``seed`` and stepped with each of ``actions``, reset again whenever
+    an episode ends (the state a saved-state test saves or restores into)."""
+    env.reset(seed=seed)
+    for action in actions:
+        _, _, terminated, truncated, _ = env.step(action)
+        if terminated or truncated:
+            env.reset()
+    return env
+
+
 def env_snapshot(data: torch.Tensor | list[torch.Tensor]) -> list[Any]:
     """Every attribute of every wrapper layer of the pickled sub-envs (a sync vector env's,
     pickled together, or an async one's, one pickle each), generators by state.

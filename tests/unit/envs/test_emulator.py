@@ -12,6 +12,7 @@ import gymnasium as gym
 import numpy as np
 import pytest
 import torch
+from conftest import stepped_through
 
 from rltrain.envs import emulator
 from rltrain.envs.atari import AtariConfig, AtariPipeline, LastAction
@@ -29,13 +30,7 @@ def atari(game: str, sticky: float = 0.0) -> gym.Env[Any, Any]:
 
 def stepped(game: str, steps: int, actions: np.ndarray, *, seed: int = 1,
             sticky: float = 0.0) -> gym.Env[Any, Any]:
-    env = atari(game, sticky)
-    env.reset(seed=seed)
-    for action in actions[:steps]:
-        _, _, terminated, truncated, _ = env.step(action)
-        if terminated or truncated:
-            env.reset()
-    return env
+    return stepped_through(atari(game, sticky), actions[:steps], seed)
 
 
 def same_future(a: gym.Env[Any, Any], b: gym.Env[Any, Any], actions: np.ndarray) -> int:

@@ -13,7 +13,7 @@ import gymnasium as gym
 import numpy as np
 import pytest
 import torch
-from conftest import QUIET, assert_same_tensors, rltrain, straight_and_resumed
+from conftest import QUIET, assert_same_tensors, rltrain, stepped_through, straight_and_resumed
 
 from rltrain import TD3, OffPolicyConfig, OffPolicyStrategy, TD3Config, Trainer
 from rltrain.checkpoint import read_checkpoint
@@ -23,13 +23,7 @@ from rltrain.envs.make import EnvSpec
 
 def stepped(env_id: str, steps: int, actions: list[np.ndarray],
             seed: int = 3) -> gym.Env[Any, Any]:
-    env = gym.make(env_id)
-    env.reset(seed=seed)
-    for action in actions[:steps]:
-        _, _, terminated, truncated, _ = env.step(action)
-        if terminated or truncated:
-            env.reset()
-    return env
+    return stepped_through(gym.make(env_id), actions[:steps], seed)
 
 
 def actions_for(env_id: str, count: int) -> list[np.ndarray]:
