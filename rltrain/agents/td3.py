@@ -194,7 +194,8 @@ class TD3(ReplayAgent):
         send_td_errors(batch, td.abs().mean(dim=0))
         metrics: dict[str, MetricValue] = {"critic_loss": critic_loss.detach(),
                                            "q": q.detach().mean()}
-        if is_multiple(optim.gradient_step - 1, c.policy_delay):  # the 1st, n+1-th, ...
+        # after every d-th critic step (the d-th, 2d-th, ...), as the paper's code and SB3's
+        if is_multiple(optim.gradient_step, c.policy_delay):
             actor_loss = -self.critic.first(obs, self.actor(obs)).mean()  # -E[Q_1(s, μ(s))]
             optim.step("actor", actor_loss)
             metrics["actor_loss"] = actor_loss.detach()
