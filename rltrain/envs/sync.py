@@ -65,5 +65,6 @@ class LeanSyncVectorEnv(SyncVectorEnv):
                 stacked = False
         if not stacked:
             np.stack(rows, axis=0, out=observations)
-        return (observations.copy() if self.copy else observations, np.copy(rewards),
-                np.copy(terminations), np.copy(truncations), infos)
+        # The arrays' own copy methods: np.copy is a Python function around them.
+        return (observations.copy() if self.copy else observations, rewards.copy(),
+                terminations.copy(), truncations.copy(), infos)
