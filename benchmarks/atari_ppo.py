@@ -16,7 +16,9 @@ restart there; the learning rate keeps annealing over the whole budget). ``--ran
 games with uniformly random actions on rltrain's evaluation pipeline.
 
     python -m benchmarks.atari_ppo --library rltrain|sb3|random [--game ALE/Breakout-v5] \
-        [--steps 1000000] [--seed 0] [--run-dir runs/atari-<library>]
+        [--steps 1000000] [--seed 0] [--run-dir runs/atari-<library>] [key=value ...]
+
+``key=value`` changes the preset for both libraries (SB3's side reads the same config).
 
 ``--preset dqn_atari`` trains rltrain's DQN preset instead (rltrain only).
 
@@ -58,7 +60,7 @@ def train_rltrain(args: argparse.Namespace, run_dir: Path) -> dict[str, Any]:
     overrides = [f"env.backend={args.backend}", f"strategy.seed={args.seed}",
                  f"trainer.eval_interval={args.eval_interval}",
                  f"trainer.eval_episodes={EPISODES}", "trainer.enable_metrics_file=true",
-                 f"trainer.checkpoint_interval={args.eval_interval}"]
+                 f"trainer.checkpoint_interval={args.eval_interval}", *args.overrides]
     config = atari_config(args.game, args.steps, str(run_dir), overrides, args.preset)
     resume = (run_dir / "checkpoints" / "last.pt").exists()
     start = time.perf_counter()
@@ -85,7 +87,7 @@ def sb3_evaluate(model: Any, game: str, seed: int, sticky: float) -> float:
 def train_sb3(args: argparse.Namespace, run_dir: Path) -> dict[str, Any]:
     import stable_baselines3
 
-    config = atari_config(args.game, args.steps, str(run_dir))
+    config = atari_config(args.game, args.steps, str(run_dir), args.overrides)
     sticky = float(config.env.atari.repeat_action_probability)
     envs = sb3_atari_envs(args.game, int(config.strategy.num_envs), args.seed, sticky)
     saved, progress = run_dir / "sb3_model.zip", run_dir / "sb3_curve.json"
@@ -144,6 +146,8 @@ def main() -> None:
     parser.add_argument("--preset", default="ppo_atari", choices=["ppo_atari", "dqn_atari"],
                         help="rltrain's preset (SB3's side is PPO: ppo_atari only)")
     parser.add_argument("--run-dir", type=Path, default=None)
+    parser.add_argument("overrides", nargs="*", metavar="key=value",
+                        help="changes to the preset, for both libraries (agent.vf_coef=0.5)")
     args = parser.parse_args()
     if args.library == "sb3" and args.preset != "ppo_atari":
         parser.error("--library sb3 trains PPO: --preset ppo_atari only")

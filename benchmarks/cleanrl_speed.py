@@ -204,13 +204,14 @@ class Pair:
 COMMON = [*QUIET, "trainer.num_threads=1", "trainer.eval_interval=null",
           "trainer.checkpoint_interval=null", "trainer.return_threshold=null"]
 
-#: CleanRL ``ppo.py``'s defaults (CartPole-v1) as overrides of ``ppo_cartpole``.
+#: CleanRL ``ppo.py``'s defaults (CartPole-v1) as overrides of ``ppo_cartpole``; its vf_coef
+#: 0.5 weighs a halved squared error, rltrain's (SB3's) value loss is not halved: 0.25 here.
 PPO_SETTINGS = [
     "strategy.num_envs=4", "strategy.vectorization=sync", "strategy.n_steps=128",
     "strategy.batch_size=128", "strategy.update_epochs=4", "agent.lr=2.5e-4",
     "agent.anneal_lr=true", "agent.adam_eps=1e-5", "agent.gamma=0.99", "agent.gae_lambda=0.95",
     "agent.clip_range=0.2", "agent.anneal_clip_range=false", "agent.clip_range_vf=0.2",
-    "agent.ent_coef=0.01", "agent.vf_coef=0.5", "agent.max_grad_norm=0.5",
+    "agent.ent_coef=0.01", "agent.vf_coef=0.25", "agent.max_grad_norm=0.5",
     "agent.normalize_advantage=true", "agent.target_kl=null", "agent.hidden_sizes=[64,64]",
     "agent.activation=tanh", "agent.shared_trunk=false", "agent.ortho_init=true"]
 

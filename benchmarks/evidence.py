@@ -34,11 +34,11 @@ class Job:
 def jobs(runs: Path, cleanrl: str | None) -> list[Job]:
     """Every run of the queue, the slowest groups first."""
     out = []
-    for seed in range(5):  # PPO on Breakout, 1M env steps, beside SB3
-        for library in ("rltrain", "sb3"):
+    for seed in range(5):  # PPO on Breakout, 1M env steps, beside SB3; the group began with
+        for library in ("rltrain", "sb3"):  # the preset's value weight of then, 0.5
             out.append(Job("breakout", f"atari_ppo_breakout_{library}_seed{seed}", (
                 "benchmarks.atari_ppo", "--library", library, "--seed", str(seed),
-                "--run-dir", str(runs / f"breakout-{library}-s{seed}"))))
+                "--run-dir", str(runs / f"breakout-{library}-s{seed}"), "agent.vf_coef=0.5")))
     for seed in (0, 1):  # DQN on Pong, 1M env steps
         out.append(Job("pong", f"atari_dqn_pong_rltrain_seed{seed}", (
             "benchmarks.atari_ppo", "--library", "rltrain", "--preset", "dqn_atari", "--game",

@@ -18,6 +18,9 @@ Rows, per ``--num-envs``, each run in its own process, ``--repeats`` times alter
   Q-network: a list of envs stepped in turn (reset on episode end), observations to a tensor,
   the forward pass under ``torch.inference_mode``, ``argmax``, back to NumPy, each transition
   stored into preallocated NumPy arrays. Its framework column is the floor of any Python loop.
+- ``bare xN unclocked`` (not in the table): the same loop without the two clocks, whose own
+  cost (a wrapper call and two ``perf_counter`` reads each) lands in every framework column:
+  printed below the table, paired by repeat.
 
 Columns: µs per env step (transitions summed over sub-envs): the whole loop, inside the env,
 inside the network, and the rest (the framework's), median (min-max). ``--trees`` measures
@@ -135,12 +138,15 @@ def rltrain_loop(steps: int, num_envs: int) -> dict[str, float]:
     return per_env_step(marks, last - first)
 
 
-def bare_loop(steps: int, num_envs: int) -> dict[str, float]:
-    """One timed run of the hand-written loop (module docstring)."""
+def bare_loop(steps: int, num_envs: int, clocks: bool = True) -> dict[str, float]:
+    """One timed run of the hand-written loop (module docstring); without ``clocks``, neither
+    the env nor the network is timed (only the whole loop: what the clocks cost)."""
     from rltrain.agents.nn.networks import QNetwork
 
-    time_the_network()
-    envs = [TimedEnv(gym.make("CartPole-v1")) for _ in range(num_envs)]
+    if clocks:
+        time_the_network()
+    envs = [TimedEnv(gym.make("CartPole-v1")) if clocks else gym.make("CartPole-v1")
+            for _ in range(num_envs)]
     net = QNetwork(4, 2, HIDDEN)
     obs = np.stack([env.reset(seed=i)[0] for i, env in enumerate(envs)])
     size = 100_000
@@ -169,6 +175,11 @@ def bare_loop(steps: int, num_envs: int) -> dict[str, float]:
         if (vector_step + 1) * num_envs == last:
             marks.update(end=time.perf_counter(), env=Clocks.env, net=Clocks.net)
     return per_env_step(marks, last - first)
+
+
+def unclocked_bare_loop(steps: int, num_envs: int) -> dict[str, float]:
+    """The hand-written loop without the env's and the network's clocks."""
+    return bare_loop(steps, num_envs, clocks=False)
 
 
 def per_env_step(marks: dict[str, float], env_steps: int) -> dict[str, float]:
@@ -204,7 +215,8 @@ def main() -> None:
     args = parser.parse_args()
     here = Path(__file__).resolve().parent.parent
     trees = [here, *(tree.resolve() for tree in args.trees)]
-    cases = [(f"bare x{n}", here, "bare_loop", n) for n in args.num_envs]
+    cases = [(f"bare x{n}{kind}", here, loop, n) for n in args.num_envs
+             for kind, loop in (("", "bare_loop"), (" unclocked", "unclocked_bare_loop"))]
     cases += [(f"rltrain x{n}" + (f" ({tree})" if tree != here else ""), tree, "rltrain_loop", n)
               for n in args.num_envs for tree in trees]
     rows: dict[str, list[dict[str, float]]] = {name: [] for name, *_ in cases}
@@ -216,7 +228,12 @@ def main() -> None:
     columns = ["total", "env", "net", "framework"]
     print(table(["loop", *(f"{c} µs" for c in columns)],
                 [[name, *(median_range([r[c] for r in runs], "{:.1f}") for c in columns)]
-                 for name, runs in rows.items()]))
+                 for name, runs in rows.items() if not name.endswith("unclocked")]))
+    for n in args.num_envs:  # paired by repeat: the same loop with and without its clocks
+        cost = [a["total"] - b["total"] for a, b in zip(rows[f"bare x{n}"],
+                                                        rows[f"bare x{n} unclocked"], strict=True)]
+        print(f"x{n}: the clocks' own cost, in the framework column, {median_range(cost, '{:.1f}')}"
+              " µs per env step (the bare loop with them less without)")
     path = write_results(args.results, {"steps": args.steps, "micros": rows,
                                         "trees": [str(t) for t in trees]})
     print(f"results: {path}")

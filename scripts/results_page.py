@@ -45,6 +45,9 @@ class Workload:
         read: ``library -> {seed: score}`` from the result files.
         commands: How to run both sides.
         wanted: Seeds per library the comparison is planned with.
+        curves: ``library -> {seed: [(env steps, evaluation return), ...]}``, for the table of
+            mean curves and the env steps to ``threshold``. Default: none.
+        threshold: A return whose first reaching is tabled per seed. Default: none.
     """
 
     title: str
@@ -55,6 +58,11 @@ class Workload:
     read: Callable[[str], dict[int, float]]
     commands: tuple[str, ...]
     wanted: int = 5
+    curves: Callable[[str], dict[int, list[tuple[int, float]]]] | None = None
+    threshold: float | None = None
+
+#: Columns of a table of mean curves: evaluations at most this many, evenly spread.
+CURVE_POINTS = 10
 
 
 def _load(name: str) -> Any:
@@ -62,14 +70,25 @@ def _load(name: str) -> Any:
     return json.loads(path.read_text()) if path.exists() else None
 
 
-def atari_finals(game: str, algo: str = "ppo") -> Callable[[str], dict[int, float]]:
-    def read(library: str) -> dict[int, float]:
+def atari_curves(game: str, algo: str = "ppo"
+                 ) -> Callable[[str], dict[int, list[tuple[int, float]]]]:
+    """Each finished seed's evaluations from ``atari_<algo>_<game>_<library>_seed<S>.json``."""
+    def read(library: str) -> dict[int, list[tuple[int, float]]]:
         out = {}
         for path in sorted(RESULTS.glob(f"atari_{algo}_{game}_{library}_seed*.json")):
             data = json.loads(path.read_text())
             if data["curve"] and data["curve"][-1][0] >= data["args"]["steps"]:
-                out[int(data["args"]["seed"])] = float(data["curve"][-1][1])
+                out[int(data["args"]["seed"])] = [(int(x), float(y)) for x, y in data["curve"]]
         return out
+    return read
+
+
+def atari_finals(game: str, algo: str = "ppo") -> Callable[[str], dict[int, float]]:
+    """Each finished seed's last evaluation."""
+    curves = atari_curves(game, algo)
+
+    def read(library: str) -> dict[int, float]:
+        return {seed: curve[-1][1] for seed, curve in curves(library).items()}
     return read
 
 
@@ -90,15 +109,32 @@ def per_seed_files(prefix: str, field: str) -> Callable[[str], dict[int, float]]
     return read
 
 
+def per_seed_curves(prefix: str) -> Callable[[str], dict[int, list[tuple[int, float]]]]:
+    """Each seed's evaluations from ``<prefix>_<library>_seed<S>.json``."""
+    def read(library: str) -> dict[int, list[tuple[int, float]]]:
+        out = {}
+        for path in sorted(RESULTS.glob(f"{prefix}_{library}_seed*.json")):
+            for run in json.loads(path.read_text())["runs"]:
+                out[int(run["seed"])] = [(int(x), float(y)) for x, y in run["curve"]]
+        return out
+    return read
+
+
 WORKLOADS = [
     Workload(
         "PPO on Atari Breakout", "`ppo_atari` (8 envs x 128 steps, the Nature CNN) on "
         "ALE/Breakout-v5 beside Stable-Baselines3's PPO `CnnPolicy` on the same settings "
-        "(`AtariWrapper`, 4 frames stacked); 10 greedy whole games every 100,000 env steps.",
+        "(`AtariWrapper`, 4 frames stacked); 10 greedy whole games every 100,000 env steps. "
+        "The value loss weighs 0.5 on both sides (`agent.vf_coef=0.5`, the preset's value when "
+        "the group began; the preset now has CleanRL's 0.25, which in SB3's convention, "
+        "rltrain's, is half CleanRL's `vf_coef`).",
         1_000_000, "mean score of 10 greedy whole games at 1M env steps", "SB3",
         atari_finals("breakout"),
-        ("python -m benchmarks.atari_ppo --library rltrain --seed S --run-dir RUN",
-         "python -m benchmarks.atari_ppo --library sb3 --seed S --run-dir RUN_SB3")),
+        ("python -m benchmarks.atari_ppo --library rltrain --seed S --run-dir RUN "
+         "agent.vf_coef=0.5",
+         "python -m benchmarks.atari_ppo --library sb3 --seed S --run-dir RUN_SB3 "
+         "agent.vf_coef=0.5"),
+        curves=atari_curves("breakout"), threshold=20.0),
     Workload(
         "DQN on CartPole-v1 with CleanRL's settings", "rltrain's DQN given CleanRL's "
         "`dqn.py` hyperparameters as overrides (`agent.loss=mse`, lr 2.5e-4, a 120-84 MLP, no "
@@ -115,14 +151,16 @@ WORKLOADS = [
         per_seed_files("sac_mountaincar_gsde", "threshold_env_steps"),
         ("python -m benchmarks.sac_learning --config zoo:sac/MountainCarContinuous-v0 "
          "--seeds S --threshold 90 --eval-interval 2500 --results "
-         "sac_mountaincar_gsde_rltrain_seedS [--sb3 --results sac_mountaincar_gsde_sb3_seedS]",)),
+         "sac_mountaincar_gsde_rltrain_seedS [--sb3 --results sac_mountaincar_gsde_sb3_seedS]",),
+        curves=per_seed_curves("sac_mountaincar_gsde")),
     Workload(
         "TD3 on HalfCheetah-v5", "`td3_halfcheetah` beside SB3's TD3 on the same settings; 10 "
         "greedy episodes every 10,000 env steps.", 100_000,
         "mean greedy return at 100,000 env steps", "SB3",
         per_seed_files("td3_halfcheetah", "final_eval_return"),
         ("python -m benchmarks.mujoco_offpolicy --config td3_halfcheetah --seeds S "
-         "--results td3_halfcheetah_rltrain_seedS [--sb3 --results td3_halfcheetah_sb3_seedS]",)),
+         "--results td3_halfcheetah_rltrain_seedS [--sb3 --results td3_halfcheetah_sb3_seedS]",),
+        curves=per_seed_curves("td3_halfcheetah")),
 ]
 
 
@@ -145,7 +183,44 @@ def verdict(ours: Sequence[float], theirs: Sequence[float], peer: str, lower: bo
 
 
 def _score(value: float) -> str:
-    return "∞" if math.isinf(value) else f"{value:,.1f}"
+    if math.isinf(value):
+        return "∞"
+    return f"{value:,.0f}" if value.is_integer() and abs(value) >= 1_000 else f"{value:,.1f}"
+
+
+def first_reaching(curve: Sequence[tuple[int, float]], threshold: float) -> float:
+    """The env steps of the first evaluation at or above ``threshold`` (∞: none)."""
+    return next((float(x) for x, y in curve if y >= threshold), math.inf)
+
+
+def seed_row(name: str, runs: dict[int, float], seeds: Sequence[int]) -> str:
+    """A table row of per-seed scores and their IQM (— where a seed never scored)."""
+    values = [runs[s] for s in sorted(runs)]
+    finite = [v for v in values if math.isfinite(v)]
+    iqm = (interval_estimates(finite, REPS, SEED)["iqm"].text() if finite
+           and len(finite) == len(values) else "—")
+    return (f"| {name} | " + " | ".join(_score(runs[s]) if s in runs else "—" for s in seeds)
+            + f" | {iqm} |")
+
+
+def curve_table(work: Workload, curves: dict[str, dict[int, list[tuple[int, float]]]]
+                ) -> list[str]:
+    """Mean evaluation return over seeds at (at most :data:`CURVE_POINTS`) evaluations that
+    every run of both libraries made, with the seeds' range."""
+    every = [dict(curve) for runs in curves.values() for curve in runs.values()]
+    steps = sorted(set.intersection(*(set(points) for points in every)))
+    if not steps:
+        return []
+    stride = max(1, math.ceil(len(steps) / CURVE_POINTS))
+    steps = steps[::-1][::stride][::-1]  # evenly spread, the last evaluation kept
+    lines = ["Mean evaluation return over seeds (lowest and highest seed below):", "",
+             "| env steps | " + " | ".join(f"{x:,}" for x in steps) + " |",
+             "|---|" + "---|" * len(steps)]
+    for name, runs in curves.items():
+        at = [[dict(curve)[x] for curve in runs.values()] for x in steps]
+        lines.append(f"| {name} | " + " | ".join(
+            f"{np.mean(v):,.1f}<br>({min(v):,.1f}, {max(v):,.1f})" for v in at) + " |")
+    return [*lines, ""]
 
 
 def section(work: Workload) -> list[str]:
@@ -157,18 +232,26 @@ def section(work: Workload) -> list[str]:
              f"{len(ours)} rltrain, {len(theirs)} {work.peer} (planned {work.wanted} each).", ""]
     if not seeds:
         return [*lines, "No finished runs yet.", "", *(f"    {c}" for c in work.commands), ""]
-    lines += ["| seed | " + " | ".join(str(s) for s in seeds) + " | IQM [95% CI] |",
+    header = ["| seed | " + " | ".join(str(s) for s in seeds) + " | IQM [95% CI] |",
               "|---|" + "---|" * (len(seeds) + 1)]
-    for name, runs in (("rltrain", ours), (work.peer, theirs)):
-        values = [runs[s] for s in sorted(runs)]
-        finite = [v for v in values if math.isfinite(v)]
-        iqm = (interval_estimates(finite, REPS, SEED)["iqm"].text() if finite
-               and len(finite) == len(values) else "—")
-        lines.append(f"| {name} | " + " | ".join(_score(runs[s]) if s in runs else "—"
-                                                 for s in seeds) + f" | {iqm} |")
+    lines += [*header, seed_row("rltrain", ours, seeds), seed_row(work.peer, theirs, seeds)]
     verdict_text = verdict(list(ours.values()), list(theirs.values()), work.peer, lower)
-    return [*lines, "", f"Verdict: {verdict_text}.", "", "Commands:", "",
-            *(f"    {c}" for c in work.commands), ""]
+    lines += ["", f"Verdict: {verdict_text}.", ""]
+    if work.curves is not None:
+        curves = {"rltrain": work.curves("rltrain"),
+                  work.peer: work.curves("sb3" if work.peer == "SB3" else "cleanrl")}
+        if work.threshold is not None:
+            reached = {name: {seed: first_reaching(curve, work.threshold)
+                              for seed, curve in runs.items()} for name, runs in curves.items()}
+            lines += [f"Env steps to a mean evaluation return of {work.threshold:g} (∞: not "
+                      "reached within the budget):", "", *header,
+                      *(seed_row(name, runs, seeds) for name, runs in reached.items()), "",
+                      "Verdict (fewer is better): " + verdict(
+                          list(reached["rltrain"].values()), list(reached[work.peer].values()),
+                          work.peer, lower=True) + ".", ""]
+        if all(curves.values()):
+            lines += curve_table(work, curves)
+    return [*lines, "Commands:", "", *(f"    {c}" for c in work.commands), ""]
 
 
 def page() -> str:

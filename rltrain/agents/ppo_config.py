@@ -37,7 +37,9 @@ class PPOConfig(Settings):
             (the larger of the clipped and unclipped squared errors is used); None does not
             clip (SB3's default; CleanRL clips with ``clip_range``). Default None.
         ent_coef: Entropy bonus coefficient ``c_e``. Default 0.0.
-        vf_coef: Value loss coefficient ``c_v``. Default 0.5.
+        vf_coef: Value loss coefficient ``c_v``, on the squared error itself (SB3's; CleanRL
+            and OpenAI Baselines halve the error, so their ``vf_coef`` c is c / 2 here).
+            Default 0.5.
         max_grad_norm: Clip the gradients' global 2-norm to this. Default 0.5.
         normalize_advantage: Normalise advantages per minibatch. Default True.
         target_kl: End an update early once a minibatch's approximate KL divergence (the k3

@@ -198,8 +198,7 @@ MATCHES = {
             "gamma": "agent.gamma", "gae_lambda": "agent.gae_lambda",
             "update_epochs": "strategy.update_epochs", "norm_adv": "agent.normalize_advantage",
             "clip_coef": "agent.clip_range", "ent_coef": "agent.ent_coef",
-            "vf_coef": "agent.vf_coef", "max_grad_norm": "agent.max_grad_norm",
-            "target_kl": "agent.target_kl"},
+            "max_grad_norm": "agent.max_grad_norm", "target_kl": "agent.target_kl"},
     "sac": {"num_envs": "strategy.num_envs", "gamma": "agent.gamma", "tau": "agent.tau",
             "batch_size": "strategy.batch_size", "learning_starts": "strategy.warmup_steps",
             "policy_lr": "agent.lr"},
@@ -213,8 +212,7 @@ MATCHES = {
                   "num_steps": "strategy.n_steps", "anneal_lr": "agent.anneal_lr",
                   "gamma": "agent.gamma", "gae_lambda": "agent.gae_lambda",
                   "update_epochs": "strategy.update_epochs", "clip_coef": "agent.clip_range",
-                  "ent_coef": "agent.ent_coef", "vf_coef": "agent.vf_coef",
-                  "max_grad_norm": "agent.max_grad_norm"},
+                  "ent_coef": "agent.ent_coef", "max_grad_norm": "agent.max_grad_norm"},
 }
 
 
@@ -233,6 +231,8 @@ def test_rltrain_side_has_cleanrl_defaults(name: str) -> None:
         assert rollout // strategy.batch_size == defaults["num_minibatches"]
     if name in ("ppo", "ppo_atari"):
         assert config.agent.clip_range_vf == defaults["clip_coef"]  # clip_vloss
+        # CleanRL weighs 0.5 x the squared error by vf_coef; rltrain (as SB3) the error itself
+        assert config.agent.vf_coef == pytest.approx(defaults["vf_coef"] * 0.5)
     if name == "dqn":  # CleanRL counts its target copies in env steps
         assert (config.agent.target_update_interval * strategy.train_interval
                 == defaults["target_network_frequency"])
