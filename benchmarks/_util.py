@@ -89,6 +89,18 @@ class TimedCurve(Curve):
         super().on_evaluation_end(event, metrics)
 
 
+def rltrain_curve(run_dir: Path) -> list[tuple[int, float]]:
+    """Evaluations of a run from its ``metrics.jsonl`` (the last of each env step, as a resumed
+    run may repeat one): a resumed run's whole curve, its evaluations before the resume too."""
+    points: dict[int, float] = {}
+    metrics = run_dir / "metrics.jsonl"
+    for line in metrics.read_text().splitlines() if metrics.exists() else []:
+        row = json.loads(line)
+        if row.get("event") == "evaluation":
+            points[int(row["env_steps"])] = float(row["eval/return_mean"])
+    return sorted(points.items())
+
+
 def first_reaching(curve: Sequence[tuple[int, float]], threshold: float) -> int | None:
     """Env steps of the first evaluation whose mean reaches ``threshold``."""
     return next((steps for steps, value in curve if value >= threshold), None)

@@ -35,7 +35,7 @@ from typing import Any
 
 import numpy as np
 
-from benchmarks._util import curve_text, sb3_curve, write_results
+from benchmarks._util import curve_text, rltrain_curve, sb3_curve, write_results
 from benchmarks.atari_common import atari_config, sb3_atari_envs, sb3_ppo
 from rltrain.config.schema import compose
 from rltrain.envs.atari import AtariConfig
@@ -43,17 +43,6 @@ from rltrain.envs.make import EnvSpec
 from rltrain.trainer import build
 
 EPISODES = 10
-
-
-def rltrain_curve(run_dir: Path) -> list[tuple[int, float]]:
-    """Evaluations of a run (the last of each env step, as a resumed run may repeat one)."""
-    points: dict[int, float] = {}
-    metrics = run_dir / "metrics.jsonl"
-    for line in metrics.read_text().splitlines() if metrics.exists() else []:
-        row = json.loads(line)
-        if row.get("event") == "evaluation":
-            points[int(row["env_steps"])] = float(row["eval/return_mean"])
-    return sorted(points.items())
 
 
 def train_rltrain(args: argparse.Namespace, run_dir: Path) -> dict[str, Any]:

@@ -48,6 +48,7 @@ def jobs(runs: Path, cleanrl: str | None) -> list[Job]:
             out.append(Job("td3", f"td3_halfcheetah_{library}_seed{seed}", (
                 "benchmarks.mujoco_offpolicy", "--config", "td3_halfcheetah", "--seeds",
                 str(seed), "--results", f"td3_halfcheetah_{library}_seed{seed}",
+                "--run-dir", str(runs / f"td3-halfcheetah-{library}"),
                 *(["--sb3"] if library == "sb3" else []))))
     for seed in range(5):  # SAC with gSDE on MountainCarContinuous, RL-Zoo's entry, 50k
         for library in ("rltrain", "sb3"):

@@ -20,7 +20,14 @@ scored on the episodes rltrain's evaluations start from (episode i reset with rl
 evaluation seed + i).
 
     python -m benchmarks.mujoco_offpolicy --config td3_halfcheetah [--seeds 0 1 2] [--sb3] \
-        [--steps 100000] [--jobs 1] [key=value ...]
+        [--steps 100000] [--jobs 1] [--run-dir DIR] [key=value ...]
+
+``--run-dir`` keeps each seed's run in ``DIR/seed<S>`` and makes it resumable: run the same
+command again after a stop and each seed continues from its last evaluation. rltrain checkpoints
+at every evaluation and resumes exactly (its curve read back from ``metrics.jsonl``); SB3 saves
+its model, its replay buffer and its curve at every evaluation and continues from them (its env
+and its exploration noise restart there; ``wall_time`` is then that of the last call). Without
+it the runs live in a temporary directory.
 
 Writes ``benchmarks/results/mujoco_<config>.json`` (``_sb3`` appended with ``--sb3``).
 """
@@ -28,9 +35,11 @@ Writes ``benchmarks/results/mujoco_<config>.json`` (``_sb3`` appended with ``--s
 from __future__ import annotations
 
 import argparse
+import json
 import tempfile
 import time
 from functools import partial
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -44,6 +53,7 @@ from benchmarks._util import (
     fmt,
     report_seeds,
     require_sb3,
+    rltrain_curve,
     run_seeds,
     sb3_curve,
     sb3_evaluator,
@@ -63,15 +73,20 @@ def overrides(args: argparse.Namespace, seed: int, run_dir: str) -> list[str]:
 
 
 def run_rltrain(args: argparse.Namespace, run_root: str, seed: int) -> dict[str, Any]:
-    """Train one seed with rltrain."""
+    """Train one seed with rltrain (continuing its run in ``--run-dir`` if one is there)."""
     torch.set_num_threads(1)
-    config = compose([args.config], overrides(args, seed, f"{run_root}/seed{seed}"))
+    run_dir = Path(run_root) / f"seed{seed}"
+    kept = ([f"trainer.checkpoint_interval={args.eval_interval}",
+             "trainer.enable_metrics_file=true"] if args.run_dir is not None else [])
+    config = compose([args.config], [*overrides(args, seed, str(run_dir)), *kept])
+    resume = bool(kept) and (run_dir / "checkpoints" / "last.pt").exists()
     curve = TimedCurve(f"rltrain seed {seed}")
-    summary = build(config, callbacks=[curve]).fit().summary
-    return {"library": "rltrain", "seed": seed, "curve": curve.points,
-            "threshold_env_steps": first_reaching(curve.points, args.threshold),
+    summary = build(config, callbacks=[curve]).fit(ckpt_path="last" if resume else None).summary
+    points = rltrain_curve(run_dir) if kept else curve.points
+    return {"library": "rltrain", "seed": seed, "curve": points,
+            "threshold_env_steps": first_reaching(points, args.threshold),
             "best_eval_return": summary.best_eval_return,
-            "final_eval_return": curve.points[-1][1] if curve.points else None,
+            "final_eval_return": points[-1][1] if points else None,
             "env_steps": summary.env_steps, "gradient_steps": summary.gradient_steps,
             "wall_time": summary.wall_time}
 
@@ -81,7 +96,7 @@ def sb3_settings(config: Any, action_scale: np.ndarray) -> tuple[str, dict[str, 
     strategy, agent = config.strategy, config.agent
     if strategy.num_envs != 1:
         raise ValueError("this comparison runs one sub-environment")
-    common = {
+    common: dict[str, Any] = {
         "learning_rate": float(agent.lr), "buffer_size": int(strategy.buffer_size),
         "batch_size": int(strategy.batch_size), "tau": float(agent.tau),
         "gamma": float(agent.gamma), "learning_starts": int(strategy.warmup_steps),
@@ -123,13 +138,34 @@ def run_sb3(args: argparse.Namespace, run_root: str, seed: int) -> dict[str, Any
     space = env.action_space
     assert isinstance(space, gym.spaces.Box)
     name, settings = sb3_settings(config, (space.high - space.low) / 2)
-    model = getattr(stable_baselines3, name)("MlpPolicy", env, seed=seed, device="cpu",
-                                             verbose=0, **settings)
-    evaluate = sb3_evaluator(model, gym.make(env_id), derive_seeds(seed).evaluation,
-                             args.eval_episodes)
+    algorithm = getattr(stable_baselines3, name)
+    run_dir = Path(run_root) / f"seed{seed}"
+    saved, replay, progress = (run_dir / "sb3_model.zip", run_dir / "sb3_replay.pkl",
+                               run_dir / "sb3_curve.json")
+    if args.run_dir is not None and saved.exists():  # continue from the last evaluation
+        model = algorithm.load(saved, env=env, device="cpu")
+        model.load_replay_buffer(replay)
+        before = [(int(x), float(y)) for x, y in json.loads(progress.read_text())]
+    else:
+        model = algorithm("MlpPolicy", env, seed=seed, device="cpu", verbose=0, **settings)
+        before = []
+    score = sb3_evaluator(model, gym.make(env_id), derive_seeds(seed).evaluation,
+                          args.eval_episodes)
+
+    def evaluate() -> float:
+        mean = score()
+        if args.run_dir is not None:  # what a rerun continues from
+            run_dir.mkdir(parents=True, exist_ok=True)
+            model.save(saved)
+            model.save_replay_buffer(replay)
+            progress.write_text(json.dumps([*callback.points, (model.num_timesteps, mean)]))
+        return mean
+
     callback = sb3_curve(evaluate, args.eval_interval, f"sb3 seed {seed}")
+    callback.points = list(before)  # evaluations before a resume count
     start = time.perf_counter()
-    model.learn(total_timesteps=args.steps, callback=callback)
+    model.learn(total_timesteps=args.steps - model.num_timesteps, callback=callback,
+                reset_num_timesteps=False)
     curve = callback.points
     return {"library": "sb3", "seed": seed, "curve": curve,
             "threshold_env_steps": first_reaching(curve, args.threshold),
@@ -152,13 +188,17 @@ def main() -> None:
                         help="train Stable-Baselines3 on the same settings instead")
     parser.add_argument("--jobs", type=int, default=1, help="seeds trained at once")
     parser.add_argument("--results", help="results file name (default: mujoco_<config>)")
+    parser.add_argument("--run-dir",
+                        help="keep each seed's run in RUN_DIR/seed<S>, resumable (module "
+                             "docstring); default: a temporary directory")
     parser.add_argument("overrides", nargs="*", metavar="key=value")
     args = parser.parse_args()
     if args.sb3:
         require_sb3("benchmarks.mujoco_offpolicy --sb3")
     results_name = args.results or f"mujoco_{args.config}" + ("_sb3" if args.sb3 else "")
     with tempfile.TemporaryDirectory() as tmp:
-        results = run_seeds(partial(run_sb3 if args.sb3 else run_rltrain, args, tmp),
+        root = args.run_dir if args.run_dir is not None else tmp
+        results = run_seeds(partial(run_sb3 if args.sb3 else run_rltrain, args, root),
                             args.seeds, args.jobs)
     rows = [[str(r["seed"]), fmt(r["best_eval_return"]), fmt(r["final_eval_return"]),
              f"{r['wall_time']:.0f}", f"{r['env_steps'] / r['wall_time']:.0f}",

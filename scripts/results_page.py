@@ -159,7 +159,8 @@ WORKLOADS = [
         "mean greedy return at 100,000 env steps", "SB3",
         per_seed_files("td3_halfcheetah", "final_eval_return"),
         ("python -m benchmarks.mujoco_offpolicy --config td3_halfcheetah --seeds S "
-         "--results td3_halfcheetah_rltrain_seedS [--sb3 --results td3_halfcheetah_sb3_seedS]",),
+         "--run-dir RUNS --results td3_halfcheetah_rltrain_seedS "
+         "[--sb3 --results td3_halfcheetah_sb3_seedS]",),
         curves=per_seed_curves("td3_halfcheetah")),
 ]
 

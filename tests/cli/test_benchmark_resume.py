@@ -1,0 +1,55 @@
+"""``benchmarks.mujoco_offpolicy --run-dir``: a seed's run stopped by a real SIGTERM after its
+first evaluation continues where it stopped when the same command runs again, for rltrain (from
+its checkpoint) and for Stable-Baselines3 (from the model and replay buffer saved at each
+evaluation), and the results file holds the whole curve."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("stable_baselines3")
+
+REPO = Path(__file__).resolve().parents[2]
+STEPS, INTERVAL = 3_000, 500
+
+
+def command(run_dir: Path, results: Path, sb3: bool) -> list[str]:
+    return [sys.executable, "-m", "benchmarks.mujoco_offpolicy", "--config", "td3_pendulum",
+            "--seeds", "0", "--steps", str(STEPS), "--eval-interval", str(INTERVAL),
+            "--eval-episodes", "1", "--run-dir", str(run_dir), "--results", str(results),
+            *(["--sb3"] if sb3 else []), "strategy.warmup_steps=200",
+            "strategy.buffer_size=5000", "agent.hidden_sizes=[16,16]"]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("sb3", [False, True], ids=["rltrain", "sb3"])
+def test_a_stopped_seed_continues_and_keeps_its_curve(tmp_path: Path, sb3: bool) -> None:
+    run_dir, results = tmp_path / "runs", tmp_path / "result"
+    saved = run_dir / "seed0" / ("sb3_curve.json" if sb3 else "checkpoints/last.pt")
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    first = subprocess.Popen(command(run_dir, results, sb3), cwd=REPO, env=env,
+                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    deadline = time.monotonic() + 120
+    while not saved.exists() and first.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.05)
+    first.send_signal(signal.SIGTERM)  # after the first evaluation, before the budget's end
+    out, _ = first.communicate(timeout=120)
+    assert first.returncode != 0, out  # stopped: no results file yet
+    assert not (tmp_path / "result.json").exists()
+
+    second = subprocess.run(command(run_dir, results, sb3), cwd=REPO, env=env,
+                            capture_output=True, text=True, timeout=300)
+    assert second.returncode == 0, second.stdout + second.stderr
+    run = json.loads((tmp_path / "result.json").read_text())["runs"][0]
+    assert run["env_steps"] >= STEPS
+    steps = [point[0] for point in run["curve"]]
+    assert steps == list(range(INTERVAL, STEPS + 1, INTERVAL))  # before the stop and after
+    assert f"seed 0: {INTERVAL:,} env steps" not in second.stdout  # not evaluated again
