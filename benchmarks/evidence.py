@@ -6,7 +6,10 @@ again at the start of each sitting continues it.
     python -m benchmarks.evidence [--jobs 2] [--only breakout td3 ...] [--dry-run]
 
 Each command's output goes to ``--logs`` (default ``runs/evidence``), its run directory under
-``--runs`` (default ``runs/evidence``). One torch thread per run.
+``--runs`` (default ``runs/evidence``). One torch thread per run. A running job's process id is
+in ``--logs``/``<results>.pid`` while it runs: another queue on the same logs skips that job and
+counts it in its ``--jobs`` (so a queue started again beside runs still going neither runs
+them twice nor more than ``--jobs`` at once).
 """
 
 from __future__ import annotations
@@ -63,6 +66,16 @@ def jobs(runs: Path, cleanrl: str | None) -> list[Job]:
     return out
 
 
+def running_elsewhere(logs: Path, job: Job) -> bool:
+    """Whether another queue's process runs ``job`` now (its pid file names a live process)."""
+    try:
+        pid = int((logs / f"{job.results}.pid").read_text())
+        os.kill(pid, 0)
+    except (OSError, ValueError):
+        return False
+    return True
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--jobs", type=int, default=2)
@@ -79,19 +92,30 @@ def main() -> None:
     env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
     running: list[tuple[Job, subprocess.Popen[bytes]]] = []
     while todo or running:
-        while todo and len(running) < args.jobs:
-            job = todo.pop(0)
+        todo = [job for job in todo if not (RESULTS / f"{job.results}.json").exists()]
+        elsewhere = [job for job in todo if running_elsewhere(args.logs, job)]
+        waiting = [job for job in todo if job not in elsewhere]
+        while waiting and len(running) + len(elsewhere) < args.jobs:
+            job = waiting.pop(0)
+            todo.remove(job)
             print(f"{time.strftime('%H:%M:%S')} start {job.results}", flush=True)
             if args.dry_run:
                 print("   python -m " + " ".join(job.args), flush=True)
                 continue
             log = (args.logs / f"{job.results}.log").open("ab")
-            running.append((job, subprocess.Popen([sys.executable, "-m", *job.args],
-                                                  stdout=log, stderr=subprocess.STDOUT,
-                                                  env=env)))
+            process = subprocess.Popen([sys.executable, "-m", *job.args], stdout=log,
+                                       stderr=subprocess.STDOUT, env=env)
+            (args.logs / f"{job.results}.pid").write_text(str(process.pid))
+            running.append((job, process))
+        if args.dry_run:
+            return
+        if not running and not waiting:
+            time.sleep(30)  # only jobs another queue runs: wait for them to end
+            continue
         time.sleep(5)
         for job, process in [r for r in running if r[1].poll() is not None]:
             running.remove((job, process))
+            (args.logs / f"{job.results}.pid").unlink(missing_ok=True)
             print(f"{time.strftime('%H:%M:%S')} end {job.results} (exit {process.returncode})",
                   flush=True)
 
