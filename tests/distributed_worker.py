@@ -115,7 +115,9 @@ def case_updates(context: DistributedContext, out: Path) -> dict[str, Any]:
                                 "CartPole-v1"),
                                ("sac", lambda: SAC(SACConfig(hidden_sizes=[32, 32])),
                                 "Pendulum-v1"),
-                               ("td3", lambda: TD3(TD3Config(hidden_sizes=[32, 32])),
+                               # the actor steps on this one gradient step too
+                               ("td3", lambda: TD3(TD3Config(hidden_sizes=[32, 32],
+                                                             policy_delay=1)),
                                 "Pendulum-v1")):
         generator = torch.Generator().manual_seed(123)  # the same whole batch everywhere
         reference_agent = built(make(), env_id)
