@@ -8,6 +8,7 @@ import math
 import multiprocessing
 import platform
 import statistics
+import subprocess
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -26,14 +27,31 @@ QUIET = ["trainer.logger=false", "trainer.enable_progress_bar=false",
 
 
 def machine() -> dict[str, Any]:
-    """What the numbers were measured on."""
+    """What the numbers were measured on, and the code: the commit of the tree this module is
+    in, and whether that tree had changes not committed (None for both outside a git clone)."""
     return {
         "python": platform.python_version(),
         "torch": torch.__version__,
         "torch_threads": torch.get_num_threads(),
         "processor": platform.processor() or platform.machine(),
         "cpus": torch.multiprocessing.cpu_count(),
+        **code_version(),
     }
+
+
+def code_version() -> dict[str, Any]:
+    """``commit`` and ``uncommitted_changes`` of the tree holding the benchmarks."""
+    def git(*args: str) -> str | None:
+        try:
+            done = subprocess.run(["git", *args], cwd=RESULTS.parent.parent, capture_output=True,
+                                  text=True, timeout=10)
+        except (OSError, subprocess.TimeoutExpired):
+            return None
+        return done.stdout.strip() if done.returncode == 0 else None
+
+    commit, status = git("rev-parse", "HEAD"), git("status", "--porcelain", "--", "rltrain",
+                                                       "benchmarks")
+    return {"commit": commit, "uncommitted_changes": None if status is None else bool(status)}
 
 
 def write_results(name: str, payload: dict[str, Any]) -> Path:

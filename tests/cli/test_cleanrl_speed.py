@@ -9,6 +9,7 @@ import ast
 import json
 import os
 import re
+import subprocess
 from pathlib import Path
 from typing import Any
 
@@ -253,3 +254,16 @@ def test_a_results_path_given_with_its_suffix_gets_it_once(tmp_path: Path) -> No
     written = write_results(str(tmp_path / "quiet.json"), {"x": 1})
     assert written == tmp_path / "quiet.json" and json.loads(written.read_text())["x"] == 1
     assert write_results(str(tmp_path / "loud"), {}) == tmp_path / "loud.json"
+
+
+def test_a_results_file_names_the_commit_it_was_measured_at(tmp_path: Path) -> None:
+    from benchmarks._util import write_results
+
+    root = Path(__file__).resolve().parents[2]
+    head = subprocess.run(["git", "rev-parse", "HEAD"], cwd=root, capture_output=True,
+                          text=True)
+    if head.returncode != 0:
+        pytest.skip("not a git clone")
+    machine = json.loads(write_results(str(tmp_path / "r"), {}).read_text())["machine"]
+    assert machine["commit"] == head.stdout.strip()
+    assert isinstance(machine["uncommitted_changes"], bool)
