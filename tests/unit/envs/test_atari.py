@@ -188,3 +188,15 @@ def test_dqn_atari_replays_frames_stored_once_and_resumes(tmp_path: Path, backen
         assert "not in this checkpoint" not in again.stderr + first.stderr
     resumed = read_checkpoint(run / "checkpoints" / "last.pt")
     assert resumed["buffer"]["steps"] == 600 and resumed["progress"]["gradient_steps"] == 101
+
+
+@pytest.mark.parametrize("game", ["ALE/Breakout-v5", "ALE/Pong-v5"])
+def test_the_training_pipeline_plays_sb3s_atari_wrapper_frame_for_frame(game: str) -> None:
+    """rltrain's pipeline and SB3's ``AtariWrapper`` from the same seed and actions: the same
+    emulator state, rewards, life-loss ends and 84x84 frames at every step, through resets."""
+    pytest.importorskip("stable_baselines3")
+    from benchmarks.atari_pipelines import compare
+
+    found = compare(game, seed=5, steps=600)
+    assert found["same_ram"] == found["same_reward"] == found["same_end"] == 600
+    assert found["largest_pixel_gap"] == 0
