@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import functools
 import math
 import threading
 import warnings
@@ -11,15 +10,15 @@ from typing import Any, Protocol
 import gymnasium as gym
 import numpy as np
 import torch
-from gymnasium.vector import AsyncVectorEnv, SyncVectorEnv, VectorEnv
+from gymnasium.vector import SyncVectorEnv, VectorEnv
 
-from rltrain.buffers.observations import FLOAT32, map_obs, to_tensor
+from rltrain.buffers.observations import map_obs, to_tensor
 from rltrain.envs.make import step_timeout_error
 from rltrain.envs.masking import MASK_KEY
 from rltrain.envs.persistence import SavedEnvs, check_saved_runner, saved_spaces
 from rltrain.envs.workers import call_vector_env
 from rltrain.observe.events import EpisodeEnd
-from rltrain.runtime.watchdog import EnvCallHung, call_within
+from rltrain.runtime.watchdog import EnvCallHung
 from rltrain.types import ObsArrays, ObsTensors, PolicyState, PolicyStep, Progress, Transitions
 
 
@@ -76,13 +75,8 @@ class Runner:
                 "the run. Run fit in the main thread, or use vectorization='async' (each "
                 "sub-env in a worker process).", stacklevel=2)
         self.num_envs = envs.num_envs
-        #: Whether the sub-envs are stepped in this process (no worker pipes to await).
-        self.sync = not isinstance(envs, AsyncVectorEnv)
         self.env_steps_per_step = envs.num_envs * world_size
         self.device = device
-        #: Whether the policy acts on the CPU (a float32 batch then reaches it as it is):
-        #: read once, not per step.
-        self.on_cpu = device.type == "cpu"
         # One inference-mode context, entered at each act (a third of the cost of making one
         # per step); act is never re-entered, so one object serves every call.
         self.inference = torch.inference_mode()
@@ -121,12 +115,9 @@ class Runner:
         """The policy's actions for the current observations, as a numpy batch."""
         # On the CPU a float32 or uint8 batch is shared, not copied; floats reach the policy as
         # float32, images as uint8 (the encoder scales them).
-        observations = self.observations
-        if (self.on_cpu and isinstance(observations, np.ndarray)
-                and observations.dtype is FLOAT32):  # the common case, shared as it is
-            obs: ObsTensors = torch.from_numpy(observations)
-        else:
-            obs = map_obs(functools.partial(to_tensor, device=self.device), observations)
+        observations, device = self.observations, self.device
+        obs = ({key: to_tensor(value, device) for key, value in observations.items()}
+               if isinstance(observations, dict) else to_tensor(observations, device))
         with self.inference:
             actions, self.policy_state, info = policy.act(obs, self.policy_state, deterministic)
         # Outside inference mode, a clone is an ordinary tensor a training step may read.
@@ -196,8 +187,6 @@ class Runner:
         :attr:`step_timeout` and the grace after a stop signal; a call past its deadline is an
         :class:`~rltrain.envs.errors.EnvStepTimeout` naming the sub-envs that did not return."""
         try:
-            if call == "step" and self.sync:  # the per-step case, one call fewer
-                return call_within(self.step_timeout, self.envs.step, argument)
             return call_vector_env(self.envs, call, argument, self.step_timeout)
         except EnvCallHung as hung:
             raise step_timeout_error(hung, call, self.num_envs, self.env_name) from hung
