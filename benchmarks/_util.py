@@ -195,6 +195,37 @@ def sb3_curve(evaluate: Callable[[], float], interval: int, label: str,
     return SB3Curve()
 
 
+class SB3Run:
+    """Where a resumable Stable-Baselines3 run keeps what a rerun continues from, saved at each
+    evaluation: its model, its replay buffer (off-policy algorithms) and its curve.
+
+    Args:
+        directory: The run's directory (made at the first save).
+    """
+
+    def __init__(self, directory: Path) -> None:
+        self.model = directory / "sb3_model.zip"
+        self.replay = directory / "sb3_replay.pkl"
+        self.curve = directory / "sb3_curve.json"
+
+    def load(self, algorithm: Any, env: Any) -> tuple[Any | None, list[tuple[int, float]]]:
+        """The saved model of ``algorithm`` on ``env`` (None: nothing saved) and its curve."""
+        if not self.model.exists():
+            return None, []
+        model = algorithm.load(self.model, env=env, device="cpu")
+        if hasattr(model, "load_replay_buffer"):
+            model.load_replay_buffer(self.replay)
+        return model, [(int(x), float(y)) for x, y in json.loads(self.curve.read_text())]
+
+    def save(self, model: Any, curve: Sequence[tuple[int, float]]) -> None:
+        """Save ``model`` (and its replay buffer) with the ``curve`` so far."""
+        self.model.parent.mkdir(parents=True, exist_ok=True)
+        model.save(self.model)
+        if hasattr(model, "save_replay_buffer"):
+            model.save_replay_buffer(self.replay)
+        self.curve.write_text(json.dumps(list(curve)))
+
+
 def fmt(value: float | None, spec: str = "{:.1f}") -> str:
     """``value`` formatted, or ``-`` for None or NaN."""
     return "-" if value is None or (isinstance(value, float) and math.isnan(value)) \

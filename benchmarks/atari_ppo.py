@@ -28,14 +28,13 @@ Writes ``benchmarks/results/atari_<ppo|dqn>_<game>_<library>_seed<seed>.json``.
 from __future__ import annotations
 
 import argparse
-import json
 import time
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from benchmarks._util import curve_text, rltrain_curve, sb3_curve, write_results
+from benchmarks._util import SB3Run, curve_text, rltrain_curve, sb3_curve, write_results
 from benchmarks.atari_common import atari_config, sb3_atari_envs, sb3_ppo
 from rltrain.config.schema import compose
 from rltrain.envs.atari import AtariConfig
@@ -79,22 +78,18 @@ def train_sb3(args: argparse.Namespace, run_dir: Path) -> dict[str, Any]:
     config = atari_config(args.game, args.steps, str(run_dir), args.overrides)
     sticky = float(config.env.atari.repeat_action_probability)
     envs = sb3_atari_envs(args.game, int(config.strategy.num_envs), args.seed, sticky)
-    saved, progress = run_dir / "sb3_model.zip", run_dir / "sb3_curve.json"
-    run_dir.mkdir(parents=True, exist_ok=True)
-    curve: list[tuple[int, float]] = (
-        [tuple(p) for p in json.loads(progress.read_text())] if progress.exists() else [])
-    model = (stable_baselines3.PPO.load(saved, env=envs, device="cpu") if saved.exists()
-             else sb3_ppo(config, envs, seed=args.seed))
+    saved = SB3Run(run_dir)
+    model, before = saved.load(stable_baselines3.PPO, envs)
+    if model is None:
+        model = sb3_ppo(config, envs, seed=args.seed)
 
     def evaluate() -> float:
         mean = sb3_evaluate(model, args.game, args.seed + 1_000, sticky)
-        curve.append((model.num_timesteps, mean))
-        model.save(saved)
-        progress.write_text(json.dumps(curve))
+        saved.save(model, [*callback.points, (model.num_timesteps, mean)])
         return mean
 
     callback = sb3_curve(evaluate, args.eval_interval, "sb3")
-    callback.points = list(curve)  # evaluations before a resume count
+    callback.points = before  # evaluations before a resume count
     start = time.perf_counter()
     try:  # what is left of the budget: the learning rate anneals over all of it
         model.learn(total_timesteps=args.steps - model.num_timesteps, callback=callback,
@@ -102,7 +97,7 @@ def train_sb3(args: argparse.Namespace, run_dir: Path) -> dict[str, Any]:
     finally:
         envs.close()
     return {"env_steps": model.num_timesteps, "wall_time_this_call": time.perf_counter() - start,
-            "curve": curve}
+            "curve": callback.points}
 
 
 def random_return(game: str, seed: int) -> dict[str, Any]:

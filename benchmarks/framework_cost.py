@@ -99,10 +99,22 @@ def span(steps: int, num_envs: int) -> tuple[int, int]:
     return (vector_steps // 10) * num_envs, (vector_steps - vector_steps // 10) * num_envs
 
 
-def rltrain_loop(steps: int, num_envs: int) -> dict[str, float]:
-    """One timed run of rltrain's off-policy loop (module docstring)."""
+def training_off(num_steps: int, num_envs: int, run_dir: str) -> Any:
+    """``dqn_cartpole`` with training off: ``num_steps`` env steps of its DQN acting greedily
+    (epsilon 0) on ``num_envs`` sub-envs, no gradient step, evaluation or output."""
     from benchmarks._util import QUIET
     from rltrain.config.schema import compose
+
+    return compose(["dqn_cartpole"], [
+        f"trainer.num_steps={num_steps}", f"trainer.run_dir={run_dir}", *QUIET,
+        "trainer.eval_interval=null", "trainer.return_threshold=null",
+        "trainer.num_threads=null", f"strategy.num_envs={num_envs}",
+        "strategy.warmup_steps=0", "strategy.train_steps=0",
+        "agent.epsilon_start=0.0", "agent.epsilon_end=0.0"])
+
+
+def rltrain_loop(steps: int, num_envs: int) -> dict[str, float]:
+    """One timed run of rltrain's off-policy loop (module docstring)."""
     from rltrain.envs import make
     from rltrain.observe import Subscriber
     from rltrain.trainer import build
@@ -126,15 +138,9 @@ def rltrain_loop(steps: int, num_envs: int) -> dict[str, float]:
     make._SubEnv.__init__ = timed_sub_env  # type: ignore[method-assign]
     time_the_network()
     with tempfile.TemporaryDirectory() as run_dir:
-        config = compose(["dqn_cartpole"], [
-            f"trainer.num_steps={last + first}", f"trainer.run_dir={run_dir}", *QUIET,
-            "trainer.eval_interval=null", "trainer.return_threshold=null",
-            "trainer.num_threads=null", f"strategy.num_envs={num_envs}",
-            "strategy.warmup_steps=0", "strategy.train_steps=0",
-            "agent.epsilon_start=0.0", "agent.epsilon_end=0.0"])
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # train_steps=0: "the agent will not learn"
-            build(config, callbacks=[Clock()]).fit()
+            build(training_off(last + first, num_envs, run_dir), callbacks=[Clock()]).fit()
     return per_env_step(marks, last - first)
 
 

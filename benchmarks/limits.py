@@ -101,8 +101,7 @@ def rltrain_loop(steps: int, num_envs: int) -> float:
     """Env steps per second of rltrain's off-policy loop with training off, its DQN acting
     greedily (epsilon 0) with a 256x256 MLP: the steady rate between the run's first and last
     tenth (timed by a subscriber), so that setup and the final save are left out."""
-    from benchmarks._util import QUIET
-    from rltrain.config.schema import compose
+    from benchmarks.framework_cost import span, training_off
     from rltrain.observe import Subscriber
     from rltrain.trainer import build
 
@@ -114,19 +113,12 @@ def rltrain_loop(steps: int, num_envs: int) -> float:
             if event.env_steps in (first, last):
                 self.marks.append((event.env_steps, time.perf_counter()))
 
-    vector_steps = max(10, steps // num_envs)
-    first, last = (vector_steps // 10) * num_envs, (vector_steps - vector_steps // 10) * num_envs
+    first, last = span(steps, num_envs)
     clock = Clock()
     with tempfile.TemporaryDirectory() as run_dir:
-        config = compose(["dqn_cartpole"], [
-            f"trainer.num_steps={vector_steps * num_envs}", f"trainer.run_dir={run_dir}",
-            *QUIET, "trainer.eval_interval=null", "trainer.return_threshold=null",
-            "trainer.num_threads=null", f"strategy.num_envs={num_envs}",
-            "strategy.warmup_steps=0", "strategy.train_steps=0",
-            "agent.epsilon_start=0.0", "agent.epsilon_end=0.0"])
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # train_steps=0: "the agent will not learn"
-            build(config, callbacks=[clock]).fit()
+            build(training_off(first + last, num_envs, run_dir), callbacks=[clock]).fit()
     (start, began), (end, ended) = clock.marks
     return (end - start) / (ended - began)
 
@@ -140,8 +132,9 @@ def sb3_loop(steps: int, num_envs: int) -> float:
     from stable_baselines3.common.callbacks import BaseCallback
     from stable_baselines3.common.env_util import make_vec_env
 
-    vector_steps = max(10, steps // num_envs)
-    first, last = (vector_steps // 10) * num_envs, (vector_steps - vector_steps // 10) * num_envs
+    from benchmarks.framework_cost import span
+
+    first, last = span(steps, num_envs)
 
     class Clock(BaseCallback):
         def __init__(self) -> None:
@@ -159,7 +152,7 @@ def sb3_loop(steps: int, num_envs: int) -> float:
                    buffer_size=100_000, policy_kwargs={"net_arch": [256, 256]}, seed=0,
                    device="cpu", verbose=0)
     clock = Clock()
-    model.learn(total_timesteps=vector_steps * num_envs, callback=clock)
+    model.learn(total_timesteps=first + last, callback=clock)
     (start, began), (end, ended) = clock.marks
     return (end - start) / (ended - began)
 

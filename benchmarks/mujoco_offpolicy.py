@@ -35,7 +35,6 @@ Writes ``benchmarks/results/mujoco_<config>.json`` (``_sb3`` appended with ``--s
 from __future__ import annotations
 
 import argparse
-import json
 import tempfile
 import time
 from functools import partial
@@ -47,6 +46,7 @@ import torch
 
 from benchmarks._util import (
     QUIET,
+    SB3Run,
     TimedCurve,
     curve_text,
     first_reaching,
@@ -139,30 +139,21 @@ def run_sb3(args: argparse.Namespace, run_root: str, seed: int) -> dict[str, Any
     assert isinstance(space, gym.spaces.Box)
     name, settings = sb3_settings(config, (space.high - space.low) / 2)
     algorithm = getattr(stable_baselines3, name)
-    run_dir = Path(run_root) / f"seed{seed}"
-    saved, replay, progress = (run_dir / "sb3_model.zip", run_dir / "sb3_replay.pkl",
-                               run_dir / "sb3_curve.json")
-    if args.run_dir is not None and saved.exists():  # continue from the last evaluation
-        model = algorithm.load(saved, env=env, device="cpu")
-        model.load_replay_buffer(replay)
-        before = [(int(x), float(y)) for x, y in json.loads(progress.read_text())]
-    else:
+    saved = SB3Run(Path(run_root) / f"seed{seed}")
+    model, before = saved.load(algorithm, env)  # continue from the last evaluation
+    if model is None:
         model = algorithm("MlpPolicy", env, seed=seed, device="cpu", verbose=0, **settings)
-        before = []
     score = sb3_evaluator(model, gym.make(env_id), derive_seeds(seed).evaluation,
                           args.eval_episodes)
 
     def evaluate() -> float:
         mean = score()
         if args.run_dir is not None:  # what a rerun continues from
-            run_dir.mkdir(parents=True, exist_ok=True)
-            model.save(saved)
-            model.save_replay_buffer(replay)
-            progress.write_text(json.dumps([*callback.points, (model.num_timesteps, mean)]))
+            saved.save(model, [*callback.points, (model.num_timesteps, mean)])
         return mean
 
     callback = sb3_curve(evaluate, args.eval_interval, f"sb3 seed {seed}")
-    callback.points = list(before)  # evaluations before a resume count
+    callback.points = before  # evaluations before a resume count
     start = time.perf_counter()
     model.learn(total_timesteps=args.steps - model.num_timesteps, callback=callback,
                 reset_num_timesteps=False)

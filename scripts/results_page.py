@@ -24,6 +24,7 @@ ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "benchmarks" / "results"
 sys.path.insert(0, str(ROOT))
 
+from benchmarks._util import first_reaching  # noqa: E402
 from rltrain.cli.compare import improvement, interval_estimates  # noqa: E402
 
 #: Bootstrap samples and their seed (fixed: the page is the same for the same files).
@@ -189,9 +190,10 @@ def _score(value: float) -> str:
     return f"{value:,.0f}" if value.is_integer() and abs(value) >= 1_000 else f"{value:,.1f}"
 
 
-def first_reaching(curve: Sequence[tuple[int, float]], threshold: float) -> float:
+def steps_to(curve: Sequence[tuple[int, float]], threshold: float) -> float:
     """The env steps of the first evaluation at or above ``threshold`` (∞: none)."""
-    return next((float(x) for x, y in curve if y >= threshold), math.inf)
+    steps = first_reaching(curve, threshold)
+    return math.inf if steps is None else float(steps)
 
 
 def seed_row(name: str, runs: dict[int, float], seeds: Sequence[int]) -> str:
@@ -242,7 +244,7 @@ def section(work: Workload) -> list[str]:
         curves = {"rltrain": work.curves("rltrain"),
                   work.peer: work.curves("sb3" if work.peer == "SB3" else "cleanrl")}
         if work.threshold is not None:
-            reached = {name: {seed: first_reaching(curve, work.threshold)
+            reached = {name: {seed: steps_to(curve, work.threshold)
                               for seed, curve in runs.items()} for name, runs in curves.items()}
             lines += [f"Env steps to a mean evaluation return of {work.threshold:g} (∞: not "
                       "reached within the budget):", "", *header,

@@ -135,13 +135,12 @@ class DQNPolicy(Policy):
 
     @override
     def act(self, obs: ObsTensors, state: PolicyState, deterministic: bool) -> PolicyStep:
-        mask = action_mask(obs) if isinstance(obs, dict) else None
+        mask = action_mask(obs)
         if deterministic:  # greedy on the noisy layers' means
             with means_only(self.noisy_layers):
                 q_values = self.q_network(obs)
             return PolicyStep(masked_values(q_values, mask).argmax(dim=1), None, {})
-        if self.noisy_layers:
-            reset_noise(self.noisy_layers)  # new noise for each acting step
+        reset_noise(self.noisy_layers)  # new noise for each acting step
         if mask is not None:
             greedy = masked_values(self.q_network(obs), mask).argmax(dim=1)
             actions = epsilon_greedy(greedy, mask, self.epsilon(), self.num_actions)
@@ -151,10 +150,6 @@ class DQNPolicy(Policy):
         # env step itself (docs/benchmarks.md, "Figures behind implementation choices").
         epsilon = self.epsilon()
         batch = leading_tensor(obs)
-        if batch.shape[0] == 1:  # one sub-env: its one coin, no lists (the same draws)
-            if random.random() < epsilon:
-                return PolicyStep(self._random_actions(1, batch.device), None, {})
-            return PolicyStep(self.q_network(obs).argmax(dim=1), None, {})
         explore = [random.random() < epsilon for _ in range(batch.shape[0])]
         if all(explore):  # every env explores: skip the forward pass
             return PolicyStep(self._random_actions(len(explore), batch.device), None, {})
