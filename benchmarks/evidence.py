@@ -3,7 +3,9 @@ command, resumable where its script is (rerun to continue), two at a time by def
 whose results file is already in ``benchmarks/results/`` is skipped, so starting the queue
 again at the start of each sitting continues it.
 
-    python -m benchmarks.evidence [--jobs 2] [--only breakout td3 ...] [--dry-run]
+    python -m benchmarks.evidence [--jobs 2] [--only pong td3 ...] [--dry-run]
+
+``--only`` names the groups to run and their order: ``--only pong td3`` starts Pong's runs first.
 
 Each command's output goes to ``--logs`` (default ``runs/evidence``), its run directory under
 ``--runs`` (default ``runs/evidence``). One torch thread per run. A running job's process id is
@@ -19,6 +21,7 @@ import os
 import subprocess
 import sys
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -67,6 +70,15 @@ def jobs(runs: Path, cleanrl: str | None) -> list[Job]:
     return out
 
 
+def queued(every: list[Job], only: Sequence[str] | None) -> list[Job]:
+    """The jobs of the groups in ``only`` (every job: None), group by group in the order
+    ``only`` names them, each group's jobs in their own order."""
+    if only is None:
+        return every
+    return sorted((job for job in every if job.group in only),
+                  key=lambda job: list(only).index(job.group))
+
+
 def running_elsewhere(logs: Path, job: Job) -> bool:
     """Whether another queue's process runs ``job`` now (its pid file names a live process)."""
     try:
@@ -80,15 +92,15 @@ def running_elsewhere(logs: Path, job: Job) -> bool:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--jobs", type=int, default=2)
-    parser.add_argument("--only", nargs="+", help="groups: breakout pong td3 sac cleanrl")
+    parser.add_argument("--only", nargs="+",
+                        help="groups, in the order to run them: breakout pong td3 sac cleanrl")
     parser.add_argument("--runs", type=Path, default=Path("runs/evidence"))
     parser.add_argument("--logs", type=Path, default=Path("runs/evidence"))
     parser.add_argument("--cleanrl", help="a CleanRL checkout (the cleanrl group needs one)")
     parser.add_argument("--dry-run", action="store_true")
     args = parser.parse_args()
-    todo = [job for job in jobs(args.runs, args.cleanrl)
-            if (args.only is None or job.group in args.only)
-            and not (RESULTS / f"{job.results}.json").exists()]
+    todo = [job for job in queued(jobs(args.runs, args.cleanrl), args.only)
+            if not (RESULTS / f"{job.results}.json").exists()]
     args.logs.mkdir(parents=True, exist_ok=True)
     env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
     running: list[tuple[Job, subprocess.Popen[bytes]]] = []

@@ -49,6 +49,8 @@ class Workload:
         curves: ``library -> {seed: [(env steps, evaluation return), ...]}``, for the table of
             mean curves and the env steps to ``threshold``. Default: none.
         threshold: A return whose first reaching is tabled per seed. Default: none.
+        random: The results file of the random policy's games on rltrain's evaluation
+            pipeline. Default: none.
     """
 
     title: str
@@ -61,6 +63,7 @@ class Workload:
     wanted: int = 5
     curves: Callable[[str], dict[int, list[tuple[int, float]]]] | None = None
     threshold: float | None = None
+    random: str | None = None
 
 #: Columns of a table of mean curves: evaluations at most this many, evenly spread.
 CURVE_POINTS = 10
@@ -135,7 +138,7 @@ WORKLOADS = [
          "agent.vf_coef=0.5",
          "python -m benchmarks.atari_ppo --library sb3 --seed S --run-dir RUN_SB3 "
          "agent.vf_coef=0.5"),
-        curves=atari_curves("breakout"), threshold=20.0),
+        curves=atari_curves("breakout"), threshold=20.0, random="atari_ppo_breakout_random_seed0"),
     Workload(
         "DQN on CartPole-v1 with CleanRL's settings", "rltrain's DQN given CleanRL's "
         "`dqn.py` hyperparameters as overrides (`agent.loss=mse`, lr 2.5e-4, a 120-84 MLP, no "
@@ -200,7 +203,8 @@ def seed_row(name: str, runs: dict[int, float], seeds: Sequence[int]) -> str:
     """A table row of per-seed scores and their IQM (— where a seed never scored)."""
     values = [runs[s] for s in sorted(runs)]
     finite = [v for v in values if math.isfinite(v)]
-    iqm = (interval_estimates(finite, REPS, SEED)["iqm"].text() if finite
+    digits = 0 if all(v.is_integer() for v in finite) else 1
+    iqm = (interval_estimates(finite, REPS, SEED)["iqm"].text(digits) if finite
            and len(finite) == len(values) else "—")
     return (f"| {name} | " + " | ".join(_score(runs[s]) if s in runs else "—" for s in seeds)
             + f" | {iqm} |")
@@ -226,13 +230,21 @@ def curve_table(work: Workload, curves: dict[str, dict[int, list[tuple[int, floa
     return [*lines, ""]
 
 
+def random_text(name: str | None) -> str:
+    """The random policy's mean score from results file ``name`` as a sentence ("": none)."""
+    random = _load(name) if name else None
+    return (f" Random policy on the same evaluation pipeline: {_score(random['mean'])} "
+            f"({len(random['returns'])} games)." if random else "")
+
+
 def section(work: Workload) -> list[str]:
     ours, theirs = work.read("rltrain"), work.read("sb3" if work.peer == "SB3" else "cleanrl")
     lower = "env steps to" in work.score  # fewer is better
     seeds = sorted(set(ours) | set(theirs))
     lines = [f"## {work.title}", "", work.about, "",
              f"Budget {work.budget:,} env steps; score: {work.score}; seeds: "
-             f"{len(ours)} rltrain, {len(theirs)} {work.peer} (planned {work.wanted} each).", ""]
+             f"{len(ours)} rltrain, {len(theirs)} {work.peer} (planned {work.wanted} each)."
+             + random_text(work.random), ""]
     if not seeds:
         return [*lines, "No finished runs yet.", "", *(f"    {c}" for c in work.commands), ""]
     header = ["| seed | " + " | ".join(str(s) for s in seeds) + " | IQM [95% CI] |",
@@ -257,6 +269,85 @@ def section(work: Workload) -> list[str]:
     return [*lines, "Commands:", "", *(f"    {c}" for c in work.commands), ""]
 
 
+@dataclass(frozen=True)
+class Reference:
+    """A table of rltrain's curves beside published ones and the random policy, where no peer
+    ran here on the same settings.
+
+    Attributes:
+        title: The heading.
+        about: What is run.
+        budget: Env steps per run.
+        curves: rltrain's finished seeds: ``{seed: [(env steps, evaluation return), ...]}``.
+        random: The results file of the random policy's games on rltrain's pipeline.
+        published: The results file of published curves (``dopamine``: runs of returns per
+            iteration; ``finals``: single scores with their budgets).
+        command: How to run rltrain's side.
+        wanted: Seeds planned.
+    """
+
+    title: str
+    about: str
+    budget: int
+    curves: Callable[[str], dict[int, list[tuple[int, float]]]]
+    random: str
+    published: str
+    command: str
+    wanted: int
+
+
+def dopamine_curve(published: dict[str, Any], budget: int) -> dict[int, list[float]]:
+    """Dopamine's runs as ``{env steps at an iteration's end: [each run's return]}``."""
+    per = int(published["env_steps_per_iteration"])
+    return {per * (i + 1): [float(run[i]) for run in published["runs"]]
+            for i in range(len(published["runs"][0])) if per * (i + 1) <= budget}
+
+
+def reference_section(ref: Reference) -> list[str]:
+    runs = ref.curves("rltrain")
+    published = _load(ref.published)
+    dopamine = dopamine_curve(published["dopamine"], ref.budget)
+    steps = sorted({x for curve in runs.values() for x, _ in curve} | set(dopamine))
+    lines = [f"## {ref.title}", "", ref.about, "",
+             f"Budget {ref.budget:,} env steps; seeds: {len(runs)} rltrain (planned "
+             f"{ref.wanted})." + random_text(ref.random), ""]
+    if runs:
+        lines += ["Evaluation return (mean of 10 greedy whole games) by env steps, beside "
+                  "Dopamine's DQN, each column the iteration that ends there ("
+                  f"{published['dopamine']['what']}; the mean of its "
+                  f"{len(published['dopamine']['runs'])} runs, lowest and highest below):", "",
+                  "| env steps | " + " | ".join(f"{x:,}" for x in steps) + " |",
+                  "|---|" + "---|" * len(steps)]
+        for seed, curve in sorted(runs.items()):
+            at = dict(curve)
+            lines.append(f"| rltrain seed {seed} | " + " | ".join(
+                _score(at[x]) if x in at else "" for x in steps) + " |")
+        lines += ["| Dopamine DQN | " + " | ".join(
+            f"{np.mean(dopamine[x]):,.1f}<br>({min(dopamine[x]):,.1f}, {max(dopamine[x]):,.1f})"
+            if x in dopamine else "" for x in steps) + " |", ""]
+    else:
+        lines += ["No finished runs yet.", ""]
+    lines += ["Published scores at longer budgets: " + "; ".join(
+        f"{final['source']}: {_score(final['score'])}"
+        + (f" at {final['env_steps']:,} env steps" if final["env_steps"] else "")
+        for final in published["finals"]) + ".", "",
+        "Command:", "", f"    {ref.command}", ""]
+    return lines
+
+
+REFERENCES = [
+    Reference(
+        "DQN on Atari Pong", "`dqn_atari` (RL-Zoo's Atari DQN settings: replay 100,000, "
+        "100,000 random steps first, one gradient step per 4 env steps, the target copied "
+        "every 1,000 env steps, epsilon 1 to 0.01 over 1,000,000 env steps, the Nature CNN) on "
+        "ALE/Pong-v5 without sticky actions; 10 greedy whole games every 100,000 env steps. No "
+        "peer ran here; beside it, the random policy and published curves.", 1_000_000,
+        atari_curves("pong", "dqn"), "atari_dqn_pong_random_seed0", "published_dqn_pong",
+        "python -m benchmarks.atari_ppo --library rltrain --preset dqn_atari --game "
+        "ALE/Pong-v5 --seed S --run-dir RUN", 2),
+]
+
+
 def page() -> str:
     head = ["# Results", "",
             "How rltrain learns beside the libraries practitioners compare it with, on the same "
@@ -268,7 +359,8 @@ def page() -> str:
             "names a library only when that interval excludes one half. How each benchmark is "
             "run, and the measurements behind implementation choices, are in "
             "[benchmarks.md](benchmarks.md).", ""]
-    return "\n".join(head + [line for work in WORKLOADS for line in section(work)])
+    return "\n".join(head + [line for work in WORKLOADS for line in section(work)]
+                     + [line for ref in REFERENCES for line in reference_section(ref)])
 
 
 if __name__ == "__main__":

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import importlib.util
 import sys
+from types import ModuleType
 
 import pytest
 from conftest import ROOT
@@ -12,15 +13,40 @@ from conftest import ROOT
 pytest.importorskip("rliable")
 
 
-@pytest.mark.slow
-def test_the_results_page_is_written_from_the_result_files() -> None:
+@pytest.fixture(scope="module")
+def results_page() -> ModuleType:
     spec = importlib.util.spec_from_file_location("results_page",
                                                   ROOT / "scripts" / "results_page.py")
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     sys.modules["results_page"] = module  # its dataclasses look their module up
     spec.loader.exec_module(module)
-    page = module.page()
+    return module
+
+
+@pytest.mark.slow
+def test_the_results_page_is_written_from_the_result_files(results_page: ModuleType) -> None:
+    page = results_page.page()
     assert "## PPO on Atari Breakout" in page and "| rltrain |" in page
     assert (ROOT / "docs" / "results.md").read_text(encoding="utf-8") == page, (
         "docs/results.md is out of date: python scripts/results_page.py > docs/results.md")
+
+
+def test_published_iterations_are_placed_at_the_env_step_they_end_within_the_budget(
+        results_page: ModuleType) -> None:
+    published = {"env_steps_per_iteration": 250_000,
+                 "runs": [[-20.0, -19.0, -18.0, -17.0, -16.0], [-21.0, -20.0, -19.0, -18.0, -17.0]]}
+    curve = results_page.dopamine_curve(published, 1_000_000)
+    assert list(curve) == [250_000, 500_000, 750_000, 1_000_000]  # the fifth ends past it
+    assert curve[250_000] == [-20.0, -21.0] and curve[1_000_000] == [-17.0, -18.0]
+
+
+def test_the_pong_section_names_the_random_policy_and_the_published_scores(
+        results_page: ModuleType) -> None:
+    lines = results_page.reference_section(results_page.REFERENCES[0])
+    text = "\n".join(lines)
+    random = results_page._load("atari_dqn_pong_random_seed0")
+    assert f"Random policy on the same evaluation pipeline: {random['mean']:.1f}" in text
+    assert "20.6 at 10,000,000 env steps" in text  # RL Zoo's DQN on Pong
+    runs = results_page.REFERENCES[0].curves("rltrain")
+    assert ("| Dopamine DQN | " in text) == bool(runs)
