@@ -43,9 +43,9 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import yaml
 
 from benchmarks._util import RESULTS, write_results
+from benchmarks.groups import write_run
 
 #: CleanRL's ``dqn.py`` defaults as rltrain overrides (on top of ``dqn_cartpole``).
 CLEANRL_SETTINGS = [
@@ -161,20 +161,6 @@ def windows(episodes: list[tuple[int, float]], steps: int) -> list[tuple[int, fl
     return out
 
 
-def write_run(folder: Path, library: str, seed: int, steps: int,
-              curve: list[tuple[int, float]]) -> None:
-    """A run directory ``rltrain compare`` reads: one row per window of ``curve``."""
-    folder.mkdir(parents=True, exist_ok=True)
-    rows: list[dict[str, Any]] = [
-        {"event": "evaluation", "env_steps": end, "eval/return_mean": value, "complete": True}
-        for end, value in curve]
-    rows.append({"event": "end", "env_steps": steps, "stop_reason": None})  # it finished
-    (folder / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
-    (folder / "config.yaml").write_text(yaml.safe_dump({
-        "library": library, "env": {"id": "CartPole-v1"}, "agent": {"name": "dqn"},
-        "strategy": {"seed": seed}, "trainer": {"num_steps": steps}}))
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--cleanrl", type=Path, required=True, help="a CleanRL checkout")
@@ -202,7 +188,8 @@ def main() -> None:
             print(f"{key}: final {runs[key]['final']:.1f}, best {runs[key]['best']:.1f} "
                   f"({runs[key]['episodes']} episodes, {runs[key]['seconds']:.0f} s)",
                   flush=True)
-            write_run(args.out / library / f"seed-{seed}", library, seed, args.steps,
+            write_run(args.out / library / f"seed-{seed}", library, "CartPole-v1", "dqn", seed,
+                      args.steps,
                       [tuple(point) for point in runs[key]["curve"]])
     write_results("cleanrl_dqn", {"settings": CLEANRL_SETTINGS, "runs": runs})
 

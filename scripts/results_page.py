@@ -25,6 +25,7 @@ RESULTS = ROOT / "benchmarks" / "results"
 sys.path.insert(0, str(ROOT))
 
 from benchmarks._util import first_reaching  # noqa: E402
+from benchmarks.groups import atari_curves, per_seed_curves  # noqa: E402
 from rltrain.cli.compare import improvement, interval_estimates  # noqa: E402
 
 #: Bootstrap samples and their seed (fixed: the page is the same for the same files).
@@ -74,19 +75,6 @@ def _load(name: str) -> Any:
     return json.loads(path.read_text()) if path.exists() else None
 
 
-def atari_curves(game: str, algo: str = "ppo"
-                 ) -> Callable[[str], dict[int, list[tuple[int, float]]]]:
-    """Each finished seed's evaluations from ``atari_<algo>_<game>_<library>_seed<S>.json``."""
-    def read(library: str) -> dict[int, list[tuple[int, float]]]:
-        out = {}
-        for path in sorted(RESULTS.glob(f"atari_{algo}_{game}_{library}_seed*.json")):
-            data = json.loads(path.read_text())
-            if data["curve"] and data["curve"][-1][0] >= data["args"]["steps"]:
-                out[int(data["args"]["seed"])] = [(int(x), float(y)) for x, y in data["curve"]]
-        return out
-    return read
-
-
 def atari_finals(game: str, algo: str = "ppo") -> Callable[[str], dict[int, float]]:
     """Each finished seed's last evaluation."""
     curves = atari_curves(game, algo)
@@ -109,17 +97,6 @@ def per_seed_files(prefix: str, field: str) -> Callable[[str], dict[int, float]]
         for path in sorted(RESULTS.glob(f"{prefix}_{library}_seed*.json")):
             for run in json.loads(path.read_text())["runs"]:
                 out[int(run["seed"])] = math.inf if run[field] is None else float(run[field])
-        return out
-    return read
-
-
-def per_seed_curves(prefix: str) -> Callable[[str], dict[int, list[tuple[int, float]]]]:
-    """Each seed's evaluations from ``<prefix>_<library>_seed<S>.json``."""
-    def read(library: str) -> dict[int, list[tuple[int, float]]]:
-        out = {}
-        for path in sorted(RESULTS.glob(f"{prefix}_{library}_seed*.json")):
-            for run in json.loads(path.read_text())["runs"]:
-                out[int(run["seed"])] = [(int(x), float(y)) for x, y in run["curve"]]
         return out
     return read
 
@@ -356,9 +333,12 @@ def page() -> str:
             "IQM: the interquartile mean over seeds (the mean below 4 seeds), with a 95% "
             "stratified-bootstrap interval; P(rltrain better): the probability that an rltrain "
             "run scores better than a peer run (Mann-Whitney), with its interval; the verdict "
-            "names a library only when that interval excludes one half. How each benchmark is "
-            "run, and the measurements behind implementation choices, are in "
-            "[benchmarks.md](benchmarks.md).", ""]
+            "names a library only when that interval excludes one half. The same comparisons "
+            "come from `rltrain compare` itself (also the env steps to a threshold with runs "
+            "that never reach it censored): `python -m benchmarks.groups` writes each group's "
+            "runs as run directories and prints its table. How each benchmark is run, and the "
+            "measurements behind implementation choices, are in [benchmarks.md](benchmarks.md)."
+            , ""]
     return "\n".join(head + [line for work in WORKLOADS for line in section(work)]
                      + [line for ref in REFERENCES for line in reference_section(ref)])
 

@@ -1,0 +1,129 @@
+"""The peer groups behind the results page, for ``rltrain compare``: each library's finished runs
+read from the result files in ``benchmarks/results/``, written out as run directories that
+``rltrain compare`` reads (one per library and seed), then compared by it.
+
+    python -m benchmarks.groups [breakout td3 sac ...] [--out runs/groups]
+
+prints, per group, ``rltrain compare``'s table (final and best returns' IQM with 95% intervals,
+the probability of improvement, and, where the group names a return threshold, the env steps
+to it with the runs that never reach it censored) and the command that prints it again:
+``rltrain compare OUT/<group>/rltrain OUT/<group>/<peer> [--threshold R]``.
+
+A run directory here holds a ``config.yaml`` that differs between the libraries only in
+``library`` and a ``metrics.jsonl`` of the run's evaluations (``eval/return_mean``) and its end;
+these are the same curves the results page reads, not the runs' own logs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import yaml
+
+from benchmarks._util import RESULTS
+
+#: ``library -> {seed: [(env steps, evaluation return), ...]}``.
+Curves = Callable[[str], dict[int, list[tuple[int, float]]]]
+
+
+def atari_curves(game: str, algo: str = "ppo") -> Curves:
+    """Each finished seed's evaluations from ``atari_<algo>_<game>_<library>_seed<S>.json``."""
+    def read(library: str) -> dict[int, list[tuple[int, float]]]:
+        out = {}
+        for path in sorted(RESULTS.glob(f"atari_{algo}_{game}_{library}_seed*.json")):
+            data = json.loads(path.read_text())
+            if data["curve"] and data["curve"][-1][0] >= data["args"]["steps"]:
+                out[int(data["args"]["seed"])] = [(int(x), float(y)) for x, y in data["curve"]]
+        return out
+    return read
+
+
+def per_seed_curves(prefix: str) -> Curves:
+    """Each seed's evaluations from ``<prefix>_<library>_seed<S>.json`` (the files of
+    ``benchmarks.mujoco_offpolicy`` and ``benchmarks.sac_learning``)."""
+    def read(library: str) -> dict[int, list[tuple[int, float]]]:
+        out = {}
+        for path in sorted(RESULTS.glob(f"{prefix}_{library}_seed*.json")):
+            for run in json.loads(path.read_text())["runs"]:
+                out[int(run["seed"])] = [(int(x), float(y)) for x, y in run["curve"]]
+        return out
+    return read
+
+
+@dataclass(frozen=True)
+class Group:
+    """One peer comparison: its runs, env, algorithm, budget and threshold (or none)."""
+
+    curves: Curves
+    env_id: str
+    algo: str
+    steps: int
+    peer: str = "sb3"
+    threshold: float | None = None
+
+
+GROUPS = {
+    "breakout": Group(atari_curves("breakout"), "ALE/Breakout-v5", "ppo", 1_000_000,
+                      threshold=20.0),
+    "td3": Group(per_seed_curves("td3_halfcheetah"), "HalfCheetah-v5", "td3", 100_000),
+    "sac": Group(per_seed_curves("sac_mountaincar_gsde"), "MountainCarContinuous-v0", "sac",
+                 50_000, threshold=90.0),
+}
+
+
+def write_run(folder: Path, library: str, env_id: str, algo: str, seed: int, steps: int,
+              curve: list[tuple[int, float]]) -> None:
+    """A run directory ``rltrain compare`` reads: ``curve``'s points as complete evaluations,
+    then the end of a run that finished its ``steps``."""
+    folder.mkdir(parents=True, exist_ok=True)
+    rows: list[dict[str, object]] = [
+        {"event": "evaluation", "env_steps": end, "eval/return_mean": value, "complete": True}
+        for end, value in curve]
+    rows.append({"event": "end", "env_steps": steps, "stop_reason": None})
+    (folder / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    (folder / "config.yaml").write_text(yaml.safe_dump({
+        "library": library, "env": {"id": env_id}, "agent": {"name": algo},
+        "strategy": {"seed": seed}, "trainer": {"num_steps": steps}}))
+
+
+def write_group(group: Group, out: Path) -> list[Path]:
+    """Each library's finished runs of ``group`` under ``out/<library>/seed-S``; the two
+    library folders."""
+    folders = []
+    for library in ("rltrain", group.peer):
+        for seed, curve in sorted(group.curves(library).items()):
+            write_run(out / library / f"seed-{seed}", library, group.env_id, group.algo, seed,
+                      group.steps, curve)
+        folders.append(out / library)
+    return folders
+
+
+def main() -> None:
+    from rltrain.cli.compare import compare, markdown
+
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("groups", nargs="*", metavar="GROUP",
+                        help=f"of {', '.join(GROUPS)} (default: all)")
+    parser.add_argument("--out", type=Path, default=Path("runs/groups"))
+    args = parser.parse_args()
+    unknown = sorted(set(args.groups) - set(GROUPS))
+    if unknown:
+        parser.error(f"no group {', '.join(unknown)}: choose from {', '.join(GROUPS)}")
+    for name in args.groups or GROUPS:
+        group = GROUPS[name]
+        folders = write_group(group, args.out / name)
+        if not all(folder.exists() for folder in folders):
+            print(f"## {name}\n\nno finished runs of one library yet\n")
+            continue
+        threshold = [] if group.threshold is None else ["--threshold", f"{group.threshold:g}"]
+        print(f"## {name}\n\n    rltrain compare {' '.join(map(str, folders))} "
+              f"{' '.join(threshold)}\n")
+        print(markdown(compare(folders, threshold=group.threshold)))
+
+
+if __name__ == "__main__":
+    main()
