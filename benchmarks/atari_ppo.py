@@ -142,7 +142,7 @@ def main() -> None:
         print(f"random policy on {args.game}: {result['mean']:.1f} over {EPISODES} games")
     else:
         result = (train_rltrain if args.library == "rltrain" else train_sb3)(args, run_dir)
-        print(f"{args.library}, ppo_atari on {args.game}: {curve_text(result['curve'])}")
+        print(f"{args.library}, {args.preset} on {args.game}: {curve_text(result['curve'])}")
         if result["env_steps"] < args.steps:  # stopped part-way (a signal): no result yet
             raise SystemExit(f"stopped at {result['env_steps']:,} of {args.steps:,} env steps; "
                              "run the same command again to continue")
