@@ -39,18 +39,20 @@ def machine() -> dict[str, Any]:
     }
 
 
-def code_version() -> dict[str, Any]:
-    """``commit`` and ``uncommitted_changes`` of the tree holding the benchmarks."""
+def code_version(root: Path | None = None) -> dict[str, Any]:
+    """``commit`` of the tree at ``root`` (default: the one holding the benchmarks) and
+    ``uncommitted_changes``: whether its ``rltrain/`` or ``benchmarks/`` differ from that commit
+    (result files in ``benchmarks/results/`` are outputs and do not count)."""
     def git(*args: str) -> str | None:
         try:
-            done = subprocess.run(["git", *args], cwd=RESULTS.parent.parent, capture_output=True,
-                                  text=True, timeout=10)
+            done = subprocess.run(["git", *args], cwd=root or RESULTS.parent.parent,
+                                  capture_output=True, text=True, timeout=10)
         except (OSError, subprocess.TimeoutExpired):
             return None
         return done.stdout.strip() if done.returncode == 0 else None
 
-    commit, status = git("rev-parse", "HEAD"), git("status", "--porcelain", "--", "rltrain",
-                                                       "benchmarks")
+    commit, status = git("rev-parse", "HEAD"), git(
+        "status", "--porcelain", "--", "rltrain", "benchmarks", ":(exclude)benchmarks/results")
     return {"commit": commit, "uncommitted_changes": None if status is None else bool(status)}
 
 

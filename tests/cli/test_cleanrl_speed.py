@@ -267,3 +267,28 @@ def test_a_results_file_names_the_commit_it_was_measured_at(tmp_path: Path) -> N
     machine = json.loads(write_results(str(tmp_path / "r"), {}).read_text())["machine"]
     assert machine["commit"] == head.stdout.strip()
     assert isinstance(machine["uncommitted_changes"], bool)
+
+
+def test_only_code_changes_count_as_uncommitted_not_new_results(tmp_path: Path) -> None:
+    from benchmarks._util import code_version
+
+    def git(*args: str) -> None:
+        subprocess.run(["git", "-c", "user.name=t", "-c", "user.email=t@t", *args],
+                       cwd=tmp_path, check=True, capture_output=True)
+
+    (tmp_path / "rltrain").mkdir()
+    (tmp_path / "benchmarks" / "results").mkdir(parents=True)
+    (tmp_path / "rltrain" / "agent.py").write_text("x = 1\n")
+    (tmp_path / "benchmarks" / "bench.py").write_text("y = 1\n")
+    git("init", "-q")
+    git("add", "-A")
+    git("commit", "-qm", "first")
+    assert code_version(tmp_path)["uncommitted_changes"] is False
+    (tmp_path / "benchmarks" / "results" / "new.json").write_text("{}")  # an output
+    (tmp_path / "notes.txt").write_text("elsewhere")
+    assert code_version(tmp_path)["uncommitted_changes"] is False
+    (tmp_path / "benchmarks" / "bench.py").write_text("y = 2\n")
+    assert code_version(tmp_path)["uncommitted_changes"] is True
+    git("checkout", "--", "benchmarks/bench.py")
+    (tmp_path / "rltrain" / "new_module.py").write_text("")
+    assert code_version(tmp_path)["uncommitted_changes"] is True
