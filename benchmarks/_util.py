@@ -56,6 +56,25 @@ def code_version(root: Path | None = None) -> dict[str, Any]:
     return {"commit": commit, "uncommitted_changes": None if status is None else bool(status)}
 
 
+def record_call(run_dir: Path, from_env_steps: int) -> list[dict[str, Any]]:
+    """Add this call of a resumable benchmark to ``run_dir/calls.json`` (the code it ran, from
+    :func:`code_version`; when it started; the env steps it continued from) and return every
+    call so far, for the results file: a run continued across commits says so. A file that is
+    not such a list (not written here, or damaged) is started again."""
+    path = run_dir / "calls.json"
+    try:
+        calls = json.loads(path.read_text()) if path.exists() else []
+    except (OSError, ValueError):
+        calls = []
+    if not isinstance(calls, list) or not all(isinstance(c, dict) for c in calls):
+        calls = []
+    calls.append({**code_version(), "started": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+                  "from_env_steps": int(from_env_steps)})
+    run_dir.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(calls, indent=1) + "\n")
+    return calls
+
+
 def write_results(name: str, payload: dict[str, Any]) -> Path:
     """Write ``payload`` (plus the machine description) to ``benchmarks/results/<name>.json``
     (``name`` may be a path of its own, with or without ``.json``)."""

@@ -34,7 +34,14 @@ from typing import Any
 
 import numpy as np
 
-from benchmarks._util import SB3Run, curve_text, rltrain_curve, sb3_curve, write_results
+from benchmarks._util import (
+    SB3Run,
+    curve_text,
+    record_call,
+    rltrain_curve,
+    sb3_curve,
+    write_results,
+)
 from benchmarks.atari_common import atari_config, sb3_atari_envs, sb3_ppo
 from rltrain.config.schema import compose
 from rltrain.envs.atari import AtariConfig
@@ -51,10 +58,12 @@ def train_rltrain(args: argparse.Namespace, run_dir: Path) -> dict[str, Any]:
                  f"trainer.checkpoint_interval={args.eval_interval}", *args.overrides]
     config = atari_config(args.game, args.steps, str(run_dir), overrides, args.preset)
     resume = (run_dir / "checkpoints" / "last.pt").exists()
+    before = rltrain_curve(run_dir) if resume else []
+    calls = record_call(run_dir, before[-1][0] if before else 0)
     start = time.perf_counter()
     summary = build(config).fit(ckpt_path="last" if resume else None).summary
     return {"env_steps": summary.env_steps, "wall_time_this_call": time.perf_counter() - start,
-            "curve": rltrain_curve(run_dir)}
+            "curve": rltrain_curve(run_dir), "calls": calls}
 
 
 def sb3_evaluate(model: Any, game: str, seed: int, sticky: float) -> float:
@@ -82,6 +91,7 @@ def train_sb3(args: argparse.Namespace, run_dir: Path) -> dict[str, Any]:
     model, before = saved.load(stable_baselines3.PPO, envs)
     if model is None:
         model = sb3_ppo(config, envs, seed=args.seed)
+    calls = record_call(run_dir, model.num_timesteps)
 
     def evaluate() -> float:
         mean = sb3_evaluate(model, args.game, args.seed + 1_000, sticky)
@@ -97,7 +107,7 @@ def train_sb3(args: argparse.Namespace, run_dir: Path) -> dict[str, Any]:
     finally:
         envs.close()
     return {"env_steps": model.num_timesteps, "wall_time_this_call": time.perf_counter() - start,
-            "curve": callback.points}
+            "curve": callback.points, "calls": calls}
 
 
 def random_return(game: str, seed: int) -> dict[str, Any]:

@@ -51,6 +51,7 @@ from benchmarks._util import (
     curve_text,
     first_reaching,
     fmt,
+    record_call,
     report_seeds,
     require_sb3,
     rltrain_curve,
@@ -80,6 +81,8 @@ def run_rltrain(args: argparse.Namespace, run_root: str, seed: int) -> dict[str,
              "trainer.enable_metrics_file=true"] if args.run_dir is not None else [])
     config = compose([args.config], [*overrides(args, seed, str(run_dir)), *kept])
     resume = bool(kept) and (run_dir / "checkpoints" / "last.pt").exists()
+    before = rltrain_curve(run_dir) if resume else []
+    calls = record_call(run_dir, before[-1][0] if before else 0) if kept else []
     curve = TimedCurve(f"rltrain seed {seed}")
     summary = build(config, callbacks=[curve]).fit(ckpt_path="last" if resume else None).summary
     points = rltrain_curve(run_dir) if kept else curve.points
@@ -88,7 +91,7 @@ def run_rltrain(args: argparse.Namespace, run_root: str, seed: int) -> dict[str,
             "best_eval_return": summary.best_eval_return,
             "final_eval_return": points[-1][1] if points else None,
             "env_steps": summary.env_steps, "gradient_steps": summary.gradient_steps,
-            "wall_time": summary.wall_time}
+            "wall_time": summary.wall_time, **({"calls": calls} if calls else {})}
 
 
 def sb3_settings(config: Any, action_scale: np.ndarray) -> tuple[str, dict[str, Any]]:
@@ -143,6 +146,8 @@ def run_sb3(args: argparse.Namespace, run_root: str, seed: int) -> dict[str, Any
     model, before = saved.load(algorithm, env)  # continue from the last evaluation
     if model is None:
         model = algorithm("MlpPolicy", env, seed=seed, device="cpu", verbose=0, **settings)
+    calls = (record_call(Path(run_root) / f"seed{seed}", model.num_timesteps)
+             if args.run_dir is not None else [])
     score = sb3_evaluator(model, gym.make(env_id), derive_seeds(seed).evaluation,
                           args.eval_episodes)
 
@@ -163,7 +168,7 @@ def run_sb3(args: argparse.Namespace, run_root: str, seed: int) -> dict[str, Any
             "best_eval_return": max((v for _, v in curve), default=None),
             "final_eval_return": curve[-1][1] if curve else None,
             "env_steps": model.num_timesteps, "gradient_steps": model._n_updates,
-            "wall_time": time.perf_counter() - start}
+            "wall_time": time.perf_counter() - start, **({"calls": calls} if calls else {})}
 
 
 def main() -> None:

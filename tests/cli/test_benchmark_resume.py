@@ -1,7 +1,8 @@
 """``benchmarks.mujoco_offpolicy --run-dir``: a seed's run stopped by a real SIGTERM after its
 first evaluation continues where it stopped when the same command runs again, for rltrain (from
 its checkpoint) and for Stable-Baselines3 (from the model and replay buffer saved at each
-evaluation), and the results file holds the whole curve."""
+evaluation), and the results file holds the whole curve and both calls (each with the commit
+it ran and the env steps it continued from)."""
 
 from __future__ import annotations
 
@@ -53,3 +54,8 @@ def test_a_stopped_seed_continues_and_keeps_its_curve(tmp_path: Path, sb3: bool)
     steps = [point[0] for point in run["curve"]]
     assert steps == list(range(INTERVAL, STEPS + 1, INTERVAL))  # before the stop and after
     assert f"seed 0: {INTERVAL:,} env steps" not in second.stdout  # not evaluated again
+    calls = run["calls"]
+    assert len(calls) == 2 and calls[0]["from_env_steps"] == 0
+    assert INTERVAL <= calls[1]["from_env_steps"] < STEPS  # the second call continued
+    assert all("commit" in call and "uncommitted_changes" in call for call in calls)
+    assert json.loads((run_dir / "seed0" / "calls.json").read_text()) == calls

@@ -292,3 +292,14 @@ def test_only_code_changes_count_as_uncommitted_not_new_results(tmp_path: Path) 
     git("checkout", "--", "benchmarks/bench.py")
     (tmp_path / "rltrain" / "new_module.py").write_text("")
     assert code_version(tmp_path)["uncommitted_changes"] is True
+
+
+def test_a_damaged_or_foreign_calls_file_is_started_again(tmp_path: Path) -> None:
+    from benchmarks._util import record_call
+
+    first = record_call(tmp_path / "run", 0)
+    assert len(first) == 1 and first[0]["from_env_steps"] == 0
+    assert [c["from_env_steps"] for c in record_call(tmp_path / "run", 500)] == [0, 500]
+    for foreign in ("not json", '{"calls": 1}', "[1, 2]"):
+        (tmp_path / "run" / "calls.json").write_text(foreign)
+        assert [c["from_env_steps"] for c in record_call(tmp_path / "run", 700)] == [700]
