@@ -142,7 +142,7 @@ WORKLOADS = [
         ("python -m benchmarks.mujoco_offpolicy --config td3_halfcheetah --seeds S "
          "--run-dir RUNS --results td3_halfcheetah_rltrain_seedS "
          "[--sb3 --results td3_halfcheetah_sb3_seedS]",),
-        curves=per_seed_curves("td3_halfcheetah")),
+        curves=per_seed_curves("td3_halfcheetah"), threshold=3_000.0),
 ]
 
 
@@ -235,7 +235,7 @@ def section(work: Workload) -> list[str]:
         if work.threshold is not None:
             reached = {name: {seed: steps_to(curve, work.threshold)
                               for seed, curve in runs.items()} for name, runs in curves.items()}
-            lines += [f"Env steps to a mean evaluation return of {work.threshold:g} (∞: not "
+            lines += [f"Env steps to a mean evaluation return of {work.threshold:,g} (∞: not "
                       "reached within the budget):", "", *header,
                       *(seed_row(name, runs, seeds) for name, runs in reached.items()), "",
                       "Verdict (fewer is better): " + verdict(
