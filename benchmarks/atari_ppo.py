@@ -22,7 +22,8 @@ games with uniformly random actions on rltrain's evaluation pipeline.
 
 ``--preset dqn_atari`` trains rltrain's DQN preset instead (rltrain only).
 
-Writes ``benchmarks/results/atari_<ppo|dqn>_<game>_<library>_seed<seed>.json``.
+Writes ``benchmarks/results/atari_<ppo|dqn>_<game>_<library>_seed<seed>.json``, with each call
+of the run (its commit, start and the env steps it continued from: ``RUN_DIR/calls.json``).
 """
 
 from __future__ import annotations

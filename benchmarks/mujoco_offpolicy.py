@@ -27,7 +27,8 @@ command again after a stop and each seed continues from its last evaluation. rlt
 at every evaluation and resumes exactly (its curve read back from ``metrics.jsonl``); SB3 saves
 its model, its replay buffer and its curve at every evaluation and continues from them (its env
 and its exploration noise restart there; ``wall_time`` is then that of the last call). Without
-it the runs live in a temporary directory.
+it the runs live in a temporary directory. Each call of a seed is recorded in
+``DIR/seed<S>/calls.json`` and the results (its commit, start, and the env steps it continued from).
 
 Writes ``benchmarks/results/mujoco_<config>.json`` (``_sb3`` appended with ``--sb3``).
 """
