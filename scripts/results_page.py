@@ -25,7 +25,7 @@ RESULTS = ROOT / "benchmarks" / "results"
 sys.path.insert(0, str(ROOT))
 
 from benchmarks._util import first_reaching  # noqa: E402
-from benchmarks.groups import atari_curves, per_seed_curves  # noqa: E402
+from benchmarks.groups import GROUPS, atari_curves  # noqa: E402
 from rltrain.cli.compare import improvement, interval_estimates  # noqa: E402
 
 #: Bootstrap samples and their seed (fixed: the page is the same for the same files).
@@ -115,7 +115,8 @@ WORKLOADS = [
          "agent.vf_coef=0.5",
          "python -m benchmarks.atari_ppo --library sb3 --seed S --run-dir RUN_SB3 "
          "agent.vf_coef=0.5"),
-        curves=atari_curves("breakout"), threshold=20.0, random="atari_ppo_breakout_random_seed0"),
+        curves=GROUPS["breakout"].curves, threshold=GROUPS["breakout"].threshold,
+        random="atari_ppo_breakout_random_seed0"),
     Workload(
         "DQN on CartPole-v1 with CleanRL's settings", "rltrain's DQN given CleanRL's "
         "`dqn.py` hyperparameters as overrides (`agent.loss=mse`, lr 2.5e-4, a 120-84 MLP, no "
@@ -133,7 +134,7 @@ WORKLOADS = [
         ("python -m benchmarks.sac_learning --config zoo:sac/MountainCarContinuous-v0 "
          "--seeds S --threshold 90 --eval-interval 2500 --results "
          "sac_mountaincar_gsde_rltrain_seedS [--sb3 --results sac_mountaincar_gsde_sb3_seedS]",),
-        curves=per_seed_curves("sac_mountaincar_gsde")),
+        curves=GROUPS["sac"].curves),
     Workload(
         "TD3 on HalfCheetah-v5", "`td3_halfcheetah` beside SB3's TD3 on the same settings; 10 "
         "greedy episodes every 10,000 env steps.", 100_000,
@@ -142,7 +143,7 @@ WORKLOADS = [
         ("python -m benchmarks.mujoco_offpolicy --config td3_halfcheetah --seeds S "
          "--run-dir RUNS --results td3_halfcheetah_rltrain_seedS "
          "[--sb3 --results td3_halfcheetah_sb3_seedS]",),
-        curves=per_seed_curves("td3_halfcheetah"), threshold=3_000.0),
+        curves=GROUPS["td3"].curves, threshold=GROUPS["td3"].threshold),
 ]
 
 
