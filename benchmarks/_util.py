@@ -75,6 +75,13 @@ def record_call(run_dir: Path, from_env_steps: int) -> list[dict[str, Any]]:
     return calls
 
 
+def record_rltrain_call(run_dir: Path, resume: bool) -> list[dict[str, Any]]:
+    """:func:`record_call` for an rltrain run, continuing (``resume``) from its last
+    evaluation."""
+    before = rltrain_curve(run_dir) if resume else []
+    return record_call(run_dir, before[-1][0] if before else 0)
+
+
 def write_results(name: str, payload: dict[str, Any]) -> Path:
     """Write ``payload`` (plus the machine description) to ``benchmarks/results/<name>.json``
     (``name`` may be a path of its own, with or without ``.json``)."""

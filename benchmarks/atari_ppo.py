@@ -39,6 +39,7 @@ from benchmarks._util import (
     SB3Run,
     curve_text,
     record_call,
+    record_rltrain_call,
     rltrain_curve,
     sb3_curve,
     write_results,
@@ -59,8 +60,7 @@ def train_rltrain(args: argparse.Namespace, run_dir: Path) -> dict[str, Any]:
                  f"trainer.checkpoint_interval={args.eval_interval}", *args.overrides]
     config = atari_config(args.game, args.steps, str(run_dir), overrides, args.preset)
     resume = (run_dir / "checkpoints" / "last.pt").exists()
-    before = rltrain_curve(run_dir) if resume else []
-    calls = record_call(run_dir, before[-1][0] if before else 0)
+    calls = record_rltrain_call(run_dir, resume)
     start = time.perf_counter()
     summary = build(config).fit(ckpt_path="last" if resume else None).summary
     return {"env_steps": summary.env_steps, "wall_time_this_call": time.perf_counter() - start,

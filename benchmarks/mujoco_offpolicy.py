@@ -53,6 +53,7 @@ from benchmarks._util import (
     first_reaching,
     fmt,
     record_call,
+    record_rltrain_call,
     report_seeds,
     require_sb3,
     rltrain_curve,
@@ -82,8 +83,7 @@ def run_rltrain(args: argparse.Namespace, run_root: str, seed: int) -> dict[str,
              "trainer.enable_metrics_file=true"] if args.run_dir is not None else [])
     config = compose([args.config], [*overrides(args, seed, str(run_dir)), *kept])
     resume = bool(kept) and (run_dir / "checkpoints" / "last.pt").exists()
-    before = rltrain_curve(run_dir) if resume else []
-    calls = record_call(run_dir, before[-1][0] if before else 0) if kept else []
+    calls = record_rltrain_call(run_dir, resume) if kept else []
     curve = TimedCurve(f"rltrain seed {seed}")
     summary = build(config, callbacks=[curve]).fit(ckpt_path="last" if resume else None).summary
     points = rltrain_curve(run_dir) if kept else curve.points
