@@ -53,6 +53,11 @@ class AtariConfig(Settings):
         screen_size: Side of the square, resized grayscale frame in pixels. Default 84.
         episodic_life: A lost life ends the learner's episode (in training; evaluation goes on
             with the game as the agent saw it in training). Default True.
+        life_noops: How the game goes on after a lost life (``episodic_life``): True, after a
+            random number of no-op frames, 0 to ``noop_max`` - 1 (envpool's way, its only
+            one), then one no-op action; False, after the one no-op action alone (SB3's
+            ``EpisodicLifeEnv``). Default None: the training backend's way (True with
+            ``env.backend=envpool``, else False), evaluations included.
         fire_reset: Press FIRE after each reset in games that need it. Default True.
         clip_rewards: Rewards clipped to their sign (training only). Default True.
         frame_stack: Frames per observation. Default 4.
@@ -68,6 +73,7 @@ class AtariConfig(Settings):
     frame_skip: int = setting(4, ge=1, unit="frames")
     screen_size: int = setting(84, ge=8, unit="pixels")
     episodic_life: bool = True
+    life_noops: bool | None = None
     fire_reset: bool = True
     clip_rewards: bool = True
     frame_stack: int = setting(4, ge=1, unit="frames")
@@ -122,7 +128,7 @@ class AtariPipeline:
             env, noop_max=c.noop_max, frame_skip=c.frame_skip, screen_size=c.screen_size,
             grayscale_obs=True)
         if c.episodic_life:
-            env = EpisodicLife(env)
+            env = EpisodicLife(env, c.noop_max if c.life_noops else 0)
         if c.fire_reset and needs_fire(env):
             env = FireReset(env)
         if self.training and c.clip_rewards:
@@ -159,13 +165,17 @@ class LastAction(gym.Wrapper[Any, Any, Any, Any]):
 
 class EpisodicLife(gym.Wrapper[Any, Any, Any, Any]):
     """A lost life ends the learner's episode (``terminated``, Mnih et al. 2015); the reset
-    that follows takes one no-op step in the same game instead of starting a new one, unless
-    the game is over or the reset is seeded. Training only: evaluation plays whole games."""
+    that follows goes on with the same game instead of starting a new one, unless the game is
+    over or the reset is seeded: a random number of no-op frames below ``noop_max`` (none when
+    it is 0; drawn from the ALE env's generator, envpool's count), then one no-op step.
+
+    Applied on ``AtariPreprocessing``, whose inner env steps one emulator frame at a time."""
 
     saved_attributes: ClassVar[dict[str, str]] = {"lives": PLAIN, "game_over": PLAIN}
 
-    def __init__(self, env: gym.Env[Any, Any]) -> None:
+    def __init__(self, env: gym.Env[Any, Any], noop_max: int = 0) -> None:
         super().__init__(env)
+        self.noop_max = noop_max
         self.lives = 0
         self.game_over = True
 
@@ -182,12 +192,26 @@ class EpisodicLife(gym.Wrapper[Any, Any, Any, Any]):
         if self.game_over or kwargs.get("seed") is not None:  # a seeded reset starts anew
             obs, info = self.env.reset(**kwargs)
         else:
-            obs, _, terminated, truncated, info = self.env.step(0)
-            if terminated or truncated:
+            ended = any(self._noop_frame() for _ in range(self._noop_frames()))
+            if not ended:
+                obs, _, terminated, truncated, info = self.env.step(0)
+                ended = terminated or truncated
+            if ended:  # the game ended during the restart
                 obs, info = self.env.reset(**kwargs)
         self.game_over = False
         self.lives = self.env.unwrapped.ale.lives()  # type: ignore[attr-defined]
         return obs, info
+
+    def _noop_frames(self) -> int:
+        """How many single no-op frames this life's restart takes first (0 to noop_max - 1)."""
+        if not self.noop_max:
+            return 0
+        return int(self.env.unwrapped.np_random.integers(self.noop_max))
+
+    def _noop_frame(self) -> bool:
+        """One emulator frame of no-op under ``AtariPreprocessing``; whether the game ended."""
+        _, _, terminated, truncated, _ = self.env.env.step(0)  # type: ignore[attr-defined]
+        return bool(terminated or truncated)
 
 
 class LifeLossContinue(gym.Wrapper[Any, Any, Any, Any]):

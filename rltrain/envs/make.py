@@ -80,6 +80,10 @@ class EnvSpec:
                                  "(env.atari=null).")
         if self.backend == "envpool":
             check_envpool_env(self.id, tuple(self.wrappers), self.target)
+            if self.atari is not None and self.atari.life_noops is False:
+                raise ValueError("env.atari.life_noops=false: envpool goes on after a lost life "
+                                 "only after random no-ops. Leave life_noops unset, or train "
+                                 "on Gymnasium's envs (env.backend=gymnasium).")
 
     def __call__(self) -> gym.Env[Any, Any]:
         import_modules(self.imports, INSTALLED)
@@ -102,9 +106,13 @@ class EnvSpec:
 def evaluation_env(env: EnvInit) -> EnvInit:
     """The environment evaluations run on: ``env`` itself, or for an :class:`EnvSpec` its
     Gymnasium build without the training-only steps of its Atari pipeline (whole games in the
-    game's own score)."""
+    game's own score), a lost life going on as the training backend goes on
+    (``env.atari.life_noops``)."""
     if isinstance(env, EnvSpec) and (env.atari is not None or env.backend != "gymnasium"):
-        return dataclasses.replace(env, training=False, backend="gymnasium")
+        atari = env.atari
+        if atari is not None and atari.life_noops is None:  # lives restart as in training
+            atari = dataclasses.replace(atari, life_noops=env.backend == "envpool")
+        return dataclasses.replace(env, training=False, backend="gymnasium", atari=atari)
     return env
 
 

@@ -1,7 +1,7 @@
 """The checks every setting gets from its declared type, after its declared bounds
 (:mod:`rltrain.settings.base`): a ``float`` setting (``float | None`` too) is a finite number, so
-``inf`` and NaN never reach a loss or a distribution; a ``bool`` one is True or False, so ``2``
-is not taken as true. :class:`~rltrain.settings.base.Settings` runs them for every settings
+``inf`` and NaN never reach a loss or a distribution; a ``bool`` one (``bool | None`` too) is
+True or False, so ``2`` is not taken as true. :class:`~rltrain.settings.base.Settings` runs them for every settings
 dataclass; a test walks every registered config so none is missed.
 """
 
@@ -22,7 +22,7 @@ def check_typed_fields(owner: str, config: Any) -> None:
         kind, optional = field_kind(field.type)
         value = getattr(config, field.name)
         problem = (_float_problem(value, optional) if kind == "float"
-                   else _bool_problem(value) if kind == "bool" else None)
+                   else _bool_problem(value, optional) if kind == "bool" else None)
         if problem is not None:
             raise ValueError(f"{owner}: {field.name} {problem}; got {value!r}.")
 
@@ -50,7 +50,8 @@ def _float_problem(value: object, optional: bool) -> str | None:
     return None if math.isfinite(value) else f"must be {what}, not infinite or NaN"
 
 
-def _bool_problem(value: object) -> str | None:
-    if isinstance(value, (bool, np.bool_)):
+def _bool_problem(value: object, optional: bool) -> str | None:
+    if isinstance(value, (bool, np.bool_)) or (value is None and optional):
         return None
-    return "must be True or False (a config says true or false)"
+    return ("must be True or False" + (" (or None)" if optional else "")
+            + " (a config says true or false" + (" or null)" if optional else ")"))

@@ -89,6 +89,52 @@ def test_evaluation_pipeline_plays_whole_games_with_the_games_score() -> None:
         env.close()
 
 
+def restart_frames(config: AtariConfig, restarts: int = 4) -> list[int]:
+    """Emulator frames each lost life's restart took (the reset that goes on with the game),
+    never pressing FIRE, so the ball is missed at once."""
+    env = EnvSpec("ALE/Breakout-v5", atari=config)()
+    ale = env.unwrapped.ale
+    try:
+        env.reset(seed=3)
+        frames = []
+        while len(frames) < restarts:
+            _, _, terminated, truncated, _ = env.step(0)
+            assert not truncated
+            if terminated:
+                lives, before = ale.lives(), ale.getEpisodeFrameNumber()
+                env.reset()
+                assert ale.lives() == lives > 0  # the same game went on
+                frames.append(ale.getEpisodeFrameNumber() - before)
+        return frames
+    finally:
+        env.close()
+
+
+def test_a_lost_life_goes_on_after_one_no_op_or_after_envpools_random_no_ops() -> None:
+    # one no-op step, then FireReset's FIRE and action 2: 3 steps of 4 frames (SB3's way)
+    assert restart_frames(AtariConfig()) == [12] * 4
+    noops = [frames - 12 for frames in restart_frames(AtariConfig(life_noops=True))]
+    assert all(0 <= n < 30 for n in noops) and len(set(noops)) > 1  # envpool's draw
+
+
+@pytest.mark.parametrize("backend, life_noops, evaluated", [
+    ("envpool", None, True), ("gymnasium", None, False), ("gymnasium", True, True)])
+def test_evaluations_restart_lives_as_the_training_backend_does(
+        backend: str, life_noops: bool | None, evaluated: bool) -> None:
+    if backend == "envpool":
+        pytest.importorskip("envpool")
+    spec = evaluation_env(EnvSpec("ALE/Breakout-v5", atari=AtariConfig(life_noops=life_noops),
+                                  backend=backend))
+    assert isinstance(spec, EnvSpec) and spec.atari is not None
+    assert spec.atari.life_noops is evaluated
+
+
+def test_envpool_refuses_lives_restarted_without_no_ops() -> None:
+    pytest.importorskip("envpool")
+    with pytest.raises(ValueError, match="env.atari.life_noops=false: envpool"):
+        EnvSpec("ALE/Breakout-v5", atari=AtariConfig(life_noops=False), backend="envpool")
+
+
 def test_sign_reward_keeps_the_sign_only() -> None:
     wrapper = SignReward(gym.make("CartPole-v1"))
     assert [wrapper.reward(r) for r in (7.0, -3.5, 0.0, 0.2)] == [1.0, -1.0, 0.0, 1.0]

@@ -34,6 +34,7 @@ class Example(Settings):
     cap: int | None = setting(None, ge=1, none="for no cap")
     kind: str = setting("a", choices=("a", "b"))
     flag: bool = True
+    maybe: bool | None = None
 
     def rules(self) -> list[tuple[bool, str]]:
         return [(self.lr < 1 or self.warmup > 0, "an lr >= 1 needs a warm-up.")]
@@ -51,6 +52,8 @@ class Example(Settings):
     ({"lr": math.inf}, "Example: lr must be a finite number, not infinite or NaN; got inf."),
     ({"lr": math.nan}, "Example: lr must be > 0; got nan."),
     ({"flag": 2}, "Example: flag must be True or False"),
+    ({"flag": None}, "Example: flag must be True or False (a config"),
+    ({"maybe": 2}, "Example: maybe must be True or False (or None)"),
     ({"every": True}, "Example: every must be >= 1 env step; got True."),
 ])
 def test_each_rule_says_the_setting_its_bounds_and_the_value(changes: dict[str, object],
@@ -61,7 +64,8 @@ def test_each_rule_says_the_setting_its_bounds_and_the_value(changes: dict[str, 
 
 
 def test_defaults_and_edges_pass_and_lists_are_fresh() -> None:
-    first, second = Example(), Example(gamma=0.0, cap=None, warmup=0, every=1, kind="b")
+    first, second = Example(), Example(gamma=0.0, cap=None, warmup=0, every=1, kind="b",
+                                       maybe=False)
     first.hidden_sizes.append(1)
     assert Example().hidden_sizes == [64, 64] and second.gamma == 0.0
     assert Example(every=10**400).every == 10**400  # an int beyond any float stays exact
