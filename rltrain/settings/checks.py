@@ -1,8 +1,8 @@
 """The checks every setting gets from its declared type, after its declared bounds
 (:mod:`rltrain.settings.base`): a ``float`` setting (``float | None`` too) is a finite number, so
 ``inf`` and NaN never reach a loss or a distribution; a ``bool`` one (``bool | None`` too) is
-True or False, so ``2`` is not taken as true. :class:`~rltrain.settings.base.Settings` runs them for every settings
-dataclass; a test walks every registered config so none is missed.
+True or False, so ``2`` is not taken as true. :class:`~rltrain.settings.base.Settings` runs them
+for every settings dataclass; a test walks every registered config so none is missed.
 """
 
 from __future__ import annotations

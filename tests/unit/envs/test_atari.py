@@ -131,7 +131,7 @@ def test_evaluations_restart_lives_as_the_training_backend_does(
 
 def test_envpool_refuses_lives_restarted_without_no_ops() -> None:
     pytest.importorskip("envpool")
-    with pytest.raises(ValueError, match="env.atari.life_noops=false: envpool"):
+    with pytest.raises(ValueError, match=r"env\.atari\.life_noops=false: envpool"):
         EnvSpec("ALE/Breakout-v5", atari=AtariConfig(life_noops=False), backend="envpool")
 
 
