@@ -10,10 +10,17 @@ the last two frames of each skip and resizes the result; SB3 max-pools the two R
 converts that to gray with OpenCV's weights before resizing. The RAM tells whether the games
 themselves stay the same (no-op starts, FIRE after each reset, life loss, frame skip).
 
-    python -m benchmarks.atari_pipelines [--game ALE/Breakout-v5] [--steps 5000] [--seeds 0 1 2]
+    python -m benchmarks.atari_pipelines [--game ALE/Breakout-v5] [--steps 5000] [--seeds 0 1 2] \
+        [--envpool]
 
-envpool's pipeline is not in the comparison: it draws its no-op starts from its own generator
-(so its games cannot be lined up with these) and does not expose the emulator's RAM.
+``--envpool`` compares envpool's pipeline (``env.backend=envpool``, rltrain's settings for it)
+with rltrain's Gymnasium pipeline instead. envpool draws its no-ops from its own generator and
+hides the emulator's RAM, so the games are lined up by what both can be told: one no-op frame
+after each reset (``noop_max=1`` on both sides), no FIRE reset and no episodic life (the game
+goes on through lost lives); then the rewards (unclipped), the lives, the game overs and each
+newest 84x84 frame (frame skip, max-pooling, grayscale, resizing) are compared. What cannot be
+lined up is the random part: the no-ops after a reset (both draw up to ``noop_max``) and after
+a lost life (envpool only, unless ``env.atari.life_noops``).
 """
 
 from __future__ import annotations
@@ -80,13 +87,65 @@ def compare(game: str, seed: int, steps: int) -> dict[str, Any]:
             "pixels_differing": differing / steps}
 
 
+def compare_envpool(game: str, seed: int, steps: int) -> dict[str, Any]:
+    """envpool's pipeline and rltrain's Gymnasium one lined up (module docstring) for ``steps``
+    uniformly random actions: what matched, and the frames' differences."""
+    import envpool
+
+    from rltrain.envs.envpool import envpool_kwargs, envpool_task
+
+    lined_up = AtariConfig(noop_max=1, fire_reset=False, episodic_life=False,
+                           clip_rewards=False, frame_stack=1)
+    ours = EnvSpec(game, atari=lined_up)()
+    theirs = envpool.make(envpool_task(game), env_type="gymnasium", num_envs=1, seed=seed,
+                          **envpool_kwargs(lined_up))
+    rng = np.random.default_rng(seed)
+    a, _ = ours.reset(seed=seed)
+    b, _ = theirs.reset()
+    same_reward = same_lives = same_end = 0
+    gaps: list[float] = []
+    largest = 0
+    for _ in range(steps):
+        gap = np.abs(np.asarray(a)[-1].astype(np.int16) - b[0, -1].astype(np.int16))
+        gaps.append(float((gap > 0).mean()))
+        largest = max(largest, int(gap.max()))
+        action = int(rng.integers(ours.action_space.n))
+        a, reward_a, term_a, trunc_a, _ = ours.step(action)
+        b, reward_b, term_b, trunc_b, info = theirs.step(np.array([action]))
+        same_reward += float(reward_a) == float(reward_b[0])
+        same_lives += int(ours.unwrapped.ale.lives()) == int(info["lives"][0])
+        same_end += bool(term_a or trunc_a) == bool(term_b[0] or trunc_b[0])
+        if term_a or trunc_a:
+            a, _ = ours.reset()
+        if term_b[0] or trunc_b[0]:
+            b, _ = theirs.reset()
+    ours.close()
+    theirs.close()
+    return {"seed": seed, "steps": steps, "same_reward": same_reward, "same_lives": same_lives,
+            "same_end": same_end, "largest_pixel_gap": largest,
+            "pixels_differing": float(np.mean(gaps))}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--game", default="ALE/Breakout-v5")
     parser.add_argument("--steps", type=int, default=5_000)
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
-    parser.add_argument("--results", default="atari_pipelines")
+    parser.add_argument("--results", default=None,
+                        help="results file (default atari_pipelines[_envpool])")
+    parser.add_argument("--envpool", action="store_true",
+                        help="envpool's pipeline against rltrain's Gymnasium one")
     args = parser.parse_args()
+    results = args.results or ("atari_pipelines_envpool" if args.envpool else "atari_pipelines")
+    if args.envpool:
+        found = [compare_envpool(args.game, seed, args.steps) for seed in args.seeds]
+        print(table(["seed", "steps", "same reward", "same lives", "same end", "largest gap",
+                     "pixels differing"],
+                    [[str(r["seed"]), str(r["steps"]), str(r["same_reward"]),
+                      str(r["same_lives"]), str(r["same_end"]), str(r["largest_pixel_gap"]),
+                      f"{100 * r['pixels_differing']:.2f}%"] for r in found]))
+        print(f"results: {write_results(results, {'args': vars(args), 'runs': found})}")
+        return
     rows = [compare(args.game, seed, args.steps) for seed in args.seeds]
     print(table(["seed", "steps", "same RAM", "same reward", "same end", "RAM first differs",
                  "mean |pixel gap|", "largest gap", "pixels differing"],
@@ -94,7 +153,7 @@ def main() -> None:
                   str(r["same_end"]), str(r["first_ram_divergence"]),
                   f"{r['mean_abs_pixel_gap']:.2f}", str(r["largest_pixel_gap"]),
                   f"{100 * r['pixels_differing']:.1f}%"] for r in rows]))
-    print(f"results: {write_results(args.results, {'args': vars(args), 'runs': rows})}")
+    print(f"results: {write_results(results, {'args': vars(args), 'runs': rows})}")
 
 
 if __name__ == "__main__":

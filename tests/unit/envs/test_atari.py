@@ -246,3 +246,15 @@ def test_the_training_pipeline_plays_sb3s_atari_wrapper_frame_for_frame(game: st
     found = compare(game, seed=5, steps=600)
     assert found["same_ram"] == found["same_reward"] == found["same_end"] == 600
     assert found["largest_pixel_gap"] == 0
+
+
+@pytest.mark.parametrize("game", ["ALE/Breakout-v5", "ALE/Pong-v5"])
+def test_envpools_pipeline_makes_the_gymnasium_pipelines_frames(game: str) -> None:
+    """Lined up (one no-op frame per reset, no FIRE reset, no episodic life), envpool's
+    pipeline and rltrain's Gymnasium one give the same rewards, lives, ends and frames."""
+    pytest.importorskip("envpool")
+    from benchmarks.atari_pipelines import compare_envpool
+
+    found = compare_envpool(game, seed=7, steps=600)
+    assert found["same_reward"] == found["same_lives"] == found["same_end"] == 600
+    assert found["largest_pixel_gap"] == 0
