@@ -36,3 +36,18 @@ def test_compare_dqn_without_the_extra_stops_with_that_line(
         compare_dqn.main()
     assert "pip install 'rltrain[bench]'" in str(stop.value.code)
     assert "--libraries rltrain handwritten" in str(stop.value.code)
+
+
+def test_a_life_restart_refills_zero_fills_or_keeps_the_stack() -> None:
+    from collections import deque
+
+    import numpy as np
+
+    from benchmarks.atari_life_restart import restart_stack
+
+    old, new = np.full((2, 2), 7, np.uint8), np.full((2, 2), 9, np.uint8)
+    for fill, expected in [("repeat", [9, 9, 9, 9]), ("zeros", [0, 0, 0, 9]),
+                           ("keep", [7, 7, 7, 9])]:
+        stack = deque([old] * 4, maxlen=4)
+        restart_stack(stack, new, fill)
+        assert [int(frame[0, 0]) for frame in stack] == expected, fill
