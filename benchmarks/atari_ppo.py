@@ -22,7 +22,8 @@ games with uniformly random actions on rltrain's evaluation pipeline.
 
 ``--preset dqn_atari`` trains rltrain's DQN preset instead (rltrain only).
 
-Writes ``benchmarks/results/atari_<ppo|dqn>_<game>_<library>_seed<seed>.json``, with each call
+Writes ``benchmarks/results/atari_<ppo|dqn>_<game>_<library>_seed<seed>.json`` (the library
+``rltrain-gymnasium`` with ``--backend gymnasium``), with each call
 of the run (its commit, start and the env steps it continued from: ``RUN_DIR/calls.json``).
 """
 
@@ -147,7 +148,10 @@ def main() -> None:
     if args.library == "sb3" and args.preset != "ppo_atari":
         parser.error("--library sb3 trains PPO: --preset ppo_atari only")
     name = args.game.removeprefix("ALE/").split("-")[0].lower()
-    run_dir = args.run_dir or Path("runs") / f"atari-{name}-{args.library}"
+    # rltrain on Gymnasium's envs is a group of its own (envpool's is the default)
+    label = ("rltrain-gymnasium" if args.library == "rltrain" and args.backend == "gymnasium"
+             else args.library)
+    run_dir = args.run_dir or Path("runs") / f"atari-{name}-{label}"
     if args.library == "random":
         result = random_return(args.game, args.seed)
         print(f"random policy on {args.game}: {result['mean']:.1f} over {EPISODES} games")
@@ -157,7 +161,7 @@ def main() -> None:
         if result["env_steps"] < args.steps:  # stopped part-way (a signal): no result yet
             raise SystemExit(f"stopped at {result['env_steps']:,} of {args.steps:,} env steps; "
                              "run the same command again to continue")
-    write_results(f"atari_{args.preset.split('_')[0]}_{name}_{args.library}_seed{args.seed}",
+    write_results(f"atari_{args.preset.split('_')[0]}_{name}_{label}_seed{args.seed}",
                   {"args": {**vars(args), "run_dir": str(run_dir)}, **result})
 
 

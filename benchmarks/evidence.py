@@ -57,6 +57,11 @@ def jobs(runs: Path, cleanrl: str | None) -> list[Job]:
             out.append(Job("breakout", f"atari_ppo_breakout_{library}_seed{seed}", (
                 "benchmarks.atari_ppo", "--library", library, "--seed", str(seed),
                 "--run-dir", str(runs / run_dir), "agent.vf_coef=0.5", *keep)))
+    for seed in range(5):  # the same, rltrain on Gymnasium's envs: SB3's env frame for frame
+        out.append(Job("breakout-gymnasium", f"atari_ppo_breakout_rltrain-gymnasium_seed{seed}", (
+            "benchmarks.atari_ppo", "--library", "rltrain", "--backend", "gymnasium", "--seed",
+            str(seed), "--run-dir", str(runs / f"breakout-rltrain-gymnasium-s{seed}"),
+            "agent.vf_coef=0.5", "trainer.keep_last_checkpoints=10")))
     for seed in (0, 1):  # DQN on Pong, 1M env steps
         out.append(Job("pong", f"atari_dqn_pong_rltrain_seed{seed}", (
             "benchmarks.atari_ppo", "--library", "rltrain", "--preset", "dqn_atari", "--game",
@@ -97,7 +102,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--jobs", type=int, default=2)
     parser.add_argument("--only", nargs="+",
-                        help="groups, in the order to run them: breakout pong td3 sac cleanrl")
+                        help="groups, in the order to run them: breakout breakout-gymnasium "
+                        "pong td3 sac cleanrl")
     parser.add_argument("--runs", type=Path, default=Path("runs/evidence"))
     parser.add_argument("--logs", type=Path, default=Path("runs/evidence"))
     parser.add_argument("--cleanrl", help="a CleanRL checkout (the cleanrl group needs one)")

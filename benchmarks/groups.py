@@ -76,6 +76,9 @@ GROUPS = {
     # as envpool (their training backend) does: after one no-op step
     "breakout-one-noop-eval": Group(atari_curves("breakout"), "ALE/Breakout-v5", "ppo",
                                     1_000_000, threshold=20.0, ours="rltrain-one-noop-eval"),
+    # rltrain on Gymnasium's envs (SB3's env frame for frame) beside the same SB3 runs
+    "breakout-gymnasium": Group(atari_curves("breakout"), "ALE/Breakout-v5", "ppo", 1_000_000,
+                                threshold=20.0, ours="rltrain-gymnasium"),
     "td3": Group(per_seed_curves("td3_halfcheetah"), "HalfCheetah-v5", "td3", 100_000,
                  threshold=3_000.0),  # benchmarks.mujoco_offpolicy's default threshold
     "sac": Group(per_seed_curves("sac_mountaincar_gsde"), "MountainCarContinuous-v0", "sac",

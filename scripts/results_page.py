@@ -125,6 +125,17 @@ WORKLOADS = [
         curves=GROUPS["breakout"].curves, threshold=GROUPS["breakout"].threshold,
         random="atari_ppo_breakout_random_seed0"),
     Workload(
+        "PPO on Atari Breakout, rltrain on Gymnasium's envs", BREAKOUT.replace(
+            "rltrain on envpool's envs", "rltrain on Gymnasium's async envs, whose pipeline "
+            "plays SB3's `AtariWrapper` frame for frame") + " The same SB3 runs as above.",
+        1_000_000, "mean score of 10 greedy whole games at 1M env steps", "SB3",
+        atari_finals("breakout"),
+        (BREAKOUT_COMMANDS[0].replace("--library rltrain", "--library rltrain --backend "
+                                      "gymnasium"), BREAKOUT_COMMANDS[1]),
+        curves=GROUPS["breakout-gymnasium"].curves,
+        threshold=GROUPS["breakout-gymnasium"].threshold,
+        ours=GROUPS["breakout-gymnasium"].ours),
+    Workload(
         "PPO on Atari Breakout, rltrain evaluated on SB3's life restart (before 2026-12-06)",
         BREAKOUT + " rltrain's evaluations then restarted a lost life after one no-op step, "
         "SB3's way, where its training on envpool's envs restarts after random no-ops: its "
