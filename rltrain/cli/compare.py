@@ -358,7 +358,9 @@ def markdown(result: Comparison) -> str:
     if result.threshold is not None:
         lines += ["", "Runs that never reached the threshold are censored at their last "
                       "evaluation (Kaplan-Meier); ∞: fewer than half reached it within the "
-                      "bound."]
+                      "bound, or, as an interval's end, the 95% band (Greenwood's, undefined "
+                      "once no run is left at risk) does not cross one half: too few runs to "
+                      "bound it."]
     return "\n".join(lines) + "\n"
 
 
