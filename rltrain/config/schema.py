@@ -332,25 +332,36 @@ def _named(raw: DictConfig, section: str) -> str | None:
 
 def _integral_floats(base: DictConfig, raw: DictConfig) -> DictConfig:
     """``raw`` with integral floats (``1e4``, as YAML and overrides read it) turned into ints
-    where the schema's field is an int."""
+    where the schema's field is an int, and anything but true or false (or null where the
+    field allows it) refused where it is a bool (OmegaConf would read ``2`` as true)."""
     for section in ("trainer", "env", "strategy", "agent"):
-        node, schema_node = raw.get(section), base.get(section)
-        if not isinstance(node, DictConfig) or not isinstance(schema_node, DictConfig):
-            continue
-        kind = OmegaConf.get_type(schema_node)
-        hints = typing.get_type_hints(kind) if dataclasses.is_dataclass(kind) else {}
-        for key, value in node.items():
-            hint = hints.get(str(key))
-            if (isinstance(value, float) and value.is_integer()
-                    and hint in (int, int | None)):
-                node[key] = int(value)
-            if (hint in (bool, bool | None) and not isinstance(value, bool)
-                    and not (value is None and hint is not bool)
-                    and not OmegaConf.is_interpolation(node, str(key))):
-                name = f"{section}.{key!s}"
-                raise ConfigError(f"{name} must be true or false; got {value!r}. Write "
-                                  f"{name}=true or {name}=false.")
+        _typed_scalars(base.get(section), raw.get(section), section)
     return raw
+
+
+def _typed_scalars(schema_node: Any, node: Any, name: str) -> None:
+    """:func:`_integral_floats` on one section, and on the dataclass sections within it
+    (``env.atari``)."""
+    if not isinstance(node, DictConfig) or not isinstance(schema_node, DictConfig):
+        return
+    kind = OmegaConf.get_type(schema_node)
+    hints = typing.get_type_hints(kind) if dataclasses.is_dataclass(kind) else {}
+    for key, value in node.items():
+        hint, path = hints.get(str(key)), f"{name}.{key!s}"
+        if isinstance(value, float) and value.is_integer() and hint in (int, int | None):
+            node[key] = int(value)
+        if (hint in (bool, bool | None) and not isinstance(value, bool)
+                and not (value is None and hint is not bool)
+                and not OmegaConf.is_interpolation(node, str(key))):
+            null = "" if hint is bool else " (or null)"
+            raise ConfigError(f"{path} must be true or false{null}; got {value!r}. Write "
+                              f"{path}=true or {path}=false.")
+        inner = schema_node.get(str(key))
+        section = next((t for t in typing.get_args(hint) or (hint,)
+                        if dataclasses.is_dataclass(t)), None)
+        if not isinstance(inner, DictConfig) and isinstance(section, type):
+            inner = OmegaConf.structured(section)  # a section that defaults to null
+        _typed_scalars(inner, value, path)
 
 
 def load_config(path: str | Path) -> DictConfig:

@@ -61,6 +61,9 @@ def test_values_are_converted_to_the_declared_types() -> None:
     (["env.id=CartPole-v9"], "env.id: Unknown Gymnasium environment id 'CartPole-v9'"),
     (["trainer.compile=2"], "trainer.compile must be true, false or a string; got 2 (int)"),
     (["env.atari.foo=1"], "Valid keys under 'env.atari': noop_max, frame_skip, screen_size"),
+    (["env.atari.episodic_life=2"], "env.atari.episodic_life must be true or false; got 2."),
+    (["env.atari.life_noops=yes please"],
+     "env.atari.life_noops must be true or false (or null); got 'yes please'."),
     (["trainer.logger=3"], "logger must be a list of logger names (tensorboard, csv, wandb, "
                             "mlflow), one name, true or false; got 3"),
 ])
