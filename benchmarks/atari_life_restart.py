@@ -1,14 +1,15 @@
 """What the way a lost life restarts does to an Atari checkpoint's greedy score: the same policy
 plays whole games on rltrain's Gymnasium pipeline with each restart, from the same seeds.
 
-A restart is ``FILL:NOOPS``: the frame stack refilled with the new frame (``repeat``, rltrain's
-Gymnasium pipeline), zero-filled but for it (``zeros``, SB3's ``VecFrameStack``) or kept going
-with the old frames (``keep``, envpool's stacking); then 0 to ``NOOPS`` - 1 random no-op frames
-before the restart's no-op step and FIRE (``30``: envpool's, 0: none, SB3's and Gymnasium's).
-Rewards are unclipped and a game goes on through its lives to its end or the ALE's cap.
+A restart is ``FILL`` or ``FILL+noops``: the frame stack refilled with the new frame
+(``repeat``, rltrain's Gymnasium pipeline), zero-filled but for it (``zeros``, SB3's
+``VecFrameStack``) or kept going with the old frames (``keep``, envpool's stacking); with
+``+noops`` the pipeline's own restart takes envpool's random no-op frames first
+(``env.atari.life_noops=true``), else its one no-op step (SB3's). Rewards are unclipped and a
+game goes on through its lives to its end or the ALE's cap.
 
     python -m benchmarks.atari_life_restart RUN_DIR|CHECKPOINT [--game ALE/Breakout-v5] \
-        [--games 10] [--restarts repeat:0 keep:0 repeat:30 zeros:0]
+        [--games 10] [--restarts repeat keep repeat+noops zeros]
 """
 
 from __future__ import annotations
@@ -41,13 +42,13 @@ def restart_stack(stack: deque[np.ndarray], frame: np.ndarray, fill: str) -> Non
         stack.append(frame)
 
 
-def play(policy: Any, game: str, fill: str, noops: int, seed: int, games: int) -> list[float]:
+def play(policy: Any, game: str, fill: str, noops: bool, seed: int, games: int) -> list[float]:
     """Scores of ``games`` greedy whole games, game ``g`` reset with ``seed + g``."""
     base = AtariConfig(**compose(["ppo_atari"]).env.atari)
     # the pipeline without its stack (kept here) or clipping, lives ending its episodes
-    env = EnvSpec(game, atari=replace(base, frame_stack=1, clip_rewards=False))()
+    env = EnvSpec(game, atari=replace(base, frame_stack=1, clip_rewards=False,
+                                      life_noops=noops))()
     ale = env.unwrapped.ale  # type: ignore[attr-defined]
-    rng = np.random.default_rng(seed)
     scores = []
     for g in range(games):
         obs, _ = env.reset(seed=seed + g)
@@ -60,8 +61,6 @@ def play(policy: Any, game: str, fill: str, noops: int, seed: int, games: int) -
             if truncated or (terminated and ale.lives() == 0):
                 break
             if terminated:  # a lost life: the game goes on
-                for _ in range(int(rng.integers(noops)) if noops else 0):
-                    ale.act(0)
                 obs, _ = env.reset()
                 restart_stack(stack, obs[0], fill)
             else:
@@ -77,19 +76,20 @@ def main() -> None:
     parser.add_argument("--game", default="ALE/Breakout-v5")
     parser.add_argument("--games", type=int, default=10)
     parser.add_argument("--seed", type=int, default=10_000)
-    parser.add_argument("--restarts", nargs="+", default=["repeat:0", "keep:0", "repeat:30",
-                                                          "zeros:0"])
+    parser.add_argument("--restarts", nargs="+",
+                        default=["repeat", "keep", "repeat+noops", "zeros"])
     parser.add_argument("--results", default=None, help="a results file to write (none)")
     args = parser.parse_args()
     for restart in args.restarts:
-        fill, _, noops = restart.partition(":")
-        if fill not in ("repeat", "zeros", "keep") or not noops.isdigit():
-            parser.error(f"a restart is repeat|zeros|keep:NOOPS, e.g. keep:30; got {restart!r}")
+        fill, _, noops = restart.partition("+")
+        if fill not in ("repeat", "zeros", "keep") or noops not in ("", "noops"):
+            parser.error(f"a restart is repeat|zeros|keep[+noops], e.g. keep+noops; got "
+                         f"{restart!r}")
     policy = load_policy(args.checkpoint)
     rows = []
     for restart in args.restarts:
-        fill, _, noops = restart.partition(":")
-        scores = play(policy, args.game, fill, int(noops), args.seed, args.games)
+        fill, _, noops = restart.partition("+")
+        scores = play(policy, args.game, fill, bool(noops), args.seed, args.games)
         rows.append({"restart": restart, "mean": float(np.mean(scores)), "scores": scores})
     print(table(["restart", "mean", "games"],
                 [[r["restart"], f"{r['mean']:.1f}", " ".join(f"{s:g}" for s in r["scores"])]

@@ -48,20 +48,21 @@ def jobs(runs: Path, cleanrl: str | None) -> list[Job]:
                 str(seed), "--results", f"td3_halfcheetah_{library}_seed{seed}",
                 "--run-dir", str(runs / f"td3-halfcheetah-{library}"),
                 *(["--sb3"] if library == "sb3" else []))))
-    for seed in range(5):  # PPO on Breakout, 1M env steps, beside SB3; the group began with
-        for library in ("rltrain", "sb3"):  # the preset's value weight of then, 0.5
-            # rltrain's runs again since its evaluations restart lives as envpool does (new
-            # run directories), every evaluation's checkpoint kept to be played again
-            ours = (f"breakout-rltrain-life-noops-s{seed}", "trainer.keep_last_checkpoints=10")
-            run_dir, *keep = ours if library == "rltrain" else (f"breakout-sb3-s{seed}",)
-            out.append(Job("breakout", f"atari_ppo_breakout_{library}_seed{seed}", (
-                "benchmarks.atari_ppo", "--library", library, "--seed", str(seed),
-                "--run-dir", str(runs / run_dir), "agent.vf_coef=0.5", *keep)))
-    for seed in range(5):  # the same, rltrain on Gymnasium's envs: SB3's env frame for frame
-        out.append(Job("breakout-gymnasium", f"atari_ppo_breakout_rltrain-gymnasium_seed{seed}", (
-            "benchmarks.atari_ppo", "--library", "rltrain", "--backend", "gymnasium", "--seed",
-            str(seed), "--run-dir", str(runs / f"breakout-rltrain-gymnasium-s{seed}"),
-            "agent.vf_coef=0.5", "trainer.keep_last_checkpoints=10")))
+    # PPO on Breakout, 1M env steps, beside SB3; the group began with the preset's value
+    # weight of then, 0.5. rltrain's runs again since its evaluations restart lives as envpool
+    # does (new run directories), every evaluation's checkpoint kept to be played again; then
+    # rltrain on Gymnasium's envs (SB3's env frame for frame) as a group of its own.
+    breakout = [("breakout", "rltrain", "breakout-rltrain-life-noops", ()),
+                ("breakout", "sb3", "breakout-sb3", ()),
+                ("breakout-gymnasium", "rltrain-gymnasium", "breakout-rltrain-gymnasium",
+                 ("--backend", "gymnasium"))]
+    for group, label, folder, backend in breakout:
+        library = label.split("-")[0]
+        keep = ("trainer.keep_last_checkpoints=10",) if library == "rltrain" else ()
+        out += [Job(group, f"atari_ppo_breakout_{label}_seed{seed}", (
+            "benchmarks.atari_ppo", "--library", library, *backend, "--seed", str(seed),
+            "--run-dir", str(runs / f"{folder}-s{seed}"), "agent.vf_coef=0.5", *keep))
+            for seed in range(5)]
     for seed in (0, 1):  # DQN on Pong, 1M env steps
         out.append(Job("pong", f"atari_dqn_pong_rltrain_seed{seed}", (
             "benchmarks.atari_ppo", "--library", "rltrain", "--preset", "dqn_atari", "--game",

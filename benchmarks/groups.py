@@ -19,7 +19,7 @@ from __future__ import annotations
 import argparse
 import json
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import yaml
@@ -69,16 +69,15 @@ class Group:
     ours: str = "rltrain"
 
 
+BREAKOUT = Group(atari_curves("breakout"), "ALE/Breakout-v5", "ppo", 1_000_000, threshold=20.0)
+
 GROUPS = {
-    "breakout": Group(atari_curves("breakout"), "ALE/Breakout-v5", "ppo", 1_000_000,
-                      threshold=20.0),
+    "breakout": BREAKOUT,
     # the same group's rltrain runs as evaluated before evaluations restarted a lost life
     # as envpool (their training backend) does: after one no-op step
-    "breakout-one-noop-eval": Group(atari_curves("breakout"), "ALE/Breakout-v5", "ppo",
-                                    1_000_000, threshold=20.0, ours="rltrain-one-noop-eval"),
+    "breakout-one-noop-eval": replace(BREAKOUT, ours="rltrain-one-noop-eval"),
     # rltrain on Gymnasium's envs (SB3's env frame for frame) beside the same SB3 runs
-    "breakout-gymnasium": Group(atari_curves("breakout"), "ALE/Breakout-v5", "ppo", 1_000_000,
-                                threshold=20.0, ours="rltrain-gymnasium"),
+    "breakout-gymnasium": replace(BREAKOUT, ours="rltrain-gymnasium"),
     "td3": Group(per_seed_curves("td3_halfcheetah"), "HalfCheetah-v5", "td3", 100_000,
                  threshold=3_000.0),  # benchmarks.mujoco_offpolicy's default threshold
     "sac": Group(per_seed_curves("sac_mountaincar_gsde"), "MountainCarContinuous-v0", "sac",

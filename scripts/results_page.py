@@ -140,7 +140,7 @@ WORKLOADS = [
         BREAKOUT + " rltrain's evaluations then restarted a lost life after one no-op step, "
         "SB3's way, where its training on envpool's envs restarts after random no-ops: its "
         "greedy agents met a restart they had rarely seen (the same three final checkpoints "
-        "scored 8.0, 17.0 and 25.6 so, 10.9, 17.2 and 31.0 on envpool's restart). Kept as "
+        "scored 8.0, 17.0 and 25.6 so, 11.3, 19.5 and 27.5 on envpool's restart). Kept as "
         "measured; the table above is the group measured again.",
         1_000_000, "mean score of 10 greedy whole games at 1M env steps", "SB3",
         atari_finals("breakout"), BREAKOUT_COMMANDS,

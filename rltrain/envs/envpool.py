@@ -154,9 +154,11 @@ def _import_envpool() -> Any:
                        f"({error}).") from error
 
 
-def check_envpool_env(env_id: str | None, wrappers: tuple[Any, ...], target: str | None) -> None:
-    """Refuse what envpool cannot run, naming it: an env given by import path, or Python
-    wrappers (envpool's envs run in C++; the Atari pipeline is envpool's own)."""
+def check_envpool_env(env_id: str | None, wrappers: tuple[Any, ...], target: str | None,
+                      atari: AtariConfig | None = None) -> None:
+    """Refuse what envpool cannot run, naming it: an env given by import path, Python
+    wrappers (envpool's envs run in C++; the Atari pipeline is envpool's own), or an Atari
+    pipeline that restarts a lost life without envpool's no-ops."""
     if target is not None or env_id is None:
         raise ValueError("env.backend=envpool runs envpool's own tasks by env.id; an env given "
                          "by _target_ needs env.backend=gymnasium.")
@@ -167,6 +169,10 @@ def check_envpool_env(env_id: str | None, wrappers: tuple[Any, ...], target: str
                          "run in C++. Drop env.wrappers (and env.max_episode_steps: envpool "
                          "applies its own limit, env.kwargs.max_episode_steps) or use "
                          "env.backend=gymnasium.")
+    if atari is not None and atari.life_noops is False:
+        raise ValueError("env.atari.life_noops=false: envpool goes on after a lost life only "
+                         "after random no-ops. Leave life_noops unset, or train on Gymnasium's "
+                         "envs (env.backend=gymnasium).")
 
 
 

@@ -79,11 +79,7 @@ class EnvSpec:
                                  f"(ALE/Pong-v5, ...); {self.id} is not one. Drop env.atari "
                                  "(env.atari=null).")
         if self.backend == "envpool":
-            check_envpool_env(self.id, tuple(self.wrappers), self.target)
-            if self.atari is not None and self.atari.life_noops is False:
-                raise ValueError("env.atari.life_noops=false: envpool goes on after a lost life "
-                                 "only after random no-ops. Leave life_noops unset, or train "
-                                 "on Gymnasium's envs (env.backend=gymnasium).")
+            check_envpool_env(self.id, tuple(self.wrappers), self.target, self.atari)
 
     def __call__(self) -> gym.Env[Any, Any]:
         import_modules(self.imports, INSTALLED)
