@@ -78,6 +78,13 @@ def _load(name: str) -> Any:
     return json.loads(path.read_text()) if path.exists() else None
 
 
+def of_group(name: str) -> dict[str, Any]:
+    """A :class:`Workload`'s curves, threshold and rltrain's name, from peer group ``name``
+    (:data:`benchmarks.groups.GROUPS`)."""
+    group = GROUPS[name]
+    return {"curves": group.curves, "threshold": group.threshold, "ours": group.ours}
+
+
 def atari_finals(game: str, algo: str = "ppo") -> Callable[[str], dict[int, float]]:
     """Each finished seed's last evaluation."""
     curves = atari_curves(game, algo)
@@ -122,7 +129,7 @@ WORKLOADS = [
         "after one no-op step).",
         1_000_000, "mean score of 10 greedy whole games at 1M env steps", "SB3",
         atari_finals("breakout"), BREAKOUT_COMMANDS,
-        curves=GROUPS["breakout"].curves, threshold=GROUPS["breakout"].threshold,
+        **of_group("breakout"),
         random="atari_ppo_breakout_random_seed0"),
     Workload(
         "PPO on Atari Breakout, rltrain on Gymnasium's envs", BREAKOUT.replace(
@@ -132,9 +139,7 @@ WORKLOADS = [
         atari_finals("breakout"),
         (BREAKOUT_COMMANDS[0].replace("--library rltrain", "--library rltrain --backend "
                                       "gymnasium"), BREAKOUT_COMMANDS[1]),
-        curves=GROUPS["breakout-gymnasium"].curves,
-        threshold=GROUPS["breakout-gymnasium"].threshold,
-        ours=GROUPS["breakout-gymnasium"].ours),
+        **of_group("breakout-gymnasium")),
     Workload(
         "PPO on Atari Breakout, rltrain evaluated on SB3's life restart (before 2026-12-06)",
         BREAKOUT + " rltrain's evaluations then restarted a lost life after one no-op step, "
@@ -144,9 +149,7 @@ WORKLOADS = [
         "measured; the table above is the group measured again.",
         1_000_000, "mean score of 10 greedy whole games at 1M env steps", "SB3",
         atari_finals("breakout"), BREAKOUT_COMMANDS,
-        curves=GROUPS["breakout-one-noop-eval"].curves,
-        threshold=GROUPS["breakout-one-noop-eval"].threshold,
-        ours=GROUPS["breakout-one-noop-eval"].ours),
+        **of_group("breakout-one-noop-eval")),
     Workload(
         "DQN on CartPole-v1 with CleanRL's settings", "rltrain's DQN given CleanRL's "
         "`dqn.py` hyperparameters as overrides (`agent.loss=mse`, lr 2.5e-4, a 120-84 MLP, no "
@@ -173,7 +176,7 @@ WORKLOADS = [
         ("python -m benchmarks.mujoco_offpolicy --config td3_halfcheetah --seeds S "
          "--run-dir RUNS --results td3_halfcheetah_rltrain_seedS "
          "[--sb3 --results td3_halfcheetah_sb3_seedS]",),
-        curves=GROUPS["td3"].curves, threshold=GROUPS["td3"].threshold),
+        **of_group("td3")),
 ]
 
 
