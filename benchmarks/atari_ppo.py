@@ -12,7 +12,8 @@ in ``SubprocVecEnv`` workers, 4 frames stacked) with the same settings
 ``predict(deterministic=True)`` on 10 whole games of its own pipeline, scored by its ``Monitor``
 (unclipped, across lost lives, as SB3's ``evaluate_policy`` reads them); it saves its model at
 each evaluation in ``--run-dir`` and a rerun continues from it (its rollout and env states
-restart there; the learning rate keeps annealing over the whole budget). ``--random`` plays 10
+restart there; the learning rate keeps annealing over the whole budget), and keeps its training
+statistics in ``RUN_DIR/sb3_log_from_<env steps>/progress.csv``, one per call. ``--random`` plays 10
 games with uniformly random actions on rltrain's evaluation pipeline.
 
     python -m benchmarks.atari_ppo --library rltrain|sb3|random [--game ALE/Breakout-v5] \
@@ -85,6 +86,7 @@ def sb3_evaluate(model: Any, game: str, seed: int, sticky: float) -> float:
 
 def train_sb3(args: argparse.Namespace, run_dir: Path) -> dict[str, Any]:
     import stable_baselines3
+    from stable_baselines3.common.logger import configure
 
     config = atari_config(args.game, args.steps, str(run_dir), args.overrides)
     sticky = float(config.env.atari.repeat_action_probability)
@@ -94,6 +96,8 @@ def train_sb3(args: argparse.Namespace, run_dir: Path) -> dict[str, Any]:
     if model is None:
         model = sb3_ppo(config, envs, seed=args.seed)
     calls = record_call(run_dir, model.num_timesteps)
+    # SB3's training statistics (entropy, value loss, clip fraction, ...), a CSV file per call
+    model.set_logger(configure(str(run_dir / f"sb3_log_from_{model.num_timesteps}"), ["csv"]))
 
     def evaluate() -> float:
         mean = sb3_evaluate(model, args.game, args.seed + 1_000, sticky)
