@@ -35,7 +35,13 @@ from rltrain.agents.nn.normalize import RunningMeanStd
 from rltrain.buffers import ReplayBatch
 from rltrain.buffers.rollout import RolloutBatch, RolloutBuffer
 from rltrain.optim import Optimization, OptimizationSettings
-from rltrain.runtime.distributed import SINGLE, DistributedContext, connect, moments_mean_std
+from rltrain.runtime.distributed import (
+    SINGLE,
+    DistributedContext,
+    connect,
+    exit_process,
+    moments_mean_std,
+)
 from rltrain.runtime.statistics import Statistics
 from rltrain.types import Progress
 
@@ -272,3 +278,4 @@ def main() -> None:
 
 if __name__ == "__main__":
     main()
+    exit_process(0)  # as the rltrain command ends: no C++ teardown that could abort this rank

@@ -39,7 +39,7 @@ from rltrain.errors import TrainingError
 from rltrain.inference import export_policy
 from rltrain.inference.policy import resolve as resolve_checkpoint
 from rltrain.optim import ended_on_refused_loss
-from rltrain.runtime.distributed import DistributedError, launched
+from rltrain.runtime.distributed import DistributedError, exit_process, launched
 from rltrain.runtime.seeding import derive_seeds
 from rltrain.settings.registry import AGENTS, STRATEGIES, load_plugins
 from rltrain.settings.search_path import isolate
@@ -53,17 +53,9 @@ EXIT_BAD_INPUT, EXIT_TRAINING_FAILED, EXIT_INTERNAL_ERROR = 2, 3, 1
 
 def console() -> None:
     """The ``rltrain`` console script and ``python -m rltrain.cli``: :func:`main`, then exit
-    with its status. A process of a run of several (``torchrun``) ends with ``os._exit`` once
-    its output is flushed: every file the run writes is closed by then, and the C++ teardown
-    of the process group's threads at interpreter exit can abort a rank that finished
-    ("terminate called without an active exception"), which torchrun reports as a failed
-    run."""
-    status = main()
-    if launched():
-        sys.stdout.flush()
-        sys.stderr.flush()
-        os._exit(status)
-    sys.exit(status)
+    with its status (:func:`~rltrain.runtime.distributed.exit_process`: every file the run
+    writes is closed by then)."""
+    exit_process(main())
 
 
 def main(argv: Sequence[str] | None = None) -> int:

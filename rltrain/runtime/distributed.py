@@ -16,9 +16,10 @@ import atexit
 import contextlib
 import datetime
 import os
+import sys
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any, NoReturn, TypeVar
 
 import torch
 import torch.distributed as dist
@@ -244,6 +245,19 @@ def _by_kind(tensors: Sequence[torch.Tensor]) -> list[list[torch.Tensor]]:
 def launched() -> bool:
     """True when this process was started by ``torchrun`` for a run of several processes."""
     return int(os.environ.get("WORLD_SIZE", "1")) > 1
+
+
+def exit_process(status: int) -> NoReturn:
+    """End this process with ``status``. A process of a run of several (``torchrun``) ends
+    with ``os._exit`` once its output is flushed: the C++ teardown of the process group's
+    threads at interpreter exit can abort a rank that finished ("terminate called without an
+    active exception"), which torchrun reports as a failed run. Call it only when every file
+    the process writes is closed: ``os._exit`` skips ``atexit`` handlers and buffered files."""
+    if launched():
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(status)
+    sys.exit(status)
 
 
 def connect(device: str | torch.device = "cpu", *, devices: int | str = "auto",

@@ -248,6 +248,23 @@ def test_devices_without_torchrun_is_an_error_that_gives_the_command() -> None:
         Trainer(devices=0)
 
 
+@pytest.mark.parametrize("world_size", ["1", "2"])
+def test_exit_process_flushes_the_output_and_ends_with_the_status(world_size: str) -> None:
+    """Under torchrun (WORLD_SIZE > 1) ``os._exit``, which skips atexit handlers, after the
+    buffered output is flushed; otherwise ``sys.exit``, which runs them."""
+    script = ("import atexit, sys\n"
+              "from rltrain.runtime.distributed import exit_process\n"
+              "atexit.register(lambda: print('atexit ran'))\n"
+              "sys.stdout.write('out, unflushed'); sys.stderr.write('err, unflushed')\n"
+              "exit_process(3)\n")
+    env = {**environment(), "WORLD_SIZE": world_size}
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                          env=env, timeout=120)
+    assert done.returncode == 3
+    assert done.stdout.startswith("out, unflushed") and done.stderr == "err, unflushed"
+    assert ("atexit ran" in done.stdout) is (world_size == "1")
+
+
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
