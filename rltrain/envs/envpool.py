@@ -8,6 +8,10 @@ episode's first observation in its place. :class:`EnvpoolVectorEnv` steps the en
 once more, at once, to get those first observations: one extra call per step in which any
 episode ended.
 
+Atari frames are stacked here, not by envpool: each episode's first observation (after a lost
+life too) repeats its frame, as the Gymnasium pipeline's ``FrameStack`` does, where envpool's
+own stack keeps the previous life's last frames (which look like the lost life's end).
+
 envpool's state cannot be saved: a resumed run resets its envs, with the runner's warning.
 """
 
@@ -20,6 +24,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
+from gymnasium.spaces import Box
 from gymnasium.vector import AutoresetMode, VectorEnv
 from gymnasium.vector.utils import batch_space
 
@@ -68,11 +73,15 @@ class EnvpoolVectorEnv(VectorEnv[Any, Any, Any]):
     """
 
     def __init__(self, env_id: str, *, num_envs: int, seed: int, **kwargs: Any) -> None:
-        self.task, self.kwargs = envpool_task(env_id), kwargs
+        #: Frames per observation, stacked here (module docstring); envpool gives one.
+        self.stack = int(kwargs.get("stack_num", 1))
+        self.task, self.kwargs = envpool_task(env_id), {**kwargs, "stack_num": 1} \
+            if self.stack > 1 else kwargs
         self.num_envs = num_envs
         self.pool = self._make_pool(seed)
         with _float32_bounds():
-            self.single_observation_space = self.pool.single_observation_space
+            self.single_observation_space = _stacked(self.pool.single_observation_space,
+                                                     self.stack)
             self.single_action_space = self.pool.single_action_space
         self.observation_space = batch_space(self.single_observation_space, num_envs)
         self.action_space = batch_space(self.single_action_space, num_envs)
@@ -80,9 +89,9 @@ class EnvpoolVectorEnv(VectorEnv[Any, Any, Any]):
         # envpool rebuilds its spaces at each call: float ones warn of float64 bounds, each time
         floats = np.dtype(self.single_observation_space.dtype).kind == "f"
         self._quiet = _float32_bounds if floats else contextlib.nullcontext
-        stack = int(self.pool.config.get("stack_num", 1))
-        if stack > 1:
-            self.metadata[FRAME_STACK_KEY] = stack
+        self.frames: np.ndarray | None = None  # the stacked observations (stack > 1)
+        if self.stack > 1:
+            self.metadata[FRAME_STACK_KEY] = self.stack
 
     def _make_pool(self, seed: int) -> Any:
         self.pool_seed = seed
@@ -99,6 +108,8 @@ class EnvpoolVectorEnv(VectorEnv[Any, Any, Any]):
             self.pool = self._make_pool(seed)
         with self._quiet():
             observations, _ = self.pool.reset()
+        if self.stack > 1:
+            self.frames = observations = np.repeat(observations, self.stack, axis=1)
         return observations, {}
 
     def step(self, actions: Any) -> tuple[Any, np.ndarray, np.ndarray, np.ndarray,
@@ -107,6 +118,9 @@ class EnvpoolVectorEnv(VectorEnv[Any, Any, Any]):
             observations, rewards, terminated, truncated, info = self.pool.step(actions)
         observations, rewards, terminated, truncated = _in_env_order(
             info, observations, rewards, terminated, truncated)
+        if self.stack > 1:
+            assert self.frames is not None, "step() before reset()"
+            observations = np.concatenate([self.frames[:, 1:], observations], axis=1)
         ended = terminated | truncated
         infos: dict[str, Any] = {}
         if ended.any():
@@ -119,13 +133,24 @@ class EnvpoolVectorEnv(VectorEnv[Any, Any, Any]):
             for i in ids:
                 final[i] = observations[i].copy()  # whatever envpool does with its arrays
             observations = observations.copy()
-            observations[ids] = first[order]
+            first = first[order]
+            observations[ids] = np.repeat(first, self.stack, axis=1) if self.stack > 1 else first
             infos = {"final_obs": final, "_final_obs": ended}
+        if self.stack > 1:
+            self.frames = observations
         return (observations, rewards.astype(np.float64), terminated.astype(bool),
                 truncated.astype(bool), infos)
 
     def close_extras(self, **kwargs: Any) -> None:
         self.pool.close()
+
+
+def _stacked(space: Any, stack: int) -> Any:
+    """envpool's one-frame ``Box`` (``[1, H, W]``) as ``stack`` frames (``[stack, H, W]``)."""
+    if stack == 1:
+        return space
+    return Box(np.repeat(space.low, stack, axis=0), np.repeat(space.high, stack, axis=0),
+               dtype=space.dtype)
 
 
 @contextlib.contextmanager

@@ -99,10 +99,41 @@ def test_atari_lives_end_learner_episodes_and_stacks_continue(backend: str) -> N
                 assert episode.terminated  # a lost life, not a time limit
                 first = runner.observations[episode.env_index]
                 assert not np.array_equal(first, transitions.next_observations[episode.env_index])
+                # a new life's stack repeats its first frame on both backends (envpool's own
+                # stack would keep the lost life's last frames)
+                assert (first == first[-1]).all()
             ended += len(episodes)
         assert ended >= 2  # random play loses lives within 200 steps
     finally:
         runner.envs.close()
+
+
+def test_envpool_frames_are_stacked_as_envpool_stacks_them_within_a_life() -> None:
+    """rltrain's stack of envpool's single frames equals envpool's own stack of four, frame
+    for frame, until the first lost life (where only rltrain's repeats the new first frame)."""
+    import envpool
+
+    from rltrain.envs.envpool import EnvpoolVectorEnv, envpool_kwargs
+
+    kwargs = envpool_kwargs(AtariConfig())
+    ours = EnvpoolVectorEnv("ALE/Breakout-v5", num_envs=2, seed=5, **kwargs)
+    theirs = envpool.make("Breakout-v5", env_type="gymnasium", num_envs=2, seed=5, **kwargs)
+    try:
+        assert ours.single_observation_space.shape == (4, 84, 84)
+        np.testing.assert_array_equal(ours.reset()[0], theirs.reset()[0])
+        rng = np.random.default_rng(0)
+        compared, terminated = 0, np.zeros(2, dtype=bool)
+        while not terminated.any() and compared < 400:
+            actions = rng.integers(4, size=2)
+            mine, _, terminated, _, _ = ours.step(actions)
+            envpools = theirs.step(actions)[0]
+            if not terminated.any():
+                np.testing.assert_array_equal(mine, envpools)
+                compared += 1
+        assert terminated.any() and compared > 20  # frames compared until a life was lost
+    finally:
+        ours.close()
+        theirs.close()
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
