@@ -24,7 +24,8 @@ games with uniformly random actions on rltrain's evaluation pipeline.
 ``--preset dqn_atari`` trains rltrain's DQN preset instead (rltrain only).
 
 Writes ``benchmarks/results/atari_<ppo|dqn>_<game>_<library>_seed<seed>.json`` (the library
-``rltrain-gymnasium`` with ``--backend gymnasium``), with each call
+``rltrain-gymnasium`` with ``--backend gymnasium``; ``--label`` names a group of its own), with
+each call
 of the run (its commit, start and the env steps it continued from: ``RUN_DIR/calls.json``).
 """
 
@@ -146,6 +147,10 @@ def main() -> None:
     parser.add_argument("--preset", default="ppo_atari", choices=["ppo_atari", "dqn_atari"],
                         help="rltrain's preset (SB3's side is PPO: ppo_atari only)")
     parser.add_argument("--run-dir", type=Path, default=None)
+    parser.add_argument("--label", default=None,
+                        help="the library's name in the results file, for a group of runs of "
+                        "its own (default: the library; rltrain-gymnasium with --backend "
+                        "gymnasium)")
     parser.add_argument("overrides", nargs="*", metavar="key=value",
                         help="changes to the preset, for both libraries (agent.vf_coef=0.5)")
     args = parser.parse_args()
@@ -153,8 +158,8 @@ def main() -> None:
         parser.error("--library sb3 trains PPO: --preset ppo_atari only")
     name = args.game.removeprefix("ALE/").split("-")[0].lower()
     # rltrain on Gymnasium's envs is a group of its own (envpool's is the default)
-    label = ("rltrain-gymnasium" if args.library == "rltrain" and args.backend == "gymnasium"
-             else args.library)
+    label = args.label or ("rltrain-gymnasium" if args.library == "rltrain"
+                           and args.backend == "gymnasium" else args.library)
     run_dir = args.run_dir or Path("runs") / f"atari-{name}-{label}"
     if args.library == "random":
         result = random_return(args.game, args.seed)

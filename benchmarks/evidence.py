@@ -51,16 +51,19 @@ def jobs(runs: Path, cleanrl: str | None) -> list[Job]:
     # PPO on Breakout, 1M env steps, beside SB3; the group began with the preset's value
     # weight of then, 0.5. rltrain's runs again since its evaluations restart lives as envpool
     # does (new run directories), every evaluation's checkpoint kept to be played again; then
-    # rltrain on Gymnasium's envs (SB3's env frame for frame) as a group of its own.
+    # rltrain on Gymnasium's envs (SB3's env frame for frame) as a group of its own; then
+    # envpool's envs again, their frames stacked by rltrain (refilled at each life's start).
     breakout = [("breakout", "rltrain", "breakout-rltrain-life-noops", ()),
                 ("breakout", "sb3", "breakout-sb3", ()),
                 ("breakout-gymnasium", "rltrain-gymnasium", "breakout-rltrain-gymnasium",
-                 ("--backend", "gymnasium"))]
-    for group, label, folder, backend in breakout:
+                 ("--backend", "gymnasium")),
+                ("breakout-envpool-refill", "rltrain-envpool-refill",
+                 "breakout-rltrain-envpool-refill", ("--label", "rltrain-envpool-refill"))]
+    for group, label, folder, extra in breakout:
         library = label.split("-")[0]
         keep = ("trainer.keep_last_checkpoints=10",) if library == "rltrain" else ()
         out += [Job(group, f"atari_ppo_breakout_{label}_seed{seed}", (
-            "benchmarks.atari_ppo", "--library", library, *backend, "--seed", str(seed),
+            "benchmarks.atari_ppo", "--library", library, *extra, "--seed", str(seed),
             "--run-dir", str(runs / f"{folder}-s{seed}"), "agent.vf_coef=0.5", *keep))
             for seed in range(5)]
     for seed in (0, 1):  # DQN on Pong, 1M env steps
@@ -104,7 +107,7 @@ def main() -> None:
     parser.add_argument("--jobs", type=int, default=2)
     parser.add_argument("--only", nargs="+",
                         help="groups, in the order to run them: breakout breakout-gymnasium "
-                        "pong td3 sac cleanrl")
+                        "breakout-envpool-refill pong td3 sac cleanrl")
     parser.add_argument("--runs", type=Path, default=Path("runs/evidence"))
     parser.add_argument("--logs", type=Path, default=Path("runs/evidence"))
     parser.add_argument("--cleanrl", help="a CleanRL checkout (the cleanrl group needs one)")

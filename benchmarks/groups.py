@@ -78,6 +78,8 @@ GROUPS = {
     "breakout-one-noop-eval": replace(BREAKOUT, ours="rltrain-one-noop-eval"),
     # rltrain on Gymnasium's envs (SB3's env frame for frame) beside the same SB3 runs
     "breakout-gymnasium": replace(BREAKOUT, ours="rltrain-gymnasium"),
+    # rltrain on envpool's envs, their frames stacked by rltrain (since 2026-12-06)
+    "breakout-envpool-refill": replace(BREAKOUT, ours="rltrain-envpool-refill"),
     "td3": Group(per_seed_curves("td3_halfcheetah"), "HalfCheetah-v5", "td3", 100_000,
                  threshold=3_000.0),  # benchmarks.mujoco_offpolicy's default threshold
     "sac": Group(per_seed_curves("sac_mountaincar_gsde"), "MountainCarContinuous-v0", "sac",

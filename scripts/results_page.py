@@ -126,7 +126,8 @@ WORKLOADS = [
     Workload(
         "PPO on Atari Breakout", BREAKOUT + " Each library's evaluations restart a lost life "
         "as its training does (rltrain on envpool: after 0 to 29 random no-op frames; SB3: "
-        "after one no-op step).",
+        "after one no-op step). rltrain trained on envpool's own frame stack (before "
+        "2026-12-06), which carries a lost life's last frames into the next life.",
         1_000_000, "mean score of 10 greedy whole games at 1M env steps", "SB3",
         atari_finals("breakout"), BREAKOUT_COMMANDS,
         **of_group("breakout"),
@@ -140,6 +141,17 @@ WORKLOADS = [
         (BREAKOUT_COMMANDS[0].replace("--library rltrain", "--library rltrain --backend "
                                       "gymnasium"), BREAKOUT_COMMANDS[1]),
         **of_group("breakout-gymnasium")),
+    Workload(
+        "PPO on Atari Breakout, rltrain on envpool's envs stacked by rltrain", BREAKOUT.replace(
+            "rltrain on envpool's envs", "rltrain on envpool's envs, whose frames rltrain "
+            "stacks itself since 2026-12-06, refilled at each life's start as on Gymnasium's "
+            "envs (envpool's own stack keeps the lost life's last frames)") + " The same SB3 "
+        "runs as above.",
+        1_000_000, "mean score of 10 greedy whole games at 1M env steps", "SB3",
+        atari_finals("breakout"),
+        (BREAKOUT_COMMANDS[0].replace("--library rltrain", "--library rltrain --label "
+                                      "rltrain-envpool-refill"), BREAKOUT_COMMANDS[1]),
+        **of_group("breakout-envpool-refill")),
     Workload(
         "PPO on Atari Breakout, rltrain evaluated on SB3's life restart (before 2026-12-06)",
         BREAKOUT + " rltrain's evaluations then restarted a lost life after one no-op step, "
