@@ -78,6 +78,9 @@ GROUPS = {
     "breakout-one-noop-eval": replace(BREAKOUT, ours="rltrain-one-noop-eval"),
     # rltrain on Gymnasium's envs (SB3's env frame for frame) beside the same SB3 runs
     "breakout-gymnasium": replace(BREAKOUT, ours="rltrain-gymnasium"),
+    # the same learner on two backends: rltrain on Gymnasium's envs against rltrain on
+    # envpool's (envpool's own frame stack, before 2026-12-06)
+    "breakout-envs": replace(BREAKOUT, ours="rltrain-gymnasium", peer="rltrain"),
     # rltrain on envpool's envs, their frames stacked by rltrain (since 2026-12-06)
     "breakout-envpool-refill": replace(BREAKOUT, ours="rltrain-envpool-refill"),
     "td3": Group(per_seed_curves("td3_halfcheetah"), "HalfCheetah-v5", "td3", 100_000,
@@ -103,12 +106,11 @@ def write_run(folder: Path, library: str, env_id: str, algo: str, seed: int, ste
 
 
 def write_group(group: Group, out: Path) -> list[Path]:
-    """Each library's finished runs of ``group`` under ``out/<library>/seed-S``; the two
-    library folders."""
+    """Each side's finished runs of ``group`` under ``out/<name>/seed-S`` (``name``: the
+    result files' library, ``ours`` then ``peer``); the two folders."""
     folders = []
-    for library in ("rltrain", group.peer):
-        label = group.ours if library == "rltrain" else library
-        for seed, curve in sorted(group.curves(label).items()):
+    for library in (group.ours, group.peer):
+        for seed, curve in sorted(group.curves(library).items()):
             write_run(out / library / f"seed-{seed}", library, group.env_id, group.algo, seed,
                       group.steps, curve)
         folders.append(out / library)

@@ -40,6 +40,18 @@ def test_a_group_written_out_is_compared_run_for_run(tmp_path: Path) -> None:
     assert not any(r.reached for r in by_size[2].runs)
 
 
+def test_two_groups_of_rltrain_runs_are_written_apart_and_compared(tmp_path: Path) -> None:
+    from rltrain.cli.compare import compare
+
+    curves = {"rltrain-gymnasium": CURVES["rltrain"], "rltrain": CURVES["sb3"]}
+    group = Group(lambda library: curves[library], "ALE/Breakout-v5", "ppo", 200,
+                  threshold=20.0, ours="rltrain-gymnasium", peer="rltrain")
+    folders = write_group(group, tmp_path)
+    assert [f.name for f in folders] == ["rltrain-gymnasium", "rltrain"]
+    result = compare(folders, threshold=20.0, reps=200)
+    assert sorted(len(g.runs) for g in result.groups) == [2, 3]  # not merged into one group
+
+
 def test_the_command_prints_compares_table_for_each_group(tmp_path: Path) -> None:
     done = subprocess.run([sys.executable, "-m", "benchmarks.groups", "sac", "--out",
                            str(tmp_path)], cwd=ROOT, capture_output=True, text=True, timeout=300)
