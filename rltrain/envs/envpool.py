@@ -132,9 +132,9 @@ class EnvpoolVectorEnv(VectorEnv[Any, Any, Any]):
             final = np.empty(self.num_envs, dtype=object)
             for i in ids:
                 final[i] = observations[i].copy()  # whatever envpool does with its arrays
-            observations = observations.copy()
-            first = first[order]
-            observations[ids] = np.repeat(first, self.stack, axis=1) if self.stack > 1 else first
+            if self.stack == 1:  # envpool's own array; a stacked one is new at each step
+                observations = observations.copy()
+            observations[ids] = first[order]  # a stacked one: the first frame fills each
             infos = {"final_obs": final, "_final_obs": ended}
         if self.stack > 1:
             self.frames = observations
