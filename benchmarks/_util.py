@@ -16,6 +16,8 @@ from typing import Any
 
 import torch
 
+from rltrain.checkpoint.io import LocalFiles
+from rltrain.checkpoint.manifest import read_manifest
 from rltrain.observe import EvaluationEnd, Metrics, Subscriber
 
 RESULTS = Path(__file__).parent / "results"
@@ -76,10 +78,16 @@ def record_call(run_dir: Path, from_env_steps: int) -> list[dict[str, Any]]:
 
 
 def record_rltrain_call(run_dir: Path, resume: bool) -> list[dict[str, Any]]:
-    """:func:`record_call` for an rltrain run, continuing (``resume``) from its last
-    evaluation."""
-    before = rltrain_curve(run_dir) if resume else []
-    return record_call(run_dir, before[-1][0] if before else 0)
+    """:func:`record_call` for an rltrain run, continuing (``resume``) from the env steps of
+    the last checkpoint its manifest lists (0 for a fresh run)."""
+    return record_call(run_dir, last_checkpoint_steps(run_dir / "checkpoints") if resume else 0)
+
+
+def last_checkpoint_steps(folder: Path) -> int:
+    """Env steps of the newest checkpoint that ``folder``'s manifest lists; 0 when none is."""
+    manifest = read_manifest(LocalFiles(folder))
+    entries = {entry.file: entry.env_steps for entry in manifest.checkpoints}
+    return entries.get(manifest.last or "", 0)
 
 
 def write_results(name: str, payload: dict[str, Any]) -> Path:

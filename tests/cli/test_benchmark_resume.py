@@ -45,6 +45,9 @@ def test_a_stopped_seed_continues_and_keeps_its_curve(tmp_path: Path, sb3: bool)
     out, _ = first.communicate(timeout=120)
     assert first.returncode != 0, out  # stopped: no results file yet
     assert not (tmp_path / "result.json").exists()
+    if not sb3:  # the checkpoint the second call continues from
+        from benchmarks._util import last_checkpoint_steps
+        stopped_at = last_checkpoint_steps(run_dir / "seed0" / "checkpoints")
 
     second = subprocess.run(command(run_dir, results, sb3), cwd=REPO, env=env,
                             capture_output=True, text=True, timeout=300)
@@ -57,5 +60,7 @@ def test_a_stopped_seed_continues_and_keeps_its_curve(tmp_path: Path, sb3: bool)
     calls = run["calls"]
     assert len(calls) == 2 and calls[0]["from_env_steps"] == 0
     assert INTERVAL <= calls[1]["from_env_steps"] < STEPS  # the second call continued
+    if not sb3:
+        assert calls[1]["from_env_steps"] == stopped_at
     assert all("commit" in call and "uncommitted_changes" in call for call in calls)
     assert json.loads((run_dir / "seed0" / "calls.json").read_text()) == calls
