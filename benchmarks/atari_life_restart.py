@@ -9,12 +9,16 @@ A restart is ``FILL`` or ``FILL+noops``: the frame stack refilled with the new f
 game goes on through its lives to its end or the ALE's cap.
 
     python -m benchmarks.atari_life_restart RUN_DIR|CHECKPOINT [--game ALE/Breakout-v5] \
-        [--games 10] [--restarts repeat keep repeat+noops zeros]
+        [--games 10] [--restarts repeat keep repeat+noops zeros] [--results NAME]
+
+A group's final checkpoints played so are kept as ``atari_life_restart_<game>_<label>_seed<S>``
+(game in lower case, e.g. ``breakout``), which :func:`restart_scores` reads back.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 from collections import deque
 from dataclasses import replace
 from pathlib import Path
@@ -68,6 +72,19 @@ def play(policy: Any, game: str, fill: str, noops: bool, seed: int, games: int) 
         scores.append(score)
     env.close()
     return scores
+
+
+def restart_scores(results: Path, game: str, label: str, restart: str) -> dict[int, float]:
+    """``{seed: mean score}`` of ``restart`` from the files ``results`` holds for ``label``'s
+    final checkpoints on ``game`` (module docstring); a file without that restart is left out.
+    """
+    out = {}
+    for path in sorted(results.glob(f"atari_life_restart_{game}_{label}_seed*.json")):
+        rows = [row for row in json.loads(path.read_text())["runs"]
+                if row["restart"] == restart]
+        if rows:
+            out[int(path.stem.rsplit("_seed", 1)[1])] = float(rows[0]["mean"])
+    return out
 
 
 def main() -> None:

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -25,6 +26,7 @@ from pathlib import Path
 import yaml
 
 from benchmarks._util import RESULTS
+from benchmarks.atari_life_restart import restart_scores
 
 #: ``library -> {seed: [(env steps, evaluation return), ...]}``.
 Curves = Callable[[str], dict[int, list[tuple[int, float]]]]
@@ -50,6 +52,45 @@ def per_seed_curves(prefix: str) -> Curves:
         for path in sorted(RESULTS.glob(f"{prefix}_{library}_seed*.json")):
             for run in json.loads(path.read_text())["runs"]:
                 out[int(run["seed"])] = [(int(x), float(y)) for x, y in run["curve"]]
+        return out
+    return read
+
+
+def atari_finals(game: str, algo: str = "ppo") -> Callable[[str], dict[int, float]]:
+    """Each finished seed's last evaluation."""
+    curves = atari_curves(game, algo)
+
+    def read(library: str) -> dict[int, float]:
+        return {seed: curve[-1][1] for seed, curve in curves(library).items()}
+    return read
+
+
+def played_on(restart: str) -> Callable[[str], dict[int, float]]:
+    """rltrain's final Breakout checkpoints played on ``restart`` (the files of
+    ``benchmarks.atari_life_restart``), SB3's runs as they were evaluated."""
+    sb3 = atari_finals("breakout")
+
+    def read(library: str) -> dict[int, float]:
+        return sb3(library) if library == "sb3" else restart_scores(
+            RESULTS, "breakout", library, restart)
+    return read
+
+
+def cleanrl_finals(library: str) -> dict[int, float]:
+    """Each seed's final score from ``cleanrl_dqn.json`` (``benchmarks.cleanrl_dqn``)."""
+    path = RESULTS / "cleanrl_dqn.json"
+    data = json.loads(path.read_text()) if path.exists() else {"runs": {}}
+    return {int(key.split("seed-")[1]): float(run["final"])
+            for key, run in data["runs"].items() if key.startswith(f"{library}/")}
+
+
+def per_seed_files(prefix: str, field: str) -> Callable[[str], dict[int, float]]:
+    """Each seed's ``field`` from ``<prefix>_<library>_seed<S>.json`` (None: never, ∞)."""
+    def read(library: str) -> dict[int, float]:
+        out = {}
+        for path in sorted(RESULTS.glob(f"{prefix}_{library}_seed*.json")):
+            for run in json.loads(path.read_text())["runs"]:
+                out[int(run["seed"])] = math.inf if run[field] is None else float(run[field])
         return out
     return read
 

@@ -25,7 +25,14 @@ RESULTS = ROOT / "benchmarks" / "results"
 sys.path.insert(0, str(ROOT))
 
 from benchmarks._util import first_reaching  # noqa: E402
-from benchmarks.groups import GROUPS, atari_curves  # noqa: E402
+from benchmarks.groups import (  # noqa: E402
+    GROUPS,
+    atari_curves,
+    atari_finals,
+    cleanrl_finals,
+    per_seed_files,
+    played_on,
+)
 from rltrain.cli.compare import improvement, interval_estimates  # noqa: E402
 
 #: Bootstrap samples and their seed (fixed: the page is the same for the same files).
@@ -85,32 +92,6 @@ def of_group(name: str) -> dict[str, Any]:
     return {"curves": group.curves, "threshold": group.threshold, "ours": group.ours}
 
 
-def atari_finals(game: str, algo: str = "ppo") -> Callable[[str], dict[int, float]]:
-    """Each finished seed's last evaluation."""
-    curves = atari_curves(game, algo)
-
-    def read(library: str) -> dict[int, float]:
-        return {seed: curve[-1][1] for seed, curve in curves(library).items()}
-    return read
-
-
-def cleanrl_finals(library: str) -> dict[int, float]:
-    data = _load("cleanrl_dqn") or {"runs": {}}
-    return {int(key.split("seed-")[1]): float(run["final"])
-            for key, run in data["runs"].items() if key.startswith(f"{library}/")}
-
-
-def per_seed_files(prefix: str, field: str) -> Callable[[str], dict[int, float]]:
-    """Each seed's ``field`` from ``<prefix>_<library>_seed<S>.json`` (None: never, ∞)."""
-    def read(library: str) -> dict[int, float]:
-        out = {}
-        for path in sorted(RESULTS.glob(f"{prefix}_{library}_seed*.json")):
-            for run in json.loads(path.read_text())["runs"]:
-                out[int(run["seed"])] = math.inf if run[field] is None else float(run[field])
-        return out
-    return read
-
-
 BREAKOUT = (
     "`ppo_atari` (8 envs x 128 steps, the Nature CNN; rltrain on envpool's envs) on "
     "ALE/Breakout-v5 beside Stable-Baselines3's PPO `CnnPolicy` on the same settings "
@@ -152,6 +133,17 @@ WORKLOADS = [
         (BREAKOUT_COMMANDS[0].replace("--library rltrain", "--library rltrain --label "
                                       "rltrain-envpool-refill"), BREAKOUT_COMMANDS[1]),
         **of_group("breakout-envpool-refill")),
+    Workload(
+        "PPO on Atari Breakout, rltrain on envpool's envs stacked by rltrain, played on SB3's "
+        "life restart", "The final checkpoints of the group above played on rltrain's "
+        "Gymnasium pipeline, which restarts a lost life after one no-op step as SB3's "
+        "`AtariWrapper` does (and as SB3's evaluations above did), beside those SB3 "
+        "evaluations: both libraries scored on the same restart. 10 greedy whole games each.",
+        1_000_000, "mean score of 10 greedy whole games at 1M env steps", "SB3",
+        played_on("repeat"),
+        ("python -m benchmarks.atari_life_restart RUN --restarts repeat zeros repeat+noops "
+         "--results atari_life_restart_breakout_rltrain-envpool-refill_seedS",),
+        ours="rltrain-envpool-refill"),
     Workload(
         "PPO on Atari Breakout, rltrain evaluated on SB3's life restart (before 2026-12-06)",
         BREAKOUT + " rltrain's evaluations then restarted a lost life after one no-op step, "

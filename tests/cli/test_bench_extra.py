@@ -4,6 +4,7 @@ to install when it is missing, not with a ModuleNotFoundError traceback."""
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -51,3 +52,22 @@ def test_a_life_restart_refills_zero_fills_or_keeps_the_stack() -> None:
         stack = deque([old] * 4, maxlen=4)
         restart_stack(stack, new, fill)
         assert [int(frame[0, 0]) for frame in stack] == expected, fill
+
+
+def test_a_groups_restart_scores_are_read_back_by_seed_label_and_restart(
+        tmp_path: Path) -> None:
+    from benchmarks._util import write_results
+    from benchmarks.atari_life_restart import restart_scores
+
+    def played(name: str, **means: float) -> None:
+        write_results(str(tmp_path / f"atari_life_restart_breakout_{name}"), {"runs": [
+            {"restart": restart.replace("_", "+"), "mean": mean, "scores": [mean]}
+            for restart, mean in means.items()]})
+
+    played("refill_seed3", repeat=12.5, repeat_noops=14.0)
+    played("refill_seed12", zeros=3.0)  # not played on "repeat": left out
+    played("refill-more_seed1", repeat=99.0)  # another label
+    assert restart_scores(tmp_path, "breakout", "refill", "repeat") == {3: 12.5}
+    assert restart_scores(tmp_path, "breakout", "refill", "repeat+noops") == {3: 14.0}
+    assert restart_scores(tmp_path, "breakout", "refill-more", "repeat") == {1: 99.0}
+    assert restart_scores(tmp_path, "pong", "refill", "repeat") == {}
