@@ -52,20 +52,24 @@ def jobs(runs: Path, cleanrl: str | None) -> list[Job]:
     # weight of then, 0.5. rltrain's runs again since its evaluations restart lives as envpool
     # does (new run directories), every evaluation's checkpoint kept to be played again; then
     # rltrain on Gymnasium's envs (SB3's env frame for frame) as a group of its own; then
-    # envpool's envs again, their frames stacked by rltrain (refilled at each life's start).
-    breakout = [("breakout", "rltrain", "breakout-rltrain-life-noops", ()),
-                ("breakout", "sb3", "breakout-sb3", ()),
+    # envpool's envs again, their frames stacked by rltrain (refilled at each life's start);
+    # then envpool's envs with games and lives started by rltrain, SB3's way.
+    breakout = [("breakout", "rltrain", "breakout-rltrain-life-noops", (), ()),
+                ("breakout", "sb3", "breakout-sb3", (), ()),
                 ("breakout-gymnasium", "rltrain-gymnasium", "breakout-rltrain-gymnasium",
-                 ("--backend", "gymnasium")),
+                 ("--backend", "gymnasium"), ()),
                 ("breakout-envpool-refill", "rltrain-envpool-refill",
-                 "breakout-rltrain-envpool-refill", ("--label", "rltrain-envpool-refill"))]
-    for group, label, folder, extra in breakout:
+                 "breakout-rltrain-envpool-refill", ("--label", "rltrain-envpool-refill"), ()),
+                ("breakout-envpool-sb3-starts", "rltrain-envpool-sb3-starts",
+                 "breakout-rltrain-envpool-sb3-starts",
+                 ("--label", "rltrain-envpool-sb3-starts"), ("env.atari.life_noops=false",))]
+    for group, label, folder, extra, overrides in breakout:
         library = label.split("-")[0]
         keep = ("trainer.keep_last_checkpoints=10",) if library == "rltrain" else ()
         out += [Job(group, f"atari_ppo_breakout_{label}_seed{seed}", (
             "benchmarks.atari_ppo", "--library", library, *extra, "--seed", str(seed),
-            "--run-dir", str(runs / f"{folder}-s{seed}"), "agent.vf_coef=0.5", *keep))
-            for seed in range(5)]
+            "--run-dir", str(runs / f"{folder}-s{seed}"), "agent.vf_coef=0.5", *overrides,
+            *keep)) for seed in range(5)]
     for seed in (0, 1):  # DQN on Pong, 1M env steps
         out.append(Job("pong", f"atari_dqn_pong_rltrain_seed{seed}", (
             "benchmarks.atari_ppo", "--library", "rltrain", "--preset", "dqn_atari", "--game",
@@ -107,7 +111,8 @@ def main() -> None:
     parser.add_argument("--jobs", type=int, default=2)
     parser.add_argument("--only", nargs="+",
                         help="groups, in the order to run them: breakout breakout-gymnasium "
-                        "breakout-envpool-refill pong td3 sac cleanrl")
+                        "breakout-envpool-refill breakout-envpool-sb3-starts pong td3 sac "
+                        "cleanrl")
     parser.add_argument("--runs", type=Path, default=Path("runs/evidence"))
     parser.add_argument("--logs", type=Path, default=Path("runs/evidence"))
     parser.add_argument("--cleanrl", help="a CleanRL checkout (the cleanrl group needs one)")

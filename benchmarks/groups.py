@@ -124,6 +124,9 @@ GROUPS = {
     "breakout-envs": replace(BREAKOUT, ours="rltrain-gymnasium", peer="rltrain"),
     # rltrain on envpool's envs, their frames stacked by rltrain (since 2026-12-06)
     "breakout-envpool-refill": replace(BREAKOUT, ours="rltrain-envpool-refill"),
+    # rltrain on envpool's envs with games and lives started by rltrain, SB3's way
+    # (env.atari.life_noops=false, since 2026-12-06)
+    "breakout-envpool-sb3-starts": replace(BREAKOUT, ours="rltrain-envpool-sb3-starts"),
     "td3": Group(per_seed_curves("td3_halfcheetah"), "HalfCheetah-v5", "td3", 100_000,
                  threshold=3_000.0),  # benchmarks.mujoco_offpolicy's default threshold
     "sac": Group(per_seed_curves("sac_mountaincar_gsde"), "MountainCarContinuous-v0", "sac",

@@ -134,6 +134,20 @@ WORKLOADS = [
                                       "rltrain-envpool-refill"), BREAKOUT_COMMANDS[1]),
         **of_group("breakout-envpool-refill")),
     Workload(
+        "PPO on Atari Breakout, rltrain on envpool's envs started SB3's way",
+        BREAKOUT.replace(
+            "rltrain on envpool's envs", "rltrain on envpool's envs, stacked by rltrain, "
+            "whose games and lives rltrain starts itself as SB3's `AtariWrapper` does "
+            "(`env.atari.life_noops=false`, since 2026-12-06: a lost life goes on after one "
+            "no-op step, then FIRE and action 2, where envpool takes 0 to 29 random no-op "
+            "frames); evaluated on the same restart") + " The same SB3 runs as above.",
+        1_000_000, "mean score of 10 greedy whole games at 1M env steps", "SB3",
+        atari_finals("breakout"),
+        (BREAKOUT_COMMANDS[0].replace("--library rltrain", "--library rltrain --label "
+                                      "rltrain-envpool-sb3-starts") + " env.atari.life_noops=false",
+         BREAKOUT_COMMANDS[1]),
+        **of_group("breakout-envpool-sb3-starts")),
+    Workload(
         "PPO on Atari Breakout, rltrain on envpool's envs stacked by rltrain, played on SB3's "
         "life restart", "The final checkpoints of the group above played on rltrain's "
         "Gymnasium pipeline, which restarts a lost life after one no-op step as SB3's "

@@ -54,9 +54,10 @@ class AtariConfig(Settings):
         episodic_life: A lost life ends the learner's episode (in training; evaluation goes on
             with the game as the agent saw it in training). Default True.
         life_noops: How the game goes on after a lost life (``episodic_life``): True, after a
-            random number of no-op frames, 0 to ``noop_max`` - 1 (envpool's way, its only
-            one), then one no-op action; False, after the one no-op action alone (SB3's
-            ``EpisodicLifeEnv``). Default None: the training backend's way (True with
+            random number of no-op frames, 0 to ``noop_max`` - 1 (envpool's way), then one
+            no-op action; False, after the one no-op action alone (SB3's ``EpisodicLifeEnv``;
+            on envpool rltrain then starts lives and games itself, SB3's way:
+            :mod:`rltrain.envs.envpool`). Default None: the training backend's way (True with
             ``env.backend=envpool``, else False), evaluations included.
         fire_reset: Press FIRE after each reset in games that need it. Default True.
         clip_rewards: Rewards clipped to their sign (training only). Default True.

@@ -12,6 +12,12 @@ Atari frames are stacked here, not by envpool: each episode's first observation 
 life too) repeats its frame, as the Gymnasium pipeline's ``FrameStack`` does, where envpool's
 own stack keeps the previous life's last frames (which look like the lost life's end).
 
+With ``env.atari.life_noops=false`` rltrain also starts each life and game itself, as SB3's
+``AtariWrapper`` does (:class:`SB3Starts`), where envpool would restart a lost life after random
+no-op frames: envpool's episodic life and FIRE reset are turned off, a lost life (from
+``info["lives"]``) ends the learner's episode, and the game goes on after one no-op step, then
+FIRE and action 2 in games that wait for FIRE (after a new game's no-ops too).
+
 envpool's state cannot be saved: a resumed run resets its envs, with the runner's warning.
 """
 
@@ -21,14 +27,16 @@ import contextlib
 import importlib
 import warnings
 from collections.abc import Iterator
+from dataclasses import dataclass
 from typing import Any
 
+import gymnasium as gym
 import numpy as np
 from gymnasium.spaces import Box
 from gymnasium.vector import AutoresetMode, VectorEnv
 from gymnasium.vector.utils import batch_space
 
-from rltrain.envs.atari import FRAME_STACK_KEY, AtariConfig
+from rltrain.envs.atari import FRAME_STACK_KEY, AtariConfig, needs_fire
 from rltrain.envs.errors import EnvError
 
 
@@ -45,17 +53,58 @@ def envpool_task(env_id: str) -> str:
 
 
 def envpool_kwargs(atari: AtariConfig | None) -> dict[str, Any]:
-    """envpool's settings for the Atari pipeline ``atari`` (none for other envs)."""
+    """envpool's settings for the Atari pipeline ``atari`` (none for other envs); its episodic
+    life and FIRE reset are off where rltrain starts lives itself (:func:`sb3_starts`)."""
     if atari is None:
         return {}
+    own = _starts_lives(atari)
     return {"noop_max": atari.noop_max, "frame_skip": atari.frame_skip,
             "img_height": atari.screen_size, "img_width": atari.screen_size,
-            "gray_scale": True, "episodic_life": atari.episodic_life,
-            "use_fire_reset": atari.fire_reset, "reward_clip": atari.clip_rewards,
+            "gray_scale": True, "episodic_life": atari.episodic_life and not own,
+            "use_fire_reset": atari.fire_reset and not own, "reward_clip": atari.clip_rewards,
             "stack_num": atari.frame_stack,
             "repeat_action_probability": atari.repeat_action_probability,
             "full_action_space": atari.full_action_space,
             "max_episode_steps": atari.max_episode_frames // atari.frame_skip}
+
+
+@dataclass(frozen=True)
+class SB3Starts:
+    """Games and lives on envpool started by rltrain as SB3's ``AtariWrapper`` starts them
+    (module docstring): a lost life ends the learner's episode and the game goes on after one
+    no-op step; then, with ``fire``, FIRE and action 2, as after a new game's no-ops.
+
+    Attributes:
+        fire: Whether FIRE and action 2 follow each start (the game waits for FIRE).
+    """
+
+    fire: bool
+
+
+def sb3_starts(env_id: str, atari: AtariConfig | None) -> SB3Starts | None:
+    """How rltrain starts games and lives on envpool for ``atari``: itself, SB3's way, with
+    ``life_noops=false`` and ``episodic_life`` (None: envpool's own way). Knowing whether the
+    game waits for FIRE needs ale-py."""
+    if atari is None or not _starts_lives(atari):
+        return None
+    if not atari.fire_reset:
+        return SB3Starts(fire=False)
+    try:
+        import ale_py
+    except ImportError as error:
+        raise EnvError("env.atari.life_noops=false on envpool: rltrain restarts lives itself and "
+                       "needs ale-py to know whether the game waits for FIRE: pip install "
+                       f"'rltrain[atari]' ({error}).") from error
+    gym.register_envs(ale_py)
+    game = gym.make("ALE/" + envpool_task(env_id), full_action_space=atari.full_action_space)
+    try:
+        return SB3Starts(fire=needs_fire(game))
+    finally:
+        game.close()
+
+
+def _starts_lives(atari: AtariConfig) -> bool:
+    return atari.episodic_life and atari.life_noops is False
 
 
 class EnvpoolVectorEnv(VectorEnv[Any, Any, Any]):
@@ -69,10 +118,15 @@ class EnvpoolVectorEnv(VectorEnv[Any, Any, Any]):
         env_id: A Gymnasium id envpool knows (:func:`envpool_task`).
         num_envs: Sub-envs.
         seed: The pool's seed.
+        starts: Games and lives started by rltrain, SB3's way (:func:`sb3_starts`); None:
+            envpool's. Default None.
         kwargs: envpool's own settings (``envpool_kwargs`` for Atari; ``max_episode_steps``).
     """
 
-    def __init__(self, env_id: str, *, num_envs: int, seed: int, **kwargs: Any) -> None:
+    def __init__(self, env_id: str, *, num_envs: int, seed: int,
+                 starts: SB3Starts | None = None, **kwargs: Any) -> None:
+        self.starts = starts
+        self.lives = np.zeros(num_envs, dtype=np.int64)  # each sub-env's lives (starts only)
         #: Frames per observation, stacked here (module docstring); envpool gives one.
         self.stack = int(kwargs.get("stack_num", 1))
         self.task, self.kwargs = envpool_task(env_id), {**kwargs, "stack_num": 1} \
@@ -107,7 +161,12 @@ class EnvpoolVectorEnv(VectorEnv[Any, Any, Any]):
             self.pool.close()
             self.pool = self._make_pool(seed)
         with self._quiet():
-            observations, _ = self.pool.reset()
+            observations, info = self.pool.reset()
+        if self.starts is not None:
+            (lives,) = _in_env_order(info, np.asarray(info["lives"]))
+            self.lives = lives.copy()
+            if self.starts.fire:
+                observations = self._started(np.arange(self.num_envs), first_action=1)
         if self.stack > 1:
             self.frames = observations = np.repeat(observations, self.stack, axis=1)
         return observations, {}
@@ -118,6 +177,10 @@ class EnvpoolVectorEnv(VectorEnv[Any, Any, Any]):
             observations, rewards, terminated, truncated, info = self.pool.step(actions)
         observations, rewards, terminated, truncated = _in_env_order(
             info, observations, rewards, terminated, truncated)
+        if self.starts is not None:  # a lost life ends the learner's episode
+            (lives,) = _in_env_order(info, np.asarray(info["lives"]))
+            terminated = terminated | ((0 < lives) & (lives < self.lives))
+            self.lives = lives.copy()
         if self.stack > 1:
             assert self.frames is not None, "step() before reset()"
             observations = np.concatenate([self.frames[:, 1:], observations], axis=1)
@@ -125,21 +188,55 @@ class EnvpoolVectorEnv(VectorEnv[Any, Any, Any]):
         infos: dict[str, Any] = {}
         if ended.any():
             ids = np.flatnonzero(ended)
-            # envpool's reset step: the action is ignored, the first observation returned
-            with self._quiet():
-                first, *_, first_info = self.pool.step(np.asarray(actions)[ids], env_id=ids)
-            order = np.argsort(first_info["env_id"])
+            if self.starts is None:
+                # envpool's reset step: the action is ignored, the first observation returned
+                first = self._sub_step(ids, np.asarray(actions)[ids])[0]
+            else:  # that reset step after a game over, the no-op step after a lost life
+                first = self._started(ids, first_action=0)
             final = np.empty(self.num_envs, dtype=object)
             for i in ids:
                 final[i] = observations[i].copy()  # whatever envpool does with its arrays
             if self.stack == 1:  # envpool's own array; a stacked one is new at each step
                 observations = observations.copy()
-            observations[ids] = first[order]  # a stacked one: the first frame fills each
+            observations[ids] = first  # a stacked one: the first frame fills each
             infos = {"final_obs": final, "_final_obs": ended}
         if self.stack > 1:
             self.frames = observations
         return (observations, rewards.astype(np.float64), terminated.astype(bool),
                 truncated.astype(bool), infos)
+
+    def _sub_step(self, ids: np.ndarray, actions: np.ndarray) -> tuple[np.ndarray, np.ndarray,
+                                                                      np.ndarray]:
+        """Step sub-envs ``ids`` (ascending) alone: their observations, whether each ended and
+        their lives (0 where envpool gives none), in the order of ``ids``."""
+        with self._quiet():
+            observations, _, terminated, truncated, info = self.pool.step(actions, env_id=ids)
+        order = np.argsort(info["env_id"])
+        lives = np.asarray(info.get("lives", np.zeros(len(ids), dtype=np.int64)))
+        return observations[order], (terminated | truncated)[order], lives[order]
+
+    def _started(self, ids: np.ndarray, first_action: int) -> np.ndarray:
+        """Sub-envs ``ids`` started SB3's way (:class:`SB3Starts`), from ``first_action`` (0:
+        the no-op step after a lost life, or envpool's reset step after a game over; 1: FIRE,
+        after a new game's no-ops): their first observations."""
+        assert self.starts is not None
+        sequence = [0, 1, 2] if self.starts.fire else [0]
+        sequence = sequence[sequence.index(first_action):]
+        first = self._start_step(ids, sequence[0])
+        for action in sequence[1:]:
+            first = self._start_step(ids, action)
+        return first
+
+    def _start_step(self, ids: np.ndarray, action: int) -> np.ndarray:
+        """One step of a start (:meth:`_started`) for sub-envs ``ids``: their observations. A
+        game that ends on the way is reset (envpool's reset step), and its start goes on from
+        there, as SB3's ``FireResetEnv`` goes on."""
+        observations, ended, lives = self._sub_step(ids, np.full(len(ids), action))
+        if ended.any():
+            again, _, lives[ended] = self._sub_step(ids[ended], np.zeros(ended.sum(), np.int64))
+            observations[ended] = again
+        self.lives[ids] = lives
+        return observations
 
     def close_extras(self, **kwargs: Any) -> None:
         self.pool.close()
@@ -182,8 +279,7 @@ def _import_envpool() -> Any:
 def check_envpool_env(env_id: str | None, wrappers: tuple[Any, ...], target: str | None,
                       atari: AtariConfig | None = None) -> None:
     """Refuse what envpool cannot run, naming it: an env given by import path, Python
-    wrappers (envpool's envs run in C++; the Atari pipeline is envpool's own), or an Atari
-    pipeline that restarts a lost life without envpool's no-ops."""
+    wrappers (envpool's envs run in C++; the Atari pipeline is envpool's own)."""
     if target is not None or env_id is None:
         raise ValueError("env.backend=envpool runs envpool's own tasks by env.id; an env given "
                          "by _target_ needs env.backend=gymnasium.")
@@ -194,10 +290,6 @@ def check_envpool_env(env_id: str | None, wrappers: tuple[Any, ...], target: str
                          "run in C++. Drop env.wrappers (and env.max_episode_steps: envpool "
                          "applies its own limit, env.kwargs.max_episode_steps) or use "
                          "env.backend=gymnasium.")
-    if atari is not None and atari.life_noops is False:
-        raise ValueError("env.atari.life_noops=false: envpool goes on after a lost life only "
-                         "after random no-ops. Leave life_noops unset, or train on Gymnasium's "
-                         "envs (env.backend=gymnasium).")
 
 
 

@@ -18,7 +18,12 @@ import torch
 from gymnasium.vector import AutoresetMode, VectorEnv
 
 from rltrain.envs.atari import AtariConfig, AtariPipeline, is_atari_id
-from rltrain.envs.envpool import EnvpoolVectorEnv, check_envpool_env, envpool_kwargs
+from rltrain.envs.envpool import (
+    EnvpoolVectorEnv,
+    check_envpool_env,
+    envpool_kwargs,
+    sb3_starts,
+)
 from rltrain.envs.errors import EnvError, EnvStepTimeout, SubEnvError
 from rltrain.envs.mujoco_log import route_mujoco_warnings
 from rltrain.envs.sync import LeanSyncVectorEnv
@@ -356,6 +361,7 @@ def make_vector_env(
     if isinstance(env, EnvSpec) and env.backend == "envpool":
         assert env.id is not None and first_env is None
         pool = EnvpoolVectorEnv(env.id, num_envs=num_envs, seed=seed,
+                                starts=sb3_starts(env.id, env.atari),
                                 **envpool_kwargs(env.atari), **dict(env.kwargs))
         pool.action_space.seed(seed)
         return pool

@@ -118,7 +118,8 @@ def test_a_lost_life_goes_on_after_one_no_op_or_after_envpools_random_no_ops() -
 
 
 @pytest.mark.parametrize("backend, life_noops, evaluated", [
-    ("envpool", None, True), ("gymnasium", None, False), ("gymnasium", True, True)])
+    ("envpool", None, True), ("envpool", False, False), ("gymnasium", None, False),
+    ("gymnasium", True, True)])
 def test_evaluations_restart_lives_as_the_training_backend_does(
         backend: str, life_noops: bool | None, evaluated: bool) -> None:
     if backend == "envpool":
@@ -127,12 +128,6 @@ def test_evaluations_restart_lives_as_the_training_backend_does(
                                   backend=backend))
     assert isinstance(spec, EnvSpec) and spec.atari is not None
     assert spec.atari.life_noops is evaluated
-
-
-def test_envpool_refuses_lives_restarted_without_no_ops() -> None:
-    pytest.importorskip("envpool")
-    with pytest.raises(ValueError, match=r"env\.atari\.life_noops=false: envpool"):
-        EnvSpec("ALE/Breakout-v5", atari=AtariConfig(life_noops=False), backend="envpool")
 
 
 def test_sign_reward_keeps_the_sign_only() -> None:

@@ -136,6 +136,45 @@ def test_envpool_frames_are_stacked_as_envpool_stacks_them_within_a_life() -> No
         theirs.close()
 
 
+@pytest.mark.parametrize("game", ["ALE/Breakout-v5", "ALE/Pong-v5"])
+def test_envpool_started_sb3s_way_plays_the_gymnasium_pipelines_frames_through_lives(
+        game: str) -> None:
+    """With ``life_noops=false`` rltrain starts games and lives on envpool as the Gymnasium
+    pipeline (SB3's ``AtariWrapper``) does: lined up (one no-op frame per new game, rewards
+    unclipped), the same stacked frames, rewards and episode ends, step for step, through lost
+    lives and whole games, FIRE pressed after each start."""
+    from rltrain.envs.envpool import EnvpoolVectorEnv, envpool_kwargs, sb3_starts
+
+    lined_up = AtariConfig(noop_max=1, life_noops=False, clip_rewards=False)
+    starts = sb3_starts(game, lined_up)
+    assert starts is not None and starts.fire  # both games wait for FIRE
+    assert not envpool_kwargs(lined_up)["episodic_life"]  # envpool's own restart is off
+    gymnasiums = EnvSpec(game, atari=lined_up)()
+    pool = EnvpoolVectorEnv(game, num_envs=1, seed=7, starts=starts, **envpool_kwargs(lined_up))
+    try:
+        mine, _ = gymnasiums.reset(seed=7)
+        np.testing.assert_array_equal(pool.reset()[0][0], mine)
+        rng = np.random.default_rng(0)
+        lost = games = 0
+        for _ in range(1_500 if game == "ALE/Breakout-v5" else 300):
+            action = int(rng.integers(gymnasiums.action_space.n))  # type: ignore[attr-defined]
+            mine, reward, terminated, truncated, _ = gymnasiums.step(action)
+            pools, rewards, terminateds, truncateds, info = pool.step(np.array([action]))
+            assert (reward, terminated, truncated) == (
+                rewards[0], terminateds[0], truncateds[0])
+            if terminated or truncated:
+                np.testing.assert_array_equal(info["final_obs"][0], mine)
+                over = gymnasiums.unwrapped.ale.lives() == 0  # type: ignore[attr-defined]
+                games, lost = games + over, lost + (not over)
+                mine, _ = gymnasiums.reset()
+            np.testing.assert_array_equal(pools[0], mine)
+        if game == "ALE/Breakout-v5":
+            assert lost >= 20 and games >= 4  # restarts of both kinds were compared
+    finally:
+        gymnasiums.close()
+        pool.close()
+
+
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_mujoco_truncation_keeps_the_last_observation(backend: str) -> None:
     pytest.importorskip("mujoco")
