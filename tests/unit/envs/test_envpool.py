@@ -78,9 +78,12 @@ def test_cartpole_episodes_end_and_restart_as_the_runner_promises(backend: str) 
         runner.envs.close()
 
 
-@pytest.mark.parametrize("backend", BACKENDS)
-def test_atari_lives_end_learner_episodes_and_stacks_continue(backend: str) -> None:
-    spec = EnvSpec("ALE/Breakout-v5", atari=AtariConfig(), backend=backend)  # type: ignore[arg-type]
+@pytest.mark.parametrize("backend, life_noops", [
+    ("gymnasium", None), ("envpool", None), ("envpool", False)])
+def test_atari_lives_end_learner_episodes_and_stacks_continue(
+        backend: str, life_noops: bool | None) -> None:
+    spec = EnvSpec("ALE/Breakout-v5", atari=AtariConfig(life_noops=life_noops),
+                   backend=backend)  # type: ignore[arg-type]
     runner = runner_for(spec, num_envs=2)
     try:
         assert runner.envs.metadata["frame_stack"] == 4
