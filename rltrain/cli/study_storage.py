@@ -12,6 +12,10 @@ trials of a worker that died.
   directory, ``STUDY/trial-NNNN`` (NNNN: the first attempt's number), from its last checkpoint.
   On an RDB the heartbeat is Optuna's own (the database's clock); on a journal file, which has
   none in Optuna, a trial attribute written with the workers' clocks.
+- A worker marks each trial it asks for (:data:`BEATING`) at once. A running trial seen unmarked
+  twice, one heartbeat apart, was left by an earlier rltrain that kept no heartbeats (and held
+  :data:`OLD_LOCK` while it tuned): once that lock is free, it is queued again too. A trial a
+  live worker has just asked for is marked within moments, so it is never taken for one.
 """
 
 from __future__ import annotations
@@ -32,6 +36,10 @@ GRACE = 3
 JOURNAL_HEARTBEAT = "rltrain:heartbeat"
 #: Times a trial is queued again after its worker died before it is left failed.
 MAX_TAKEOVERS = 3
+#: A trial's user attribute: its worker records heartbeats (an earlier rltrain recorded none).
+BEATING = "rltrain:heartbeats"
+#: The lock an earlier rltrain held in the study folder while it tuned (one ``tune`` per study).
+OLD_LOCK = ".tune.lock"
 
 
 def storage_url(study_dir: Path, given: str | None) -> str:
@@ -80,18 +88,23 @@ def _retry(optuna: Any, times: int | None) -> Any:
 
 class Heartbeats:
     """A worker's side of the heartbeat in ``study``: a thread records one every ``heartbeat``
-    seconds for each trial the worker :meth:`hold` s (so that a worker busy for a while, starting
+    seconds for each trial the worker :meth:`claim` s (so that a worker busy for a while, starting
     a trial or checking a config, is not taken for dead), :meth:`take_over` fails the trials of
     workers that died, at most once per interval, and :meth:`hand_back` gives up one it stopped.
     Optuna's own heartbeat on an RDB (``native``); on a journal, the trial attribute
-    :data:`JOURNAL_HEARTBEAT`."""
+    :data:`JOURNAL_HEARTBEAT`. ``study_dir``: the study folder, where an earlier rltrain held
+    :data:`OLD_LOCK` (``None``: no such trials are taken over)."""
 
-    def __init__(self, optuna: Any, study: Any, heartbeat: int) -> None:
+    def __init__(self, optuna: Any, study: Any, heartbeat: int,
+                 study_dir: Path | None = None) -> None:
         self.optuna, self.study, self.interval = optuna, study, heartbeat
         self.storage = study._storage
         self.native = bool(self.storage.get_heartbeat_interval()) \
             if hasattr(self.storage, "get_heartbeat_interval") else False
+        self.old_lock = None if study_dir is None else study_dir / OLD_LOCK
         self._last_check = float("-inf")
+        #: Running trials seen unmarked (:data:`BEATING`), with the first time seen (monotonic).
+        self._unmarked: dict[int, float] = {}
         self._held: dict[int, Any] = {}
         self._lock = threading.Lock()
         self._stopped = threading.Event()
@@ -99,11 +112,19 @@ class Heartbeats:
                                         daemon=True)
         self._thread.start()
 
-    def hold(self, trial: Any) -> None:
-        """Keep ``trial``'s heartbeat from now on (one is recorded at once)."""
-        self._record(trial)
-        with self._lock:
-            self._held[trial._trial_id] = trial
+    def claim(self, trial: Any) -> bool:
+        """Keep ``trial``'s heartbeat from now on (one is recorded at once) and mark it; False
+        (nothing kept) when another worker failed it first: it is queued again for whichever
+        worker asks next."""
+        try:
+            self._record(trial)
+            with self._lock:
+                self._held[trial._trial_id] = trial
+            trial.set_user_attr(BEATING, True)
+        except self.optuna.exceptions.UpdateFinishedTrialError:
+            self.release(trial)
+            return False
+        return True
 
     def release(self, trial: Any) -> None:
         """Stop ``trial``'s heartbeat (it finished, or was handed back)."""
@@ -138,6 +159,7 @@ class Heartbeats:
         if time.monotonic() - self._last_check < self.interval:
             return
         self._last_check = time.monotonic()
+        self._take_over_unmarked()
         if self.native:
             self.optuna.storages.fail_stale_trials(self.study)
             return
@@ -145,6 +167,21 @@ class Heartbeats:
         for trial in self.study.get_trials(deepcopy=False, states=(states.RUNNING,)):
             if time.time() - _last_heartbeat(trial) > GRACE * self.interval:
                 self._fail_and_queue(trial, MAX_TAKEOVERS)
+
+    def _take_over_unmarked(self) -> None:
+        """Queue again, at once, the running trials seen unmarked (an earlier rltrain's) since
+        at least one heartbeat ago, once the lock that rltrain held is free."""
+        states = self.optuna.trial.TrialState
+        unmarked = {t._trial_id: t for t in
+                    self.study.get_trials(deepcopy=False, states=(states.RUNNING,))
+                    if t.user_attrs.get(BEATING) is not True}
+        now = time.monotonic()
+        self._unmarked = {i: self._unmarked.get(i, now) for i in unmarked}
+        if self.old_lock is None or held(self.old_lock):
+            return
+        for i, trial in unmarked.items():
+            if now - self._unmarked[i] >= self.interval:
+                self.hand_back(trial)
 
     def hand_back(self, trial: Any) -> None:
         """Give up ``trial`` (its run stopped with a checkpoint): queued again at once for
@@ -160,6 +197,23 @@ class Heartbeats:
             return  # another worker failed it first
         if won:
             _retry(self.optuna, times)(self.study, self.storage.get_trial(trial._trial_id))
+
+
+def held(path: Path) -> bool:
+    """Whether a process holds ``path`` locked (``flock``); False when it does not exist."""
+    import fcntl
+
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+    except OSError:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        return False
+    except BlockingIOError:
+        return True
+    finally:
+        os.close(fd)
 
 
 def _last_heartbeat(trial: Any) -> float:

@@ -111,7 +111,7 @@ def tune_command(args: argparse.Namespace) -> int:
     if launcher is not None:
         return submit_workers(launcher, args, study_dir, passthrough)
     trust = Trust(stored_in=study_dir, modules=[*args.trust, *args.imports, *named])
-    heartbeats = Heartbeats(optuna, study, setup.heartbeat)
+    heartbeats = Heartbeats(optuna, study, setup.heartbeat, study_dir)
     return Tuner(optuna, study, heartbeats, setup, dimensions, study_dir, passthrough,
                  trust).run()
 

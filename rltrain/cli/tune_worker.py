@@ -41,10 +41,6 @@ MAX_INVALID = 20
 #: Times one ``tune`` command resumes a trial whose process was killed (by a signal: the OOM
 #: killer, SIGKILL) before it records the trial failed.
 MAX_RETRIES = 3
-#: A trial's user attribute: its worker records heartbeats (an earlier rltrain recorded none).
-BEATING = "rltrain:heartbeats"
-#: The lock an earlier rltrain held while it tuned a study (one ``tune`` per study).
-OLD_LOCK = ".tune.lock"
 #: A trial's user attribute marking one asked beyond ``--trials`` by two workers at once.
 SURPLUS = "rltrain:surplus"
 
@@ -97,7 +93,6 @@ class Tuner:
     def _loop(self) -> bool:
         """The worker's loop (:meth:`run`); whether a stop was requested."""
         invalid = 0
-        self._adopt_unbeaten()
         with Stops(lambda: [r.process for r in self.running]) as stop:
             while True:
                 self.heartbeats.take_over()
@@ -137,8 +132,8 @@ class Tuner:
             return None
         trial = self.study.ask()
         frozen = self.study._storage.get_trial(trial._trial_id)
-        self.heartbeats.hold(trial)
-        trial.set_user_attr(BEATING, True)
+        if not self.heartbeats.claim(trial):
+            return None
         if run_number(frozen) == frozen.number:  # a new trial: one too many when two workers
             ahead = self.study.get_trials(deepcopy=False)  # asked for the last one at once
             if len(_by_run([t for t in ahead if t.number <= frozen.number])) \
@@ -147,17 +142,6 @@ class Tuner:
                 self._tell(trial, state=states.FAIL)
                 return None
         return trial
-
-    def _adopt_unbeaten(self) -> None:
-        """Queue again the running trials no heartbeat was ever recorded for: left by an
-        rltrain that kept none, which ran one ``tune`` per study holding :data:`OLD_LOCK`
-        (free now: that ``tune`` is gone)."""
-        states = self.optuna.trial.TrialState
-        unbeaten = [t for t in self.study.get_trials(deepcopy=False, states=(states.RUNNING,))
-                    if t.user_attrs.get(BEATING) is not True]
-        if unbeaten and not held(self.dir / OLD_LOCK):
-            for trial in unbeaten:
-                self.heartbeats.hand_back(trial)
 
     def _tell(self, trial: Any, value: float | None = None, **state: Any) -> bool:
         """Record ``trial``'s end (a value, or a ``state``) and stop its heartbeat; False when
@@ -339,23 +323,6 @@ class Tuner:
             print(f"stopped; continue with rltrain tune --study {self.dir}", flush=True)
             return 130
         return 0
-
-
-def held(path: Path) -> bool:
-    """Whether a process holds ``path`` locked (``flock``); False when it does not exist."""
-    import fcntl
-
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
-    except OSError:
-        return False
-    try:
-        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
-        return False
-    except BlockingIOError:
-        return True
-    finally:
-        os.close(fd)
 
 
 def _by_run(trials: list[Any]) -> dict[int, Any]:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import time
 from collections import Counter
 from pathlib import Path
 
@@ -86,7 +87,7 @@ def test_a_trial_another_worker_failed_is_not_recorded_twice(tmp_path: Path,
     beats, their_beats = Heartbeats(optuna, mine, 5), Heartbeats(optuna, other, 5)
     tuner = Tuner(optuna, mine, beats, Setup(config={}, space={}), [], tmp_path, [], Trust())
     trial = mine.ask()
-    beats.hold(trial)
+    assert beats.claim(trial)
     their_beats.hand_back(other._storage.get_trial(trial._trial_id))
     assert tuner._tell(trial, 1.0) is False
     assert f"trial {trial.number}: taken over by another worker" in capsys.readouterr().out
@@ -114,3 +115,63 @@ def test_workers_sharing_a_study_sample_their_own_settings(tmp_path: Path) -> No
     again = [_study(optuna, f"sqlite:///{tmp_path / f'{i}.db'}", alone, continuing=False).ask()
              .suggest_float("lr", 1e-5, 1e-2, log=True) for i in range(2)]
     assert again[0] == again[1]
+
+
+def test_a_trial_failed_before_its_worker_marked_it_is_left_to_whoever_asks(
+        tmp_path: Path) -> None:
+    """A trial another worker fails between this worker's ``ask`` and its mark (the CI failure
+    of stop 60: Optuna's UpdateFinishedTrialError crashed the worker) is not claimed: no
+    heartbeat kept for it, and it stays queued again for whichever worker asks next."""
+    from rltrain.cli.study_storage import Heartbeats, open_storage
+
+    url = f"sqlite:///{tmp_path / 'study.db'}"
+    mine = optuna.create_study(storage=open_storage(optuna, url, 5), study_name="s")
+    other = optuna.load_study(storage=open_storage(optuna, url, 5), study_name="s")
+    beats, their_beats = Heartbeats(optuna, mine, 5), Heartbeats(optuna, other, 5)
+    trial = mine.ask()
+    their_beats.hand_back(other._storage.get_trial(trial._trial_id))
+    assert beats.claim(trial) is False
+    assert not beats._held
+    assert [t.state.name for t in mine.get_trials()] == ["FAIL", "WAITING"]
+    queued = mine.ask()  # the next worker to ask takes it, and claims it
+    assert mine._storage.get_trial(queued._trial_id).system_attrs["failed_trial"] == trial.number
+    assert beats.claim(queued)
+    beats.close()
+    their_beats.close()
+
+
+@pytest.mark.parametrize("earlier_tune_alive", [False, True], ids=["lock-free", "lock-held"])
+def test_unmarked_trials_are_taken_over_one_heartbeat_after_first_seen(
+        tmp_path: Path, earlier_tune_alive: bool) -> None:
+    """A running trial without rltrain's mark is an earlier rltrain's (it kept no heartbeats)
+    only if it is still unmarked one heartbeat after it was first seen: a trial a live worker
+    has just asked for is marked within moments and never taken over. An earlier rltrain's
+    trial is left alone while that rltrain's ``tune`` holds its lock."""
+    import fcntl
+
+    from rltrain.cli.study_storage import OLD_LOCK, Heartbeats, open_storage
+
+    url = f"sqlite:///{tmp_path / 'study.db'}"
+    mine = optuna.create_study(storage=open_storage(optuna, url, 1), study_name="s")
+    other = optuna.load_study(storage=open_storage(optuna, url, 1), study_name="s")
+    lock = (tmp_path / OLD_LOCK).open("w")
+    if earlier_tune_alive:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+    beats = Heartbeats(optuna, mine, 1, tmp_path)
+    their_beats = Heartbeats(optuna, other, 1, tmp_path)
+    left = other.ask()  # the earlier rltrain's: never marked
+    just_asked = other.ask()  # a live worker's, between its ask and its mark
+    beats.take_over()
+    assert [t.state.name for t in mine.get_trials()] == ["RUNNING", "RUNNING"]
+    assert their_beats.claim(just_asked)
+    time.sleep(1.2)
+    beats.take_over()
+    states = {t.number: t.state.name for t in mine.get_trials()}
+    if earlier_tune_alive:
+        assert states == {left.number: "RUNNING", just_asked.number: "RUNNING"}
+    else:
+        assert states == {left.number: "FAIL", just_asked.number: "RUNNING", 2: "WAITING"}
+        assert mine.get_trials()[2].system_attrs["failed_trial"] == left.number
+    lock.close()
+    beats.close()
+    their_beats.close()
