@@ -175,10 +175,10 @@ class EnvpoolVectorEnv(VectorEnv[Any, Any, Any]):
                                           dict[str, Any]]:
         with self._quiet():
             observations, rewards, terminated, truncated, info = self.pool.step(actions)
-        observations, rewards, terminated, truncated = _in_env_order(
-            info, observations, rewards, terminated, truncated)
+        lives = np.asarray(info.get("lives", np.zeros(self.num_envs, dtype=np.int64)))
+        observations, rewards, terminated, truncated, lives = _in_env_order(
+            info, observations, rewards, terminated, truncated, lives)
         if self.starts is not None:  # a lost life ends the learner's episode
-            (lives,) = _in_env_order(info, np.asarray(info["lives"]))
             terminated = terminated | ((0 < lives) & (lives < self.lives))
             self.lives = lives.copy()
         if self.stack > 1:
