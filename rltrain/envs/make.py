@@ -29,7 +29,8 @@ from rltrain.envs.mujoco_log import route_mujoco_warnings
 from rltrain.envs.sync import LeanSyncVectorEnv
 from rltrain.envs.workers import WorkerVectorEnv, become_worker
 from rltrain.runtime.watchdog import EnvCallHung
-from rltrain.settings.targets import INSTALLED, MODULE_NAME, TRUSTED, Trust, import_modules, locate
+from rltrain.settings.module_finder import MODULE_NAME
+from rltrain.settings.targets import INSTALLED, TRUSTED, Trust, import_modules, locate
 
 Vectorization = Literal["sync", "async"]
 Backend = Literal["gymnasium", "envpool"]
