@@ -1,7 +1,8 @@
 """benchmarks/cleanrl_speed.py: the rate from two step counts, the step counts, the rltrain side's
 settings (they compose, and match CleanRL's ``Args`` defaults where a CleanRL checkout is at
-hand), the commands, and the Gymnasium 1.x patches of CleanRL's scripts (on a stand-in snippet
-always, on the scripts themselves where the checkout is at hand)."""
+hand), the commands; benchmarks/cleanrl_patches.py: the Gymnasium 1.x patches of CleanRL's
+scripts (on a stand-in snippet always, on the scripts themselves where the checkout is at
+hand)."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ from typing import Any
 import numpy as np
 import pytest
 
+from benchmarks import cleanrl_patches as patches
 from benchmarks import cleanrl_speed as bench
 from rltrain.config.schema import compose
 
@@ -134,7 +136,7 @@ class Writer:
 @pytest.mark.parametrize("keep_break", [True, False])
 def test_final_info_patch_reads_gymnasium_1_dicts(keep_break: bool) -> None:
     text = SNIPPET if keep_break else SNIPPET.replace("                    break\n", "")
-    patched, count = re.subn(bench.FINAL_INFO, bench._final_info, text, flags=re.DOTALL)
+    patched, count = re.subn(patches.FINAL_INFO, patches._final_info, text, flags=re.DOTALL)
     assert count == 1
     # Gymnasium 1.x: final_info is a dict of arrays, "_episode" masks the sub-envs that ended
     infos = {"final_info": {"episode": {"r": np.array([0.0, 21.0, 35.0]),
@@ -153,7 +155,7 @@ def test_final_info_patch_reads_gymnasium_1_dicts(keep_break: bool) -> None:
 
 def test_a_patch_that_no_longer_applies_stops() -> None:
     with pytest.raises(SystemExit, match="has changed"):
-        bench.patch_text("ppo.py", "print('not CleanRL')\n")
+        patches.patch_text("ppo.py", "print('not CleanRL')\n")
 
 
 def cleanrl_defaults(script: str) -> dict[str, Any]:
@@ -174,7 +176,7 @@ def cleanrl_defaults(script: str) -> dict[str, Any]:
 @needs_cleanrl
 @pytest.mark.parametrize("name", [n for n, p in bench.PAIRS.items() if p.script])
 def test_patches_apply_to_cleanrl_scripts(name: str, tmp_path: Path) -> None:
-    script = bench.patched_script(CLEANRL, bench.PAIRS[name].script or "", tmp_path)
+    script = patches.patched_script(CLEANRL, bench.PAIRS[name].script or "", tmp_path)
     text = script.read_text()
     compile(text, str(script), "exec")
     if name != "ppo_atari":
