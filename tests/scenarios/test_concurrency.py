@@ -23,6 +23,7 @@ from conftest import load_script
 pytestmark = pytest.mark.slow
 
 check = load_script("concurrency_check")
+run_checks = load_script("run_checks")
 
 
 @pytest.fixture(scope="module")
@@ -86,9 +87,9 @@ def test_the_fits_race_leaves_one_run_of_the_winners_seed(fits: tuple[Any, Path]
     assert table[-1]["env_steps"] == check.FIT_STEPS
     manifest = json.loads((run_dir / "checkpoints" / "manifest.json").read_text())
     for name in (manifest["last"], manifest["best"]["file"]):
-        facts = check.checkpoint_facts(run_dir / "checkpoints" / name)
+        facts = run_checks.checkpoint_facts(run_dir / "checkpoints" / name)
         assert facts["seed"] == seed, (name, facts, report)
-    assert check.checkpoint_facts(run_dir / "checkpoints" / manifest["last"])["env_steps"] \
+    assert run_checks.checkpoint_facts(run_dir / "checkpoints" / manifest["last"])["env_steps"] \
         == check.FIT_STEPS
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["env_steps"] == check.FIT_STEPS
@@ -136,7 +137,7 @@ def test_the_resumes_race_leaves_one_consistent_timeline(resumes: tuple[Any, Pat
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["env_steps"] == target
     manifest = json.loads((run_dir / "checkpoints" / "manifest.json").read_text())
-    last = check.checkpoint_facts(run_dir / "checkpoints" / manifest["last"])
+    last = run_checks.checkpoint_facts(run_dir / "checkpoints" / manifest["last"])
     assert (last["env_steps"], last["num_steps"]) == (target, target), report
 
 
