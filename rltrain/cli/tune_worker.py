@@ -16,7 +16,8 @@ import numpy as np
 from omegaconf import DictConfig, OmegaConf
 
 from rltrain.checkpoint.files import atomic_write_text
-from rltrain.cli.plot import MetricsTail, read_run
+from rltrain.cli.metrics_file import MetricsTail
+from rltrain.cli.plot import read_run
 from rltrain.cli.processes import (
     Stops,
     ended_on_signal,

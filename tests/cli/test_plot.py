@@ -14,15 +14,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from rltrain.cli.plot import (
-    MetricsTail,
-    RunCurve,
-    aggregate,
-    group_runs,
-    learning_curves,
-    read_rows,
-    read_run,
-)
+from rltrain.cli.metrics_file import MetricsTail, read_rows
+from rltrain.cli.plot import RunCurve, aggregate, group_runs, learning_curves, read_run
 from rltrain.config.schema import compose
 from rltrain.trainer import build
 
