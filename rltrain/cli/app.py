@@ -17,17 +17,21 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
-from rltrain.checkpoint import Checkpointer, LoadedCheckpoint, read_checkpoint
+from rltrain.checkpoint import Checkpointer, LoadedCheckpoint
 from rltrain.cli.analysis import ANALYSES
 from rltrain.cli.launchers import make_launcher
 from rltrain.cli.parser import parse_args
 from rltrain.cli.processes import confirmations
 from rltrain.cli.seeds import MANIFEST, launch, parent_of, parse_seeds, resume_group
+from rltrain.cli.stored_run import (
+    STORED_FOLDERS,
+    checkpoint_config,
+    checkpoint_folder,
+    resumed_config,
+    stored_config_errors,
+)
 from rltrain.config.files import (
     SHIPPED_CONFIGS,
-    ConfigError,
-    literal_config,
-    load_stored,
     parse_overrides,
     shipped_configs,
 )
@@ -43,7 +47,7 @@ from rltrain.runtime.distributed import DistributedError, exit_process, launched
 from rltrain.runtime.seeding import derive_seeds
 from rltrain.settings.registry import AGENTS, STRATEGIES, load_plugins
 from rltrain.settings.search_path import isolate
-from rltrain.settings.targets import TRUSTED, Trust, import_modules, within
+from rltrain.settings.targets import TRUSTED, Trust, import_modules
 from rltrain.trainer import build
 from rltrain.trainer.run_dir import not_started
 
@@ -239,89 +243,6 @@ def fit_seeds(args: argparse.Namespace, files: list[str], overrides: list[str]) 
     return launch(config, chosen, args.jobs, parent,
                   confirmations(args.trust, args.imports, named_modules(config)), folders,
                   launcher, wait_for=args.wait)
-
-
-def resumed_config(resume: str, overrides: list[str]
-                   ) -> tuple[DictConfig, str | LoadedCheckpoint]:
-    """The saved config of the run ``--resume`` names, with ``overrides`` applied, and the
-    checkpoint to resume from (``"last"``, ``"best"``, or a file already read for its config,
-    so that the resume reads it once)."""
-    ckpt_path: str | LoadedCheckpoint
-    given = parse_overrides(overrides)
-    path = Path(resume)
-    if resume in ("last", "best"):
-        run_dir = OmegaConf.select(given, "trainer.run_dir")
-        if run_dir is None:
-            raise ValueError(f"--resume {resume} needs trainer.run_dir=RUN_DIR, the run to "
-                             "continue (or pass --resume RUN_DIR).")
-        saved, ckpt_path = load_stored(Path(run_dir) / "config.yaml"), resume
-    elif path.is_dir():
-        saved, ckpt_path = load_stored(path / "config.yaml"), "last"
-        saved.trainer.run_dir = str(path)
-    elif path.is_file():
-        ckpt_path = LoadedCheckpoint.read(path)
-        saved = checkpoint_config(path, ckpt_path.state)
-        if path.parent.name == "checkpoints":  # the run it belongs to, wherever it was moved
-            saved.trainer.run_dir = str(path.parent.parent)
-        elif OmegaConf.select(given, "trainer.run_dir") is None:  # the file's word: untrusted
-            raise ConfigError(
-                f"--resume {path}: the checkpoint is not in a run's checkpoints/ folder, so "
-                "where the run goes on is not known (the run directory its config names is "
-                "not used: a checkpoint is untrusted). Name it: trainer.run_dir=DIR.")
-    else:
-        raise FileNotFoundError(f"Nothing to resume at {path}: pass a run directory, a "
-                                "checkpoint file, or last/best with trainer.run_dir=RUN_DIR.")
-    with stored_config_errors(path if path.exists() else Path(str(given.trainer.run_dir))):
-        config = validate(OmegaConf.merge(saved, given))
-    check_stored_paths(saved, given, Path(str(config.trainer.run_dir)))
-    return config, ckpt_path
-
-
-@contextlib.contextmanager
-def stored_config_errors(source: Path) -> Iterator[None]:
-    """Name ``source`` (a run directory or a checkpoint) in a config error of its stored
-    config, so that the message says which file is at fault."""
-    try:
-        yield
-    except ConfigError as error:
-        raise ConfigError(f"{source}: its stored config (or an override of it): {error}"
-                          ) from None
-
-
-#: The settings that name folders outside the run directory only on the command line's word.
-STORED_FOLDERS = ("trainer.checkpoint_dir",)
-
-
-def check_stored_paths(saved: DictConfig, given: DictConfig, run_dir: Path) -> None:
-    """Refuse a stored config whose checkpoint folder lies outside its run directory
-    unless the command line names that folder too: what a run directory says is untrusted, and
-    must not make rltrain write elsewhere."""
-    for key in STORED_FOLDERS:
-        stored = OmegaConf.select(saved, key)
-        if not isinstance(stored, str) or OmegaConf.select(given, key) is not None:
-            continue
-        folder = Path(stored) if Path(stored).is_absolute() else Path.cwd() / stored
-        if not within(folder, run_dir):
-            raise ConfigError(
-                f"The run's saved config sets {key}={stored}, outside the run directory "
-                f"{run_dir}. A run directory's files are untrusted: confirm that folder on the "
-                f"command line ({key}={stored}) or choose another.")
-
-
-def checkpoint_folder(config: DictConfig) -> Path:
-    """Where the run of ``config`` keeps its checkpoints."""
-    folder = config.trainer.checkpoint_dir
-    return Path(str(folder)) if folder is not None else Path(
-        str(config.trainer.run_dir)) / "checkpoints"
-
-
-def checkpoint_config(checkpoint: Path, state: dict[str, Any] | None = None) -> DictConfig:
-    """The run config stored in ``checkpoint`` (or, for older files, in its run directory);
-    ``state``: what the file holds, when it was read already."""
-    stored = (state if state is not None else read_checkpoint(checkpoint)).get("config")
-    if isinstance(stored, dict) and stored:
-        return literal_config(stored)
-    return load_stored(checkpoint.parent.parent / "config.yaml")
 
 
 def evaluate(args: argparse.Namespace) -> int:

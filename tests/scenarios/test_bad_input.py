@@ -47,10 +47,10 @@ from rltrain import (
 from rltrain.agents.base import SpaceError
 from rltrain.agents.dreamer import Dreamer, DreamerConfig
 from rltrain.checkpoint import Checkpointer, ManifestError, atomic_save, load_agent, read_checkpoint
-from rltrain.cli.app import resumed_config
 from rltrain.cli.launchers import SlurmLauncher
 from rltrain.cli.plot import read_run
 from rltrain.cli.seeds import resume_group
+from rltrain.cli.stored_run import resumed_config
 from rltrain.cli.study_storage import storage_url
 from rltrain.cli.tune_record import read_record as _read_study
 from rltrain.cli.tune_space import Dimension, check_params
