@@ -27,6 +27,8 @@ COVERED_BY: dict[str, tuple[str, ...]] = {
     "rltrain.cli.compare_figure": ("cli/test_compare.py::the_figure",),
     "rltrain.cli.processes": ("cli/test_seeds.py", "cli/test_tune.py"),
     "rltrain.cli.records": ("scenarios/test_hostile_records.py",),
+    "rltrain.config.hints": ("unit/config/test_config.py::Did you mean",
+                             "cli/test_first_hour.py::is a list; got"),
     "rltrain.envs.pickling": ("scenarios/test_hostile_runs.py",),
     "rltrain.envs.workers": ("scenarios/test_failures.py", "scenarios/test_hung_envs.py"),
     "rltrain.envs.wrapper_state": ("unit/envs/test_emulator.py", "unit/envs/test_physics.py"),
