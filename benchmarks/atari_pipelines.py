@@ -96,7 +96,7 @@ def compare_envpool(game: str, seed: int, steps: int) -> dict[str, Any]:
 
     lined_up = AtariConfig(noop_max=1, fire_reset=False, episodic_life=False,
                            clip_rewards=False, frame_stack=1)
-    ours = EnvSpec(game, atari=lined_up)()
+    ours: Any = EnvSpec(game, atari=lined_up)()  # the ALE's env under the pipeline
     theirs = envpool.make(envpool_task(game), env_type="gymnasium", num_envs=1, seed=seed,
                           **envpool_kwargs(lined_up))
     rng = np.random.default_rng(seed)

@@ -11,6 +11,7 @@ rounds of 200 calls after 50 warm-up calls:
 
 from __future__ import annotations
 
+import functools
 import os
 import statistics
 import subprocess
@@ -52,7 +53,7 @@ def worker() -> None:
     for name, size in BUCKETS.items():
         bucket = torch.zeros(size + 1)
         rows.append((f"all-reduce, gradient bucket {name}",
-                     timed(lambda bucket=bucket: dist.all_reduce(bucket), calls=100)))
+                     timed(functools.partial(dist.all_reduce, bucket), calls=100)))
     if dist.get_rank() == 0:
         print("| collective (gloo, 2 processes, this machine) | µs per call |")
         print("|---|---|")

@@ -30,7 +30,7 @@ CONFIG = "dqn_minigrid"
 THRESHOLD = 0.9
 
 
-def buffer_bytes(built: Any, capacity: int) -> dict[str, int]:
+def buffer_bytes(built: Any, capacity: int) -> dict[str, Any]:
     """The bytes of the replay buffer the run's agent makes, and of the same buffer with
     float32 observations (what every ``Box`` was stored as before)."""
     probe = make_probe_env(built.env)
@@ -41,6 +41,7 @@ def buffer_bytes(built: Any, capacity: int) -> dict[str, int]:
                                          device=torch.device("cpu"))
     finally:
         probe.close()
+    assert space.shape is not None and space.dtype is not None  # a Box
     observations = 2 * capacity * int(np.prod(space.shape))  # observation, next observation
     return {"capacity": capacity, "nbytes": buffer.nbytes,
             "observation_dtype": str(space.dtype),

@@ -56,7 +56,7 @@ def rltrain_run() -> Any:
         kept["run"] = run
         return finish(run)
 
-    engine.Run.finish = keep  # type: ignore[method-assign]
+    engine.Run.finish = keep  # type: ignore[method-assign, assignment]
     try:
         with tempfile.TemporaryDirectory() as run_dir, warnings.catch_warnings():
             warnings.simplefilter("ignore")
@@ -103,7 +103,8 @@ class CleanRL:
             for idx, truncated in enumerate(truncations):
                 if truncated:
                     real_next_obs[idx] = infos["final_obs"][idx]
-        self.rb.add(self.obs, real_next_obs, actions, rewards, terminations, infos)
+        self.rb.add(self.obs, real_next_obs, actions, rewards, terminations,
+                    infos)  # type: ignore[arg-type]  # as CleanRL passes them
         self.obs = next_obs
 
     def gradient_step(self) -> None:
@@ -114,7 +115,7 @@ class CleanRL:
         old_val = self.q(data.observations).gather(1, data.actions).squeeze()
         loss = F.mse_loss(td_target, old_val)
         self.optimizer.zero_grad()
-        loss.backward()
+        loss.backward()  # type: ignore[no-untyped-call]
         self.optimizer.step()
 
 

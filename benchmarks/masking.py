@@ -53,7 +53,7 @@ class MaskedChoice(gym.Env[Any, int]):
         target_space = gym.spaces.Box(0.0, 1.0, (N,), np.float32)
         self.observation_space = (target_space if in_info or not show_mask else gym.spaces.Dict(
             {"observation": target_space, "action_mask": gym.spaces.MultiBinary(N)}))
-        self.action_space = gym.spaces.Discrete(N)
+        self.action_space = gym.spaces.Discrete(N)  # type: ignore[assignment]  # Space[int64]
 
     def _draw(self) -> tuple[Any, dict[str, Any]]:
         self.target = int(self.np_random.integers(N))

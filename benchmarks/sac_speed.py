@@ -108,8 +108,9 @@ def parts(args: argparse.Namespace) -> None:
     b = 256
     batch = ReplayBatch(torch.randn(b, 3), torch.rand(b, 1) * 4 - 2, torch.randn(b),
                         torch.randn(b, 3), torch.zeros(b), torch.zeros(b))
-    obs, next_obs, actions, rewards = (batch.observations, batch.next_observations,
-                                       batch.actions / 2, batch.rewards)
+    obs, next_obs = batch.observations, batch.next_observations
+    assert isinstance(obs, torch.Tensor) and isinstance(next_obs, torch.Tensor)  # not a Dict
+    actions, rewards = batch.actions / 2, batch.rewards
     actor, twin, twin_target = agent.actor, agent.critic, agent.critic_target
     actor_params, twin_params = list(actor.parameters()), list(twin.parameters())
     # Two separate critics, as SB3 and CleanRL (and the hand-written loop) have them.
