@@ -1,4 +1,5 @@
-"""Write docs/results.md, the results page, from the result files in benchmarks/results/: one
+"""Write docs/results.md, the results page, from the result files in benchmarks/results/: a
+summary of every workload first (its seeds, each library's IQM, the verdicts, a link), then one
 table per workload (task, budget, seeds, rltrain beside its peer per seed and as an IQM with
 its 95% bootstrap interval, the probability that an rltrain run scores higher, the verdict and
 the commands). Needs the ``stats`` extra (rliable, SciPy).
@@ -12,8 +13,9 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -25,57 +27,13 @@ RESULTS = ROOT / "benchmarks" / "results"
 sys.path.insert(0, str(ROOT))
 
 from benchmarks._util import first_reaching  # noqa: E402
-from benchmarks.groups import (  # noqa: E402
-    GROUPS,
-    atari_curves,
-    atari_finals,
-    cleanrl_finals,
-    per_seed_files,
-    played_on,
-)
 from rltrain.cli.compare import improvement, interval_estimates  # noqa: E402
+from scripts.results_workloads import REFERENCES, WORKLOADS, Reference, Workload  # noqa: E402
 
 #: Bootstrap samples and their seed (fixed: the page is the same for the same files).
 REPS, SEED = 2_000, 0
 #: Seeds per library below which no verdict is given.
 MIN_SEEDS = 5
-
-
-@dataclass(frozen=True)
-class Workload:
-    """One table of the page.
-
-    Attributes:
-        title: The heading.
-        about: What is run, in a sentence or two.
-        budget: Env steps per run.
-        score: What a run's score is.
-        peer: The other library's name.
-        read: ``library -> {seed: score}`` from the result files.
-        commands: How to run both sides.
-        wanted: Seeds per library the comparison is planned with.
-        curves: ``library -> {seed: [(env steps, evaluation return), ...]}``, for the table of
-            mean curves and the env steps to ``threshold``. Default: none.
-        threshold: A return whose first reaching is tabled per seed. Default: none.
-        random: The results file of the random policy's games on rltrain's evaluation
-            pipeline. Default: none.
-        ours: The name rltrain's result files carry (an earlier version's runs keep their
-            own). Default ``"rltrain"``.
-    """
-
-    title: str
-    about: str
-    budget: int
-    score: str
-    peer: str
-    read: Callable[[str], dict[int, float]]
-    commands: tuple[str, ...]
-    wanted: int = 5
-    curves: Callable[[str], dict[int, list[tuple[int, float]]]] | None = None
-    threshold: float | None = None
-    random: str | None = None
-    ours: str = "rltrain"
-
 #: Columns of a table of mean curves: evaluations at most this many, evenly spread.
 CURVE_POINTS = 10
 
@@ -83,119 +41,6 @@ CURVE_POINTS = 10
 def _load(name: str) -> Any:
     path = RESULTS / f"{name}.json"
     return json.loads(path.read_text()) if path.exists() else None
-
-
-def of_group(name: str) -> dict[str, Any]:
-    """A :class:`Workload`'s curves, threshold and rltrain's name, from peer group ``name``
-    (:data:`benchmarks.groups.GROUPS`)."""
-    group = GROUPS[name]
-    return {"curves": group.curves, "threshold": group.threshold, "ours": group.ours}
-
-
-BREAKOUT = (
-    "`ppo_atari` (8 envs x 128 steps, the Nature CNN; rltrain on envpool's envs) on "
-    "ALE/Breakout-v5 beside Stable-Baselines3's PPO `CnnPolicy` on the same settings "
-    "(`AtariWrapper`, 4 frames stacked); 10 greedy whole games every 100,000 env steps. "
-    "The value loss weighs 0.5 on both sides (`agent.vf_coef=0.5`, the preset's value when "
-    "the group began; the preset now has CleanRL's 0.25, which in SB3's convention, "
-    "rltrain's, is half CleanRL's `vf_coef`).")
-BREAKOUT_COMMANDS = (
-    "python -m benchmarks.atari_ppo --library rltrain --seed S --run-dir RUN agent.vf_coef=0.5",
-    "python -m benchmarks.atari_ppo --library sb3 --seed S --run-dir RUN_SB3 agent.vf_coef=0.5")
-
-WORKLOADS = [
-    Workload(
-        "PPO on Atari Breakout", BREAKOUT + " Each library's evaluations restart a lost life "
-        "as its training does (rltrain on envpool: after 0 to 29 random no-op frames; SB3: "
-        "after one no-op step). rltrain trained on envpool's own frame stack (before "
-        "2026-12-06), which carries a lost life's last frames into the next life.",
-        1_000_000, "mean score of 10 greedy whole games at 1M env steps", "SB3",
-        atari_finals("breakout"), BREAKOUT_COMMANDS,
-        **of_group("breakout"),
-        random="atari_ppo_breakout_random_seed0"),
-    Workload(
-        "PPO on Atari Breakout, rltrain on Gymnasium's envs", BREAKOUT.replace(
-            "rltrain on envpool's envs", "rltrain on Gymnasium's async envs, whose pipeline "
-            "plays SB3's `AtariWrapper` frame for frame") + " The same SB3 runs as above.",
-        1_000_000, "mean score of 10 greedy whole games at 1M env steps", "SB3",
-        atari_finals("breakout"),
-        (BREAKOUT_COMMANDS[0].replace("--library rltrain", "--library rltrain --backend "
-                                      "gymnasium"), BREAKOUT_COMMANDS[1]),
-        **of_group("breakout-gymnasium")),
-    Workload(
-        "PPO on Atari Breakout, rltrain on envpool's envs stacked by rltrain", BREAKOUT.replace(
-            "rltrain on envpool's envs", "rltrain on envpool's envs, whose frames rltrain "
-            "stacks itself since 2026-12-06, refilled at each life's start as on Gymnasium's "
-            "envs (envpool's own stack keeps the lost life's last frames)") + " The same SB3 "
-        "runs as above.",
-        1_000_000, "mean score of 10 greedy whole games at 1M env steps", "SB3",
-        atari_finals("breakout"),
-        (BREAKOUT_COMMANDS[0].replace("--library rltrain", "--library rltrain --label "
-                                      "rltrain-envpool-refill"), BREAKOUT_COMMANDS[1]),
-        **of_group("breakout-envpool-refill")),
-    Workload(
-        "PPO on Atari Breakout, rltrain on envpool's envs started SB3's way",
-        BREAKOUT.replace(
-            "rltrain on envpool's envs", "rltrain on envpool's envs, stacked by rltrain, "
-            "whose games and lives rltrain starts itself as SB3's `AtariWrapper` does "
-            "(`env.atari.life_noops=false`, since 2026-12-06: a lost life goes on after one "
-            "no-op step, then FIRE and action 2, where envpool takes 0 to 29 random no-op "
-            "frames); evaluated on the same restart") + " The same SB3 runs as above.",
-        1_000_000, "mean score of 10 greedy whole games at 1M env steps", "SB3",
-        atari_finals("breakout"),
-        (BREAKOUT_COMMANDS[0].replace("--library rltrain", "--library rltrain --label "
-                                      "rltrain-envpool-sb3-starts") + " env.atari.life_noops=false",
-         BREAKOUT_COMMANDS[1]),
-        **of_group("breakout-envpool-sb3-starts")),
-    Workload(
-        "PPO on Atari Breakout, rltrain on envpool's envs stacked by rltrain, played on SB3's "
-        "life restart", "The final checkpoints of the group above played on rltrain's "
-        "Gymnasium pipeline, which restarts a lost life after one no-op step as SB3's "
-        "`AtariWrapper` does (and as SB3's evaluations above did), beside those SB3 "
-        "evaluations: both libraries scored on the same restart. 10 greedy whole games each.",
-        1_000_000, "mean score of 10 greedy whole games at 1M env steps", "SB3",
-        played_on("repeat"),
-        ("python -m benchmarks.atari_life_restart RUN --restarts repeat zeros repeat+noops "
-         "--results atari_life_restart_breakout_rltrain-envpool-refill_seedS",),
-        ours="rltrain-envpool-refill"),
-    Workload(
-        "PPO on Atari Breakout, rltrain evaluated on SB3's life restart (before 2026-12-06)",
-        BREAKOUT + " rltrain's evaluations then restarted a lost life after one no-op step, "
-        "SB3's way, where its training on envpool's envs restarts after random no-ops: its "
-        "greedy agents met a restart they had rarely seen (the same three final checkpoints "
-        "scored 8.0, 17.0 and 25.6 so, 11.3, 19.5 and 27.5 on envpool's restart). Kept as "
-        "measured; the table above is the group measured again.",
-        1_000_000, "mean score of 10 greedy whole games at 1M env steps", "SB3",
-        atari_finals("breakout"), BREAKOUT_COMMANDS,
-        **of_group("breakout-one-noop-eval")),
-    Workload(
-        "DQN on CartPole-v1 with CleanRL's settings", "rltrain's DQN given CleanRL's "
-        "`dqn.py` hyperparameters as overrides (`agent.loss=mse`, lr 2.5e-4, a 120-84 MLP, no "
-        "double Q, no gradient clip, the target copied every 500 env steps) beside CleanRL's "
-        "own script (patched for the Gymnasium 1.x vector API only).", 500_000,
-        "mean return of the last 100 training episodes (what CleanRL reports)", "CleanRL",
-        cleanrl_finals,
-        ("python -m benchmarks.cleanrl_dqn --cleanrl CLEANRL_CHECKOUT --seeds 1 2 3 4 5",)),
-    Workload(
-        "SAC with gSDE on MountainCarContinuous-v0", "RL-Zoo's entry "
-        "(`zoo:sac/MountainCarContinuous-v0`: gSDE with `use_expln`, 64x64, 50,000 env steps) "
-        "beside SB3's SAC on the same settings; 10 greedy episodes every 2,500 env steps.",
-        50_000, "env steps to a mean greedy return of 90 (∞: not reached)", "SB3",
-        per_seed_files("sac_mountaincar_gsde", "threshold_env_steps"),
-        ("python -m benchmarks.sac_learning --config zoo:sac/MountainCarContinuous-v0 "
-         "--seeds S --threshold 90 --eval-interval 2500 --results "
-         "sac_mountaincar_gsde_rltrain_seedS [--sb3 --results sac_mountaincar_gsde_sb3_seedS]",),
-        curves=GROUPS["sac"].curves),
-    Workload(
-        "TD3 on HalfCheetah-v5", "`td3_halfcheetah` beside SB3's TD3 on the same settings; 10 "
-        "greedy episodes every 10,000 env steps.", 100_000,
-        "mean greedy return at 100,000 env steps", "SB3",
-        per_seed_files("td3_halfcheetah", "final_eval_return"),
-        ("python -m benchmarks.mujoco_offpolicy --config td3_halfcheetah --seeds S "
-         "--run-dir RUNS --results td3_halfcheetah_rltrain_seedS "
-         "[--sb3 --results td3_halfcheetah_sb3_seedS]",),
-        **of_group("td3")),
-]
 
 
 def verdict(ours: Sequence[float], theirs: Sequence[float], peer: str, lower: bool) -> str:
@@ -230,13 +75,17 @@ def steps_to(curve: Sequence[tuple[int, float]], threshold: float) -> float:
 
 def seed_row(name: str, runs: dict[int, float], seeds: Sequence[int]) -> str:
     """A table row of per-seed scores and their IQM (— where a seed never scored)."""
-    values = [runs[s] for s in sorted(runs)]
-    finite = [v for v in values if math.isfinite(v)]
-    digits = 0 if all(v.is_integer() for v in finite) else 1
-    iqm = (interval_estimates(finite, REPS, SEED)["iqm"].text(digits) if finite
-           and len(finite) == len(values) else "—")
     return (f"| {name} | " + " | ".join(_score(runs[s]) if s in runs else "—" for s in seeds)
-            + f" | {iqm} |")
+            + f" | {iqm_text(runs)} |")
+
+
+def iqm_text(runs: dict[int, float]) -> str:
+    """The IQM of ``runs`` with its interval ("—": none, or a run that never scored)."""
+    values = list(runs.values())
+    if not values or not all(math.isfinite(v) for v in values):
+        return "—"
+    digits = 0 if all(v.is_integer() for v in values) else 1
+    return str(interval_estimates(values, REPS, SEED)["iqm"].text(digits))
 
 
 def curve_table(work: Workload, curves: dict[str, dict[int, list[tuple[int, float]]]]
@@ -266,9 +115,46 @@ def random_text(name: str | None) -> str:
             f"({len(random['returns'])} games)." if random else "")
 
 
-def section(work: Workload) -> list[str]:
-    ours, theirs = work.read(work.ours), work.read("sb3" if work.peer == "SB3" else "cleanrl")
+@dataclass(frozen=True)
+class Compared:
+    """One workload's runs and verdicts, for its section and its row of the summary.
+
+    Attributes:
+        ours, theirs: Each library's score by seed.
+        verdict: The verdict on the scores.
+        curves: ``library -> {seed: curve}`` (none when the workload has no curves).
+        reached: ``library -> {seed: env steps to the threshold}`` (none without one).
+        steps_verdict: The verdict on ``reached`` (fewer is better; "" without a threshold).
+    """
+
+    ours: dict[int, float]
+    theirs: dict[int, float]
+    verdict: str
+    curves: dict[str, dict[int, list[tuple[int, float]]]] | None = None
+    reached: dict[str, dict[int, float]] | None = None
+    steps_verdict: str = ""
+
+
+def compared(work: Workload) -> Compared:
+    peer = "sb3" if work.peer == "SB3" else "cleanrl"
+    ours, theirs = work.read(work.ours), work.read(peer)
     lower = "env steps to" in work.score  # fewer is better
+    said = verdict(list(ours.values()), list(theirs.values()), work.peer, lower)
+    if work.curves is None:
+        return Compared(ours, theirs, said)
+    curves = {"rltrain": work.curves(work.ours), work.peer: work.curves(peer)}
+    if work.threshold is None:
+        return Compared(ours, theirs, said, curves)
+    threshold = work.threshold
+    reached = {name: {seed: steps_to(curve, threshold) for seed, curve in runs.items()}
+               for name, runs in curves.items()}
+    return Compared(ours, theirs, said, curves, reached, verdict(
+        list(reached["rltrain"].values()), list(reached[work.peer].values()), work.peer,
+        lower=True))
+
+
+def section(work: Workload, found: Compared) -> list[str]:
+    ours, theirs = found.ours, found.theirs
     seeds = sorted(set(ours) | set(theirs))
     lines = [f"## {work.title}", "", work.about, "",
              f"Budget {work.budget:,} env steps; score: {work.score}; seeds: "
@@ -279,50 +165,43 @@ def section(work: Workload) -> list[str]:
     header = ["| seed | " + " | ".join(str(s) for s in seeds) + " | IQM [95% CI] |",
               "|---|" + "---|" * (len(seeds) + 1)]
     lines += [*header, seed_row("rltrain", ours, seeds), seed_row(work.peer, theirs, seeds)]
-    verdict_text = verdict(list(ours.values()), list(theirs.values()), work.peer, lower)
-    lines += ["", f"Verdict: {verdict_text}.", ""]
-    if work.curves is not None:
-        curves = {"rltrain": work.curves(work.ours),
-                  work.peer: work.curves("sb3" if work.peer == "SB3" else "cleanrl")}
-        if work.threshold is not None:
-            reached = {name: {seed: steps_to(curve, work.threshold)
-                              for seed, curve in runs.items()} for name, runs in curves.items()}
-            lines += [f"Env steps to a mean evaluation return of {work.threshold:,g} (∞: not "
-                      "reached within the budget):", "", *header,
-                      *(seed_row(name, runs, seeds) for name, runs in reached.items()), "",
-                      "Verdict (fewer is better): " + verdict(
-                          list(reached["rltrain"].values()), list(reached[work.peer].values()),
-                          work.peer, lower=True) + ".", ""]
-        if all(curves.values()):
-            lines += curve_table(work, curves)
+    lines += ["", f"Verdict: {found.verdict}.", ""]
+    if found.reached is not None:
+        lines += [f"Env steps to a mean evaluation return of {work.threshold:,g} (∞: not "
+                  "reached within the budget):", "", *header,
+                  *(seed_row(name, runs, seeds) for name, runs in found.reached.items()), "",
+                  f"Verdict (fewer is better): {found.steps_verdict}.", ""]
+    if found.curves is not None and all(found.curves.values()):
+        lines += curve_table(work, found.curves)
     return [*lines, "Commands:", "", *(f"    {c}" for c in work.commands), ""]
 
 
-@dataclass(frozen=True)
-class Reference:
-    """A table of rltrain's curves beside published ones and the random policy, where no peer
-    ran here on the same settings.
+def anchor(title: str) -> str:
+    """The link to a heading of the page, as the docs site (Python-Markdown's toc) makes it."""
+    words = re.sub(r"[^\w\s-]", "", title).strip().lower()
+    return "#" + re.sub(r"[-\s]+", "-", words)
 
-    Attributes:
-        title: The heading.
-        about: What is run.
-        budget: Env steps per run.
-        curves: rltrain's finished seeds: ``{seed: [(env steps, evaluation return), ...]}``.
-        random: The results file of the random policy's games on rltrain's pipeline.
-        published: The results file of published curves (``dopamine``: runs of returns per
-            iteration; ``finals``: single scores with their budgets).
-        command: How to run rltrain's side.
-        wanted: Seeds planned.
-    """
 
-    title: str
-    about: str
-    budget: int
-    curves: Callable[[str], dict[int, list[tuple[int, float]]]]
-    random: str
-    published: str
-    command: str
-    wanted: int
+def summary(found: Sequence[tuple[Workload, Compared]]) -> list[str]:
+    """One row per workload: its seeds, each library's IQM and the verdicts, linked to its
+    section."""
+    lines = ["## At a glance", "",
+             "| workload | score | seeds | rltrain IQM | peer IQM | verdict | env steps to the "
+             "threshold |", "|---|---|---|---|---|---|---|"]
+    for work, c in found:
+        steps = (f"{c.steps_verdict} (threshold {work.threshold:,g})" if c.reached is not None
+                 else "")
+        lines.append(f"| [{work.title}]({anchor(work.title)}) | {work.score} | "
+                     f"{len(c.ours)} and {len(c.theirs)} {work.peer} | {iqm_text(c.ours)} | "
+                     f"{work.peer} {iqm_text(c.theirs)} | {c.verdict} | {steps} |")
+    for ref in REFERENCES:
+        runs = ref.curves("rltrain")
+        finals = {seed: curve[-1][1] for seed, curve in runs.items()}
+        lines.append(f"| [{ref.title}]({anchor(ref.title)}) | evaluation return at "
+                     f"{ref.budget:,} env steps | {len(runs)} (planned {ref.wanted}) | "
+                     f"{iqm_text(finals)} | no peer: the random policy and published curves "
+                     "| | |")
+    return [*lines, ""]
 
 
 def dopamine_curve(published: dict[str, Any], budget: int) -> dict[int, list[float]]:
@@ -364,19 +243,6 @@ def reference_section(ref: Reference) -> list[str]:
     return lines
 
 
-REFERENCES = [
-    Reference(
-        "DQN on Atari Pong", "`dqn_atari` (RL-Zoo's Atari DQN settings: replay 100,000, "
-        "100,000 random steps first, one gradient step per 4 env steps, the target copied "
-        "every 1,000 env steps, epsilon 1 to 0.01 over 1,000,000 env steps, the Nature CNN) on "
-        "ALE/Pong-v5 without sticky actions; 10 greedy whole games every 100,000 env steps. No "
-        "peer ran here; beside it, the random policy and published curves.", 1_000_000,
-        atari_curves("pong", "dqn"), "atari_dqn_pong_random_seed0", "published_dqn_pong",
-        "python -m benchmarks.atari_ppo --library rltrain --preset dqn_atari --game "
-        "ALE/Pong-v5 --seed S --run-dir RUN", 2),
-]
-
-
 def page() -> str:
     head = ["# Results", "",
             "How rltrain learns beside the libraries practitioners compare it with, on the same "
@@ -391,7 +257,9 @@ def page() -> str:
             "runs as run directories and prints its table. How each benchmark is run, and the "
             "measurements behind implementation choices, are in [benchmarks.md](benchmarks.md)."
             , ""]
-    return "\n".join(head + [line for work in WORKLOADS for line in section(work)]
+    found = [(work, compared(work)) for work in WORKLOADS]
+    return "\n".join(head + summary(found)
+                     + [line for work, c in found for line in section(work, c)]
                      + [line for ref in REFERENCES for line in reference_section(ref)])
 
 

@@ -50,3 +50,20 @@ def test_the_pong_section_names_the_random_policy_and_the_published_scores(
     assert "20.6 at 10,000,000 env steps" in text  # RL Zoo's DQN on Pong
     runs = results_page.REFERENCES[0].curves("rltrain")
     assert ("| Dopamine DQN | " in text) == bool(runs)
+
+
+def test_the_summary_has_each_workloads_verdicts_and_links_to_its_section(
+        results_page: ModuleType) -> None:
+    found = [(work, results_page.compared(work)) for work in results_page.WORKLOADS]
+    rows = results_page.summary(found)
+    for (work, compared), row in zip(found, rows[4:], strict=False):
+        assert row.startswith(f"| [{work.title}](#")
+        assert f"| {compared.verdict} |" in row
+        section = "\n".join(results_page.section(work, compared))
+        assert f"Verdict: {compared.verdict}." in section
+        if compared.reached is not None:
+            assert compared.steps_verdict in row
+            assert f"Verdict (fewer is better): {compared.steps_verdict}." in section
+    assert results_page.anchor("PPO on Atari Breakout, rltrain on Gymnasium's envs (before "
+                               "2026-12-06)") == ("#ppo-on-atari-breakout-rltrain-on-"
+                                                  "gymnasiums-envs-before-2026-12-06")
