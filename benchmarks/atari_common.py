@@ -1,6 +1,7 @@
 """What the Atari benchmarks share: the ``ppo_atari`` preset as a config, and Stable-Baselines3's
 PPO on the same settings with its own Atari pipeline (``make_atari_env``: ``AtariWrapper`` in
-``SubprocVecEnv`` workers, ``VecFrameStack`` of 4).
+``SubprocVecEnv`` workers, ``VecFrameStack`` of 4); SB3's DQN on the ``dqn_atari`` preset's
+settings (:func:`benchmarks.dqn_presets.sb3_settings`: RL-Zoo's, one env, the same pipeline).
 
 SB3's settings, from the preset one for one: n_envs, n_steps, batch_size, n_epochs, the learning
 rate annealed linearly to 0 (``lambda remaining: remaining * lr``), clip_range,
@@ -51,6 +52,18 @@ def make_ale(game: str, **kwargs: Any) -> Any:
 
     gym.register_envs(ale_py)
     return gym.make(game, **kwargs)
+
+
+def sb3_dqn(config: DictConfig, envs: Any, seed: int) -> Any:
+    """SB3's DQN ``CnnPolicy`` (the Nature CNN, no hidden layer after it) with ``config``'s
+    (the ``dqn_atari`` preset's) settings on ``envs``; the replay holds both observations of
+    each transition, as RL-Zoo's (``optimize_memory_usage=False``): 5.6 GB for 100,000."""
+    import stable_baselines3
+
+    from benchmarks.dqn_presets import sb3_settings
+
+    return stable_baselines3.DQN("CnnPolicy", envs, seed=seed, device="cpu", verbose=0,
+                                 **sb3_settings(config))
 
 
 def sb3_ppo(config: DictConfig, envs: Any, seed: int) -> Any:

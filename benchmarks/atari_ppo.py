@@ -21,7 +21,9 @@ games with uniformly random actions on rltrain's evaluation pipeline.
 
 ``key=value`` changes the preset for both libraries (SB3's side reads the same config).
 
-``--preset dqn_atari`` trains rltrain's DQN preset instead (rltrain only).
+``--preset dqn_atari`` trains the DQN preset instead, rltrain's or SB3's DQN on its settings
+(one env, not in a worker process; its replay buffer saved beside its model at each evaluation,
+so a rerun continues from there too).
 
 Writes ``benchmarks/results/atari_<ppo|dqn>_<game>_<library>_seed<seed>.json`` (the library
 ``rltrain-gymnasium`` with ``--backend gymnasium``; ``--label`` names a group of its own), with
@@ -47,7 +49,7 @@ from benchmarks._util import (
     sb3_curve,
     write_results,
 )
-from benchmarks.atari_common import atari_config, sb3_atari_envs, sb3_ppo
+from benchmarks.atari_common import atari_config, sb3_atari_envs, sb3_dqn, sb3_ppo
 from rltrain.config.schema import compose
 from rltrain.envs.atari import AtariConfig
 from rltrain.envs.make import EnvSpec
@@ -89,13 +91,15 @@ def train_sb3(args: argparse.Namespace, run_dir: Path) -> dict[str, Any]:
     import stable_baselines3
     from stable_baselines3.common.logger import configure
 
-    config = atari_config(args.game, args.steps, str(run_dir), args.overrides)
+    config = atari_config(args.game, args.steps, str(run_dir), args.overrides, args.preset)
     sticky = float(config.env.atari.repeat_action_probability)
-    envs = sb3_atari_envs(args.game, int(config.strategy.num_envs), args.seed, sticky)
+    num_envs = int(config.strategy.num_envs)
+    envs = sb3_atari_envs(args.game, num_envs, args.seed, sticky, subprocess=num_envs > 1)
+    dqn = args.preset == "dqn_atari"
     saved = SB3Run(run_dir)
-    model, before = saved.load(stable_baselines3.PPO, envs)
+    model, before = saved.load(stable_baselines3.DQN if dqn else stable_baselines3.PPO, envs)
     if model is None:
-        model = sb3_ppo(config, envs, seed=args.seed)
+        model = (sb3_dqn if dqn else sb3_ppo)(config, envs, seed=args.seed)
     calls = record_call(run_dir, model.num_timesteps)
     # SB3's training statistics (entropy, value loss, clip fraction, ...), a CSV file per call
     model.set_logger(configure(str(run_dir / f"sb3_log_from_{model.num_timesteps}"), ["csv"]))
@@ -145,7 +149,7 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--backend", default="envpool", choices=["envpool", "gymnasium"])
     parser.add_argument("--preset", default="ppo_atari", choices=["ppo_atari", "dqn_atari"],
-                        help="rltrain's preset (SB3's side is PPO: ppo_atari only)")
+                        help="the preset (SB3's side: its PPO or DQN on the same settings)")
     parser.add_argument("--run-dir", type=Path, default=None)
     parser.add_argument("--label", default=None,
                         help="the library's name in the results file, for a group of runs of "
@@ -154,8 +158,6 @@ def main() -> None:
     parser.add_argument("overrides", nargs="*", metavar="key=value",
                         help="changes to the preset, for both libraries (agent.vf_coef=0.5)")
     args = parser.parse_args()
-    if args.library == "sb3" and args.preset != "ppo_atari":
-        parser.error("--library sb3 trains PPO: --preset ppo_atari only")
     name = args.game.removeprefix("ALE/").split("-")[0].lower()
     # rltrain on Gymnasium's envs is a group of its own (envpool's is the default)
     label = args.label or ("rltrain-gymnasium" if args.library == "rltrain"

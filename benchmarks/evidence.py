@@ -70,10 +70,12 @@ def jobs(runs: Path, cleanrl: str | None) -> list[Job]:
             "benchmarks.atari_ppo", "--library", library, *extra, "--seed", str(seed),
             "--run-dir", str(runs / f"{folder}-s{seed}"), "agent.vf_coef=0.5", *overrides,
             *keep)) for seed in range(5)]
-    for seed in (0, 1):  # DQN on Pong, 1M env steps
-        out.append(Job("pong", f"atari_dqn_pong_rltrain_seed{seed}", (
-            "benchmarks.atari_ppo", "--library", "rltrain", "--preset", "dqn_atari", "--game",
-            "ALE/Pong-v5", "--seed", str(seed), "--run-dir", str(runs / f"pong-dqn-s{seed}"))))
+    for group, library, folder in (("pong", "rltrain", "pong-dqn"),
+                                   ("pong-sb3", "sb3", "pong-dqn-sb3")):  # DQN on Pong, 1M
+        out += [Job(group, f"atari_dqn_pong_{library}_seed{seed}", (
+            "benchmarks.atari_ppo", "--library", library, "--preset", "dqn_atari", "--game",
+            "ALE/Pong-v5", "--seed", str(seed), "--run-dir", str(runs / f"{folder}-s{seed}")))
+            for seed in (0, 1)]
     for seed in range(5):  # SAC with gSDE on MountainCarContinuous, RL-Zoo's entry, 50k
         for library in ("rltrain", "sb3"):
             name = f"sac_mountaincar_gsde_{library}_seed{seed}"
@@ -111,7 +113,7 @@ def main() -> None:
     parser.add_argument("--jobs", type=int, default=2)
     parser.add_argument("--only", nargs="+",
                         help="groups, in the order to run them: breakout breakout-gymnasium "
-                        "breakout-envpool-refill breakout-envpool-sb3-starts pong td3 sac "
+                        "breakout-envpool-refill breakout-envpool-sb3-starts pong pong-sb3 td3 sac "
                         "cleanrl")
     parser.add_argument("--runs", type=Path, default=Path("runs/evidence"))
     parser.add_argument("--logs", type=Path, default=Path("runs/evidence"))

@@ -195,12 +195,12 @@ def summary(found: Sequence[tuple[Workload, Compared]]) -> list[str]:
                      f"{len(c.ours)} and {len(c.theirs)} {work.peer} | {iqm_text(c.ours)} | "
                      f"{work.peer} {iqm_text(c.theirs)} | {c.verdict} | {steps} |")
     for ref in REFERENCES:
-        runs = ref.curves("rltrain")
-        finals = {seed: curve[-1][1] for seed, curve in runs.items()}
+        runs, peer = ref.curves("rltrain"), ref.curves("sb3")
+        finals = [{seed: curve[-1][1] for seed, curve in found.items()} for found in (runs, peer)]
         lines.append(f"| [{ref.title}]({anchor(ref.title)}) | evaluation return at "
-                     f"{ref.budget:,} env steps | {len(runs)} (planned {ref.wanted}) | "
-                     f"{iqm_text(finals)} | no peer: the random policy and published curves "
-                     "| | |")
+                     f"{ref.budget:,} env steps | {len(runs)} and {len(peer)} SB3 (planned "
+                     f"{ref.wanted} each) | {iqm_text(finals[0])} | SB3 {iqm_text(finals[1])}; "
+                     "the random policy and published curves in the section | | |")
     return [*lines, ""]
 
 
@@ -212,24 +212,26 @@ def dopamine_curve(published: dict[str, Any], budget: int) -> dict[int, list[flo
 
 
 def reference_section(ref: Reference) -> list[str]:
-    runs = ref.curves("rltrain")
+    runs, peer = ref.curves("rltrain"), ref.curves("sb3")
     published = _load(ref.published)
     dopamine = dopamine_curve(published["dopamine"], ref.budget)
-    steps = sorted({x for curve in runs.values() for x, _ in curve} | set(dopamine))
+    steps = sorted({x for curve in [*runs.values(), *peer.values()] for x, _ in curve}
+                   | set(dopamine))
     lines = [f"## {ref.title}", "", ref.about, "",
-             f"Budget {ref.budget:,} env steps; seeds: {len(runs)} rltrain (planned "
-             f"{ref.wanted})." + random_text(ref.random), ""]
-    if runs:
+             f"Budget {ref.budget:,} env steps; seeds: {len(runs)} rltrain, {len(peer)} SB3 "
+             f"(planned {ref.wanted} each)." + random_text(ref.random), ""]
+    if runs or peer:
         lines += ["Evaluation return (mean of 10 greedy whole games) by env steps, beside "
                   "Dopamine's DQN, each column the iteration that ends there ("
                   f"{published['dopamine']['what']}; the mean of its "
                   f"{len(published['dopamine']['runs'])} runs, lowest and highest below):", "",
                   "| env steps | " + " | ".join(f"{x:,}" for x in steps) + " |",
                   "|---|" + "---|" * len(steps)]
-        for seed, curve in sorted(runs.items()):
-            at = dict(curve)
-            lines.append(f"| rltrain seed {seed} | " + " | ".join(
-                _score(at[x]) if x in at else "" for x in steps) + " |")
+        for name, found in (("rltrain", runs), ("SB3", peer)):
+            for seed, curve in sorted(found.items()):
+                at = dict(curve)
+                lines.append(f"| {name} seed {seed} | " + " | ".join(
+                    _score(at[x]) if x in at else "" for x in steps) + " |")
         lines += ["| Dopamine DQN | " + " | ".join(
             f"{np.mean(dopamine[x]):,.1f}<br>({min(dopamine[x]):,.1f}, {max(dopamine[x]):,.1f})"
             if x in dopamine else "" for x in steps) + " |", ""]
@@ -239,7 +241,7 @@ def reference_section(ref: Reference) -> list[str]:
         f"{final['source']}: {_score(final['score'])}"
         + (f" at {final['env_steps']:,} env steps" if final["env_steps"] else "")
         for final in published["finals"]) + ".", "",
-        "Command:", "", f"    {ref.command}", ""]
+        "Commands:", "", *(f"    {c}" for c in ref.commands), ""]
     return lines
 
 

@@ -167,18 +167,18 @@ WORKLOADS = [
 
 @dataclass(frozen=True)
 class Reference:
-    """A table of rltrain's curves beside published ones and the random policy, where no peer
-    ran here on the same settings.
+    """A table of rltrain's curves beside published ones and the random policy, and beside
+    SB3's on the same settings where its runs are in (a budget too long to run both here).
 
     Attributes:
         title: The heading.
         about: What is run.
         budget: Env steps per run.
-        curves: rltrain's finished seeds: ``{seed: [(env steps, evaluation return), ...]}``.
+        curves: ``library -> {seed: [(env steps, evaluation return), ...]}``, finished seeds.
         random: The results file of the random policy's games on rltrain's pipeline.
         published: The results file of published curves (``dopamine``: runs of returns per
             iteration; ``finals``: single scores with their budgets).
-        command: How to run rltrain's side.
+        commands: How to run each side.
         wanted: Seeds planned.
     """
 
@@ -188,7 +188,7 @@ class Reference:
     curves: Callable[[str], dict[int, list[tuple[int, float]]]]
     random: str
     published: str
-    command: str
+    commands: tuple[str, ...]
     wanted: int
 
 
@@ -197,9 +197,11 @@ REFERENCES = [
         "DQN on Atari Pong", "`dqn_atari` (RL-Zoo's Atari DQN settings: replay 100,000, "
         "100,000 random steps first, one gradient step per 4 env steps, the target copied "
         "every 1,000 env steps, epsilon 1 to 0.01 over 1,000,000 env steps, the Nature CNN) on "
-        "ALE/Pong-v5 without sticky actions; 10 greedy whole games every 100,000 env steps. No "
-        "peer ran here; beside it, the random policy and published curves.", 1_000_000,
+        "ALE/Pong-v5 without sticky actions; 10 greedy whole games every 100,000 env steps. "
+        "Beside it, the random policy, published curves, and SB3's DQN on the same settings "
+        "(RL-Zoo's, one env, `AtariWrapper`) where its runs are in.", 1_000_000,
         atari_curves("pong", "dqn"), "atari_dqn_pong_random_seed0", "published_dqn_pong",
-        "python -m benchmarks.atari_ppo --library rltrain --preset dqn_atari --game "
-        "ALE/Pong-v5 --seed S --run-dir RUN", 2),
+        tuple(f"python -m benchmarks.atari_ppo --library {library} --preset dqn_atari --game "
+              f"ALE/Pong-v5 --seed S --run-dir {run}"
+              for library, run in (("rltrain", "RUN"), ("sb3", "RUN_SB3"))), 2),
 ]

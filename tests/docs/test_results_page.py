@@ -48,8 +48,10 @@ def test_the_pong_section_names_the_random_policy_and_the_published_scores(
     random = results_page._load("atari_dqn_pong_random_seed0")
     assert f"Random policy on the same evaluation pipeline: {random['mean']:.1f}" in text
     assert "20.6 at 10,000,000 env steps" in text  # RL Zoo's DQN on Pong
-    runs = results_page.REFERENCES[0].curves("rltrain")
-    assert ("| Dopamine DQN | " in text) == bool(runs)
+    runs, peer = (results_page.REFERENCES[0].curves(name) for name in ("rltrain", "sb3"))
+    assert ("| Dopamine DQN | " in text) == bool(runs or peer)
+    assert all(f"| SB3 seed {seed} | " in text for seed in peer)
+    assert "--library sb3 --preset dqn_atari" in text
 
 
 def test_the_summary_has_each_workloads_verdicts_and_links_to_its_section(
