@@ -6,6 +6,7 @@ import importlib
 import json
 import math
 import multiprocessing
+import os
 import platform
 import statistics
 import subprocess
@@ -254,12 +255,19 @@ class SB3Run:
         return model, [(int(x), float(y)) for x, y in json.loads(self.curve.read_text())]
 
     def save(self, model: Any, curve: Sequence[tuple[int, float]]) -> None:
-        """Save ``model`` (and its replay buffer) with the ``curve`` so far."""
+        """Save ``model`` (and its replay buffer) with the ``curve`` so far, each file written
+        whole beside its place and then moved there: a run killed while writing (an Atari
+        replay takes gigabytes) keeps the previous save."""
         self.model.parent.mkdir(parents=True, exist_ok=True)
-        model.save(self.model)
+        written = [(self.model.with_suffix(".tmp.zip"), self.model)]
+        model.save(written[0][0])
         if hasattr(model, "save_replay_buffer"):
-            model.save_replay_buffer(self.replay)
-        self.curve.write_text(json.dumps(list(curve)))
+            written.append((self.replay.with_suffix(".tmp.pkl"), self.replay))
+            model.save_replay_buffer(written[-1][0])
+        written.append((self.curve.with_suffix(".tmp.json"), self.curve))
+        written[-1][0].write_text(json.dumps(list(curve)))
+        for temporary, path in written:
+            os.replace(temporary, path)
 
 
 def fmt(value: float | None, spec: str = "{:.1f}") -> str:

@@ -162,7 +162,8 @@ def main() -> None:
     # rltrain on Gymnasium's envs is a group of its own (envpool's is the default)
     label = args.label or ("rltrain-gymnasium" if args.library == "rltrain"
                            and args.backend == "gymnasium" else args.library)
-    run_dir = args.run_dir or Path("runs") / f"atari-{name}-{label}"
+    algo = "" if args.preset == "ppo_atari" else "dqn-"  # PPO's folders kept their names
+    run_dir = args.run_dir or Path("runs") / f"atari-{algo}{name}-{label}"
     if args.library == "random":
         result = random_return(args.game, args.seed)
         print(f"random policy on {args.game}: {result['mean']:.1f} over {EPISODES} games")

@@ -196,7 +196,8 @@ def summary(found: Sequence[tuple[Workload, Compared]]) -> list[str]:
                      f"{work.peer} {iqm_text(c.theirs)} | {c.verdict} | {steps} |")
     for ref in REFERENCES:
         runs, peer = ref.curves("rltrain"), ref.curves("sb3")
-        finals = [{seed: curve[-1][1] for seed, curve in found.items()} for found in (runs, peer)]
+        finals = [{seed: curve[-1][1] for seed, curve in library.items()}
+                  for library in (runs, peer)]
         lines.append(f"| [{ref.title}]({anchor(ref.title)}) | evaluation return at "
                      f"{ref.budget:,} env steps | {len(runs)} and {len(peer)} SB3 (planned "
                      f"{ref.wanted} each) | {iqm_text(finals[0])} | SB3 {iqm_text(finals[1])}; "

@@ -12,10 +12,12 @@ trials of a worker that died.
   directory, ``STUDY/trial-NNNN`` (NNNN: the first attempt's number), from its last checkpoint.
   On an RDB the heartbeat is Optuna's own (the database's clock); on a journal file, which has
   none in Optuna, a trial attribute written with the workers' clocks.
-- A worker marks each trial it asks for (:data:`BEATING`) at once. A running trial seen unmarked
-  twice, one heartbeat apart, was left by an earlier rltrain that kept no heartbeats (and held
-  :data:`OLD_LOCK` while it tuned): once that lock is free, it is queued again too. A trial a
-  live worker has just asked for is marked within moments, so it is never taken for one.
+- A worker marks each trial it asks for at once (:data:`BEATING`: the trial's own number, as
+  Optuna copies a failed trial's attributes into the attempt it queues). A running trial seen
+  unmarked twice, one heartbeat apart, was left by an earlier rltrain that kept no heartbeats
+  (and held :data:`OLD_LOCK` while it tuned), or by a worker that died between asking for it and
+  marking it: once that lock is free, it is queued again too. A trial a live worker has just
+  asked for is marked within moments, so it is never taken for one.
 """
 
 from __future__ import annotations
@@ -37,6 +39,8 @@ JOURNAL_HEARTBEAT = "rltrain:heartbeat"
 #: Times a trial is queued again after its worker died before it is left failed.
 MAX_TAKEOVERS = 3
 #: A trial's user attribute: its worker records heartbeats (an earlier rltrain recorded none).
+#: Its value is the trial's number (``True`` from rltrain before 2026-12-07, trusted on first
+#: attempts only: a queued attempt inherits the failed one's attributes).
 BEATING = "rltrain:heartbeats"
 #: The lock an earlier rltrain held in the study folder while it tuned (one ``tune`` per study).
 OLD_LOCK = ".tune.lock"
@@ -120,7 +124,7 @@ class Heartbeats:
             self._record(trial)
             with self._lock:
                 self._held[trial._trial_id] = trial
-            trial.set_user_attr(BEATING, True)
+            trial.set_user_attr(BEATING, trial.number)
         except self.optuna.exceptions.UpdateFinishedTrialError:
             self.release(trial)
             return False
@@ -172,10 +176,10 @@ class Heartbeats:
         """Queue again, at once, the running trials seen unmarked (an earlier rltrain's) since
         at least one heartbeat ago, once the lock that rltrain held is free."""
         states = self.optuna.trial.TrialState
+        now = time.monotonic()  # before the read: a trial marked since is not handed back late
         unmarked = {t._trial_id: t for t in
                     self.study.get_trials(deepcopy=False, states=(states.RUNNING,))
-                    if t.user_attrs.get(BEATING) is not True}
-        now = time.monotonic()
+                    if not marked(t)}
         self._unmarked = {i: self._unmarked.get(i, now) for i in unmarked}
         if self.old_lock is None or held(self.old_lock):
             return
@@ -216,14 +220,25 @@ def held(path: Path) -> bool:
         os.close(fd)
 
 
+def marked(trial: Any) -> bool:
+    """Whether ``trial``'s worker marked it as one whose heartbeats it keeps (:data:`BEATING`)."""
+    mark = trial.user_attrs.get(BEATING)
+    if mark is True:  # an earlier rltrain's mark: its own only on a first attempt
+        return "failed_trial" not in trial.system_attrs
+    return type(mark) is int and mark == trial.number
+
+
 def _last_heartbeat(trial: Any) -> float:
-    """A journal trial's last heartbeat (seconds since the epoch; its start when it has none,
-    and the start too when the recorded value is not a number: the journal is untrusted)."""
+    """A journal trial's last heartbeat (seconds since the epoch): the later of the recorded one
+    and its start (a queued attempt inherits the failed one's last heartbeat, and starts when
+    a worker takes it); its start alone when the recorded value is not a number (the journal is
+    untrusted)."""
+    start = trial.datetime_start
+    started = start.timestamp() if isinstance(start, datetime) else 0.0
     value = trial.system_attrs.get(JOURNAL_HEARTBEAT)
     if isinstance(value, (int, float)) and not isinstance(value, bool):
-        return float(value)
-    start = trial.datetime_start
-    return start.timestamp() if isinstance(start, datetime) else 0.0
+        return max(float(value), started)
+    return started
 
 
 def run_number(trial: Any) -> int:

@@ -211,15 +211,15 @@ def test_a_trial_whose_own_process_is_killed_resumes_from_its_checkpoint(
 @pytest.mark.slow
 def test_a_study_an_earlier_rltrain_left_running_is_taken_over(tmp_path: Path) -> None:
     """A trial an earlier rltrain left RUNNING (it recorded no heartbeats, and held
-    ``.tune.lock`` while it tuned) is queued again at once, not waited on forever; while that
-    lock is held, it is left alone."""
+    ``.tune.lock`` while it tuned) is queued again once seen unmarked for a heartbeat, not
+    waited on forever; while that lock is held, it is left alone (for several heartbeats)."""
     import fcntl
 
     path = tmp_path / "study"
     path.mkdir()
     config = compose(QUICK[:1], QUICK[1:])
     space = {"agent.lr": {"low": 1e-4, "high": 1e-3, "log": True}}
-    setup = Setup(to_container(config), space, trials=1)
+    setup = Setup(to_container(config), space, trials=1, heartbeat=2)
     (path / "tune.json").write_text(json.dumps({"format": 2, **setup.__dict__}))
     left = optuna.create_study(study_name="rltrain", storage=f"sqlite:///{path / 'study.db'}",
                                direction="maximize")

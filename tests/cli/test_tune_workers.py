@@ -175,3 +175,30 @@ def test_unmarked_trials_are_taken_over_one_heartbeat_after_first_seen(
     lock.close()
     beats.close()
     their_beats.close()
+
+
+def test_an_attempt_queued_again_is_unmarked_and_not_stale_until_a_worker_takes_it(
+        tmp_path: Path) -> None:
+    """Optuna copies a failed trial's attributes into the attempt it queues: the copy must not
+    pass for marked (a worker that died before marking it would leave it running for ever), nor
+    for stale by the inherited heartbeat of a journal (it would be failed again at once)."""
+    from rltrain.cli.study_storage import JOURNAL_HEARTBEAT, Heartbeats, marked, open_storage
+
+    url = f"journal:{tmp_path / 'journal.log'}"
+    mine = optuna.create_study(storage=open_storage(optuna, url, 1), study_name="s")
+    beats = Heartbeats(optuna, mine, 1)
+    first = mine.ask()
+    assert beats.claim(first) and marked(mine._storage.get_trial(first._trial_id))
+    mine._storage.set_trial_system_attr(first._trial_id, JOURNAL_HEARTBEAT, time.time() - 600)
+    beats.hand_back(mine._storage.get_trial(first._trial_id))
+    again = mine.ask()  # the queued copy, with the first attempt's mark and old heartbeat
+    copy = mine._storage.get_trial(again._trial_id)
+    assert copy.user_attrs["rltrain:heartbeats"] == first.number and not marked(copy)
+    beats._last_check = float("-inf")
+    beats.take_over()  # not stale: its heartbeat counts from when it was taken
+    assert mine._storage.get_trial(again._trial_id).state.name == "RUNNING"
+    assert beats.claim(again) and marked(mine._storage.get_trial(again._trial_id))
+    legacy = mine.ask()  # rltrain before 2026-12-07 marked True: trusted on a first attempt
+    legacy.set_user_attr("rltrain:heartbeats", True)
+    assert marked(mine._storage.get_trial(legacy._trial_id))
+    beats.close()

@@ -71,6 +71,10 @@ def test_the_summary_has_each_workloads_verdicts_and_links_to_its_section(
                 .removesuffix(".") for line in section.splitlines()
                 if line.startswith("Verdict")]
         assert said and all(f"| {verdict} " in row for verdict in said), (row, said)
+    for ref in results_page.REFERENCES:  # no peer verdict: its seeds, linked
+        runs = ref.curves("rltrain")
+        assert f"| [{ref.title}]({results_page.anchor(ref.title)}) | " in summary
+        assert f"| {len(runs)} and {len(ref.curves('sb3'))} SB3 (planned " in summary
     assert results_page.anchor("PPO on Atari Breakout, rltrain on Gymnasium's envs (before "
                                "2026-12-06)") == ("#ppo-on-atari-breakout-rltrain-on-"
                                                   "gymnasiums-envs-before-2026-12-06")
