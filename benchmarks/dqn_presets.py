@@ -144,13 +144,15 @@ def sb3_settings(config: Any) -> dict[str, Any]:
 def run_sb3(args: argparse.Namespace, run_root: str, seed: int) -> dict[str, Any]:
     """Train one seed with Stable-Baselines3's DQN on the same settings."""
     import gymnasium as gym
-    from sb3_contrib import QRDQN
     from stable_baselines3 import DQN
 
     torch.set_num_threads(1)
     config = compose([args.config], overrides(args, seed, f"{run_root}/seed{seed}"))
     settings = sb3_settings(config)
-    SB3DQN: Any = QRDQN if config.agent.name == "qrdqn" else DQN
+    SB3DQN: Any = DQN
+    if config.agent.name == "qrdqn":  # sb3-contrib's, imported only for it
+        from sb3_contrib import QRDQN
+        SB3DQN = QRDQN
     env_id, num_steps = str(config.env.id), int(config.trainer.num_steps)
     kwargs = dict(config.env.kwargs or {})
     model = SB3DQN("MlpPolicy", gym.make(env_id, **kwargs), seed=seed, device="cpu", verbose=0,
