@@ -234,40 +234,51 @@ def sb3_curve(evaluate: Callable[[], float], interval: int, label: str,
 
 class SB3Run:
     """Where a resumable Stable-Baselines3 run keeps what a rerun continues from, saved at each
-    evaluation: its model, its replay buffer (off-policy algorithms) and its curve.
+    evaluation as one set: its model and replay buffer (off-policy algorithms), in files named
+    by the env steps they were saved at, and its curve, whose file is replaced last and names
+    the set a rerun loads (its last point's env steps). A run killed while saving (an Atari
+    replay takes gigabytes) keeps the previous set whole: never a model of one evaluation
+    beside the replay of another.
 
     Args:
         directory: The run's directory (made at the first save).
     """
 
     def __init__(self, directory: Path) -> None:
-        self.model = directory / "sb3_model.zip"
-        self.replay = directory / "sb3_replay.pkl"
+        self.directory = directory
         self.curve = directory / "sb3_curve.json"
+
+    def files(self, env_steps: int) -> tuple[Path, Path]:
+        """The model and replay files of the set saved at ``env_steps``."""
+        return (self.directory / f"sb3_model-{env_steps}.zip",
+                self.directory / f"sb3_replay-{env_steps}.pkl")
 
     def load(self, algorithm: Any, env: Any) -> tuple[Any | None, list[tuple[int, float]]]:
         """The saved model of ``algorithm`` on ``env`` (None: nothing saved) and its curve."""
-        if not self.model.exists():
+        if not self.curve.exists():
             return None, []
-        model = algorithm.load(self.model, env=env, device="cpu")
+        curve = [(int(x), float(y)) for x, y in json.loads(self.curve.read_text())]
+        model_file, replay = self.files(curve[-1][0])
+        model = algorithm.load(model_file, env=env, device="cpu")
         if hasattr(model, "load_replay_buffer"):
-            model.load_replay_buffer(self.replay)
-        return model, [(int(x), float(y)) for x, y in json.loads(self.curve.read_text())]
+            model.load_replay_buffer(replay)
+        return model, curve
 
     def save(self, model: Any, curve: Sequence[tuple[int, float]]) -> None:
-        """Save ``model`` (and its replay buffer) with the ``curve`` so far, each file written
-        whole beside its place and then moved there: a run killed while writing (an Atari
-        replay takes gigabytes) keeps the previous save."""
-        self.model.parent.mkdir(parents=True, exist_ok=True)
-        written = [(self.model.with_suffix(".tmp.zip"), self.model)]
-        model.save(written[0][0])
+        """Save ``model`` (and its replay buffer) with the ``curve`` so far, which ends at the
+        model's env steps; then delete the earlier sets and what a killed save left."""
+        self.directory.mkdir(parents=True, exist_ok=True)
+        kept = self.files(curve[-1][0])
+        model.save(kept[0])
         if hasattr(model, "save_replay_buffer"):
-            written.append((self.replay.with_suffix(".tmp.pkl"), self.replay))
-            model.save_replay_buffer(written[-1][0])
-        written.append((self.curve.with_suffix(".tmp.json"), self.curve))
-        written[-1][0].write_text(json.dumps(list(curve)))
-        for temporary, path in written:
-            os.replace(temporary, path)
+            model.save_replay_buffer(kept[1])
+        temporary = self.curve.with_suffix(".tmp.json")
+        temporary.write_text(json.dumps(list(curve)))
+        os.replace(temporary, self.curve)
+        for pattern in ("sb3_model-*.zip", "sb3_replay-*.pkl"):
+            for old in self.directory.glob(pattern):
+                if old not in kept:
+                    old.unlink()
 
 
 def fmt(value: float | None, spec: str = "{:.1f}") -> str:

@@ -15,6 +15,7 @@ import time
 from pathlib import Path
 
 import pytest
+import torch
 
 pytest.importorskip("stable_baselines3")
 
@@ -64,3 +65,40 @@ def test_a_stopped_seed_continues_and_keeps_its_curve(tmp_path: Path, sb3: bool)
         assert calls[1]["from_env_steps"] == stopped_at
     assert all("commit" in call and "uncommitted_changes" in call for call in calls)
     assert json.loads((run_dir / "seed0" / "calls.json").read_text()) == calls
+
+
+def test_a_save_that_fails_part_way_leaves_the_previous_set_to_load(tmp_path: Path) -> None:
+    """A Stable-Baselines3 save that fails after the model is written (here the replay cannot
+    be pickled) loads as the previous save, model and replay of one evaluation; the next save
+    that succeeds removes what the failed one left."""
+    import threading
+
+    import gymnasium as gym
+    import stable_baselines3
+
+    from benchmarks._util import SB3Run
+
+    env = gym.make("CartPole-v1")
+    model = stable_baselines3.DQN("MlpPolicy", env, learning_starts=50, buffer_size=1_000,
+                                  seed=0, device="cpu")
+    saved = SB3Run(tmp_path / "run")
+
+    def train_and_save(steps: int) -> None:
+        model.learn(steps, reset_num_timesteps=False)
+        saved.save(model, [(model.num_timesteps, 0.0)])
+
+    train_and_save(100)
+    first = {k: v.clone() for k, v in model.policy.state_dict().items()}
+    model.replay_buffer.lock = threading.Lock()  # type: ignore[union-attr]
+    with pytest.raises(TypeError):
+        train_and_save(100)
+    assert saved.files(200)[0].exists()  # the failed save's model is on disk...
+    loaded, curve = saved.load(stable_baselines3.DQN, env)
+    assert curve == [(100, 0.0)]  # ...but the previous set is the one loaded
+    assert loaded.num_timesteps == 100 and loaded.replay_buffer.size() == 100
+    for name, value in loaded.policy.state_dict().items():
+        assert torch.equal(value, first[name]), name
+    del model.replay_buffer.lock  # type: ignore[union-attr]
+    train_and_save(100)
+    assert sorted(p.name for p in saved.directory.iterdir()) == [
+        "sb3_curve.json", "sb3_model-300.zip", "sb3_replay-300.pkl"]
