@@ -88,6 +88,13 @@ def iqm_text(runs: dict[int, float]) -> str:
     return str(interval_estimates(values, REPS, SEED)["iqm"].text(digits))
 
 
+def per_seed_text(runs: dict[int, float]) -> str:
+    """Each seed's score, for the few seeds of a reference curve, too few for an interval
+    ("—": none)."""
+    return ("per seed " + ", ".join(f"{runs[seed]:.1f}" for seed in sorted(runs))
+            if runs else "—")
+
+
 def curve_table(work: Workload, curves: dict[str, dict[int, list[tuple[int, float]]]]
                 ) -> list[str]:
     """Mean evaluation return over seeds at (at most :data:`CURVE_POINTS`) evaluations that
@@ -200,7 +207,8 @@ def summary(found: Sequence[tuple[Workload, Compared]]) -> list[str]:
                   for library in (runs, peer)]
         lines.append(f"| [{ref.title}]({anchor(ref.title)}) | evaluation return at "
                      f"{ref.budget:,} env steps | {len(runs)} and {len(peer)} SB3 (planned "
-                     f"{ref.wanted} each) | {iqm_text(finals[0])} | SB3 {iqm_text(finals[1])}; "
+                     f"{ref.wanted} each) | {per_seed_text(finals[0])} | SB3 "
+                     f"{per_seed_text(finals[1])}; "
                      "the random policy and published curves in the section | | |")
     return [*lines, ""]
 
