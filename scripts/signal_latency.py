@@ -56,10 +56,10 @@ def main() -> None:
                 result = one(sig, Path(tmp) / "run")
             results.append(result)
             print(result, flush=True)
-    for sig in ("SIGINT", "SIGTERM"):
+    for name in ("SIGINT", "SIGTERM"):
         for key, label in (("seconds_to_end", "run ended and saved"), ("seconds", "exit")):
-            values = [float(r[key]) for r in results if r["signal"] == sig]  # type: ignore[arg-type]
-            print(f"{sig}: signal to {label}: {statistics.median(values):.2f} s median "
+            values = [float(r[key]) for r in results if r["signal"] == name]  # type: ignore[arg-type]
+            print(f"{name}: signal to {label}: {statistics.median(values):.2f} s median "
                   f"({min(values):.2f}-{max(values):.2f}) over {len(values)} runs")
     ok = all(r["exit_code"] == 0 and r["last_is_final_step"] for r in results)
     print("all exited 0 with last saved at the final step" if ok else "FAILURES above")
