@@ -75,6 +75,9 @@ def test_the_summary_has_each_workloads_verdicts_and_links_to_its_section(
         runs = ref.curves("rltrain")
         assert f"| [{ref.title}]({results_page.anchor(ref.title)}) | " in summary
         assert f"| {len(runs)} and {len(ref.curves('sb3'))} SB3 (planned " in summary
+        if runs:  # each seed's last evaluation, in seed order; no interval over so few
+            finals = ", ".join(f"{runs[seed][-1][1]:.1f}" for seed in sorted(runs))
+            assert f"| per seed {finals} |" in summary
     assert results_page.anchor("PPO on Atari Breakout, rltrain on Gymnasium's envs (before "
                                "2026-12-06)") == ("#ppo-on-atari-breakout-rltrain-on-"
                                                   "gymnasiums-envs-before-2026-12-06")
